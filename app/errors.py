@@ -1,0 +1,129 @@
+"""Domain errors of the core, with no HTTP in them.
+
+``api/problems.py`` maps each class to a status code in one place; the core only
+raises. Messages must never contain key material: table text reaches a message
+only through ``app.dm.table.redact``.
+
+    ReqcryptError
+    ├── NotFound
+    │   ├── DeviceNotFound, VolumeNotFound, EngineNotFound,
+    │   └── DeviceModelNotFound, BenchmarkNotFound
+    ├── Conflict
+    │   ├── AlreadyExists
+    │   ├── DeviceBusy, VolumeBusy
+    │   ├── InvalidState          (wrong lifecycle state for the operation)
+    │   └── KeyNotSet
+    ├── InvalidInput
+    │   ├── TableError            (line, field, reason)
+    │   ├── CipherSpecError
+    │   └── InvalidRange
+    ├── RangeNotSatisfiable       (size of the volume)
+    ├── PreconditionFailed
+    ├── PayloadTooLarge
+    ├── TargetIOError             (error target, device failure)
+    └── Unavailable               (suspended too long; retry_after seconds)
+"""
+
+from __future__ import annotations
+
+
+class ReqcryptError(Exception):
+    """Root of every error the core raises on purpose."""
+
+    def __init__(self, detail: str) -> None:
+        super().__init__(detail)
+        self.detail = detail
+
+
+class NotFound(ReqcryptError):
+    pass
+
+
+class DeviceNotFound(NotFound):
+    pass
+
+
+class VolumeNotFound(NotFound):
+    pass
+
+
+class EngineNotFound(NotFound):
+    pass
+
+
+class DeviceModelNotFound(NotFound):
+    pass
+
+
+class BenchmarkNotFound(NotFound):
+    pass
+
+
+class Conflict(ReqcryptError):
+    pass
+
+
+class AlreadyExists(Conflict):
+    pass
+
+
+class DeviceBusy(Conflict):
+    pass
+
+
+class VolumeBusy(Conflict):
+    pass
+
+
+class InvalidState(Conflict):
+    pass
+
+
+class KeyNotSet(Conflict):
+    pass
+
+
+class InvalidInput(ReqcryptError):
+    pass
+
+
+class CipherSpecError(InvalidInput):
+    """A cipher specification or key that dm-crypt would refuse."""
+
+
+class TableError(InvalidInput):
+    """A table line refused, located like the kernel's ``dm_table_add_target`` errors."""
+
+    def __init__(self, line: int, field: str, reason: str) -> None:
+        super().__init__(f"line {line}: {field}: {reason}")
+        self.line = line
+        self.field = field
+        self.reason = reason
+
+
+class InvalidRange(InvalidInput):
+    pass
+
+
+class RangeNotSatisfiable(ReqcryptError):
+    def __init__(self, detail: str, size: int) -> None:
+        super().__init__(detail)
+        self.size = size
+
+
+class PreconditionFailed(ReqcryptError):
+    pass
+
+
+class PayloadTooLarge(ReqcryptError):
+    pass
+
+
+class TargetIOError(ReqcryptError):
+    pass
+
+
+class Unavailable(ReqcryptError):
+    def __init__(self, detail: str, retry_after: int = 1) -> None:
+        super().__init__(detail)
+        self.retry_after = retry_after
