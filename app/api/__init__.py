@@ -1,0 +1,1 @@
+"""HTTP layer: thin routers over the core. Only this package imports FastAPI."""

@@ -1,0 +1,1 @@
+"""Backing stores: where ciphertext lands. A leaf package: imports nothing of the app but errors."""

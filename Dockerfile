@@ -1,0 +1,28 @@
+# reqcrypt service image: slim Python, non-root, migrations applied on start.
+FROM python:3.11-slim
+
+ENV PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1 \
+    PIP_NO_CACHE_DIR=1 \
+    REQCRYPT_DATA_DIR=/var/lib/reqcrypt \
+    REQCRYPT_HOST=0.0.0.0 \
+    REQCRYPT_PORT=8000 \
+    MALLOC_MMAP_THRESHOLD_=67108864 \
+    MALLOC_TRIM_THRESHOLD_=134217728
+
+RUN groupadd --system reqcrypt && useradd --system --gid reqcrypt --home /app reqcrypt
+
+WORKDIR /app
+COPY pyproject.toml README.md alembic.ini ./
+COPY app ./app
+COPY migrations ./migrations
+RUN pip install . && mkdir -p /var/lib/reqcrypt && chown reqcrypt:reqcrypt /var/lib/reqcrypt
+
+USER reqcrypt
+VOLUME ["/var/lib/reqcrypt"]
+EXPOSE 8000
+HEALTHCHECK --interval=10s --timeout=3s --start-period=20s --retries=3 \
+    CMD python -c "import urllib.request,sys; sys.exit(0 if urllib.request.urlopen('http://127.0.0.1:8000/healthz', timeout=2).status == 200 else 1)"
+
+ENTRYPOINT ["reqcrypt"]
+CMD ["serve"]

@@ -1,0 +1,143 @@
+"""RFC 9457 problem details: every error response, the domain's and FastAPI's own, in one shape."""
+
+from __future__ import annotations
+
+import logging
+from http import HTTPStatus
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from app import errors
+
+log = logging.getLogger("reqcrypt.api")
+
+PROBLEM_JSON = "application/problem+json"
+
+STATUS_BY_ERROR: dict[type[errors.ReqcryptError], int] = {
+    errors.NotFound: 404,
+    errors.Conflict: 409,
+    errors.InvalidInput: 422,
+    errors.InvalidRange: 400,
+    errors.RangeNotSatisfiable: 416,
+    errors.PreconditionFailed: 412,
+    errors.PayloadTooLarge: 413,
+    errors.TargetIOError: 500,
+    errors.Unavailable: 503,
+}
+
+
+def status_for(exc: errors.ReqcryptError) -> int:
+    for cls in type(exc).__mro__:
+        if cls in STATUS_BY_ERROR:
+            return STATUS_BY_ERROR[cls]
+    return 500
+
+
+def problem(
+    status: int,
+    detail: str,
+    *,
+    instance: str | None = None,
+    type_: str = "about:blank",
+    title: str | None = None,
+    headers: dict[str, str] | None = None,
+    **extra: Any,
+) -> JSONResponse:
+    body: dict[str, Any] = {
+        "type": type_,
+        "title": title or HTTPStatus(status).phrase,
+        "status": status,
+        "detail": detail,
+    }
+    if instance is not None:
+        body["instance"] = instance
+    body.update(extra)
+    return JSONResponse(body, status_code=status, media_type=PROBLEM_JSON, headers=headers)
+
+
+def _type_uri(exc: Exception) -> str:
+    name = type(exc).__name__
+    slug = "".join("-" + c.lower() if c.isupper() else c for c in name).lstrip("-")
+    return f"https://reqcrypt.dev/problems/{slug}"
+
+
+async def _domain_error(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, errors.ReqcryptError)
+    status = status_for(exc)
+    headers: dict[str, str] = {}
+    extra: dict[str, Any] = {}
+    if isinstance(exc, errors.RangeNotSatisfiable):
+        headers["Content-Range"] = f"bytes */{exc.size}"
+    if isinstance(exc, errors.Unavailable):
+        headers["Retry-After"] = str(exc.retry_after)
+    if isinstance(exc, errors.TableError):
+        extra = {"line": exc.line, "field": exc.field}
+    if status >= 500:
+        log.error("request %s failed: %s", request.url.path, exc.detail)
+    return problem(
+        status,
+        exc.detail,
+        instance=request.url.path,
+        type_=_type_uri(exc),
+        headers=headers,
+        **extra,
+    )
+
+
+async def _http_error(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, StarletteHTTPException)
+    detail = exc.detail if isinstance(exc.detail, str) else HTTPStatus(exc.status_code).phrase
+    headers = dict(exc.headers or {})
+    return problem(exc.status_code, detail, instance=request.url.path, headers=headers)
+
+
+async def _validation_error(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, RequestValidationError)
+    # Only locations and messages: the rejected input may hold a key.
+    issues = [
+        {"loc": list(err.get("loc", ())), "msg": str(err.get("msg", ""))} for err in exc.errors()
+    ]
+    detail = "; ".join(f"{'.'.join(map(str, i['loc']))}: {i['msg']}" for i in issues)
+    return problem(
+        422, detail or "invalid request", instance=request.url.path, errors=issues
+    )
+
+
+async def _unhandled(request: Request, exc: Exception) -> JSONResponse:
+    request_id = getattr(request.state, "request_id", "-")
+    log.error(
+        "unhandled error on %s %s (request id %s): %s",
+        request.method,
+        request.url.path,
+        request_id,
+        type(exc).__name__,
+        exc_info=exc,
+    )
+    return problem(
+        500,
+        f"internal error; quote request id {request_id} when reporting it",
+        instance=request.url.path,
+        headers={"X-Request-ID": request_id},
+    )
+
+
+def install(app: FastAPI) -> None:
+    app.add_exception_handler(errors.ReqcryptError, _domain_error)
+    app.add_exception_handler(StarletteHTTPException, _http_error)
+    app.add_exception_handler(RequestValidationError, _validation_error)
+    app.add_exception_handler(Exception, _unhandled)
+
+
+def responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
+    """OpenAPI ``responses=`` entries for the problem statuses a route may return."""
+    return {
+        status: {
+            "description": HTTPStatus(status).phrase,
+            "content": {PROBLEM_JSON: {"schema": {"$ref": "#/components/schemas/Problem"}}},
+        }
+        for status in statuses
+    }

@@ -1,0 +1,50 @@
+"""Liveness, readiness and Prometheus exposition (no auth: probes and scrapers have no token)."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+
+from fastapi import APIRouter, Response
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from sqlalchemy import text
+
+from app.api.deps import StateDep
+from app.api.problems import problem
+from app.db import migrate
+
+router = APIRouter(tags=["health"])
+
+
+@router.get("/healthz")
+def healthz() -> dict[str, str]:
+    return {"status": "ok"}
+
+
+@router.get("/readyz", response_model=None)
+def readyz(state: StateDep) -> dict[str, object] | Response:
+    checks: dict[str, str] = {}
+    try:
+        with state.db_engine.connect() as connection:
+            connection.execute(text("SELECT 1"))
+        checks["database"] = "ok"
+        url = state.settings.resolved_database_url
+        checks["migrations"] = "ok" if migrate.at_head(state.db_engine, url) else "not at head"
+    except Exception as exc:
+        checks["database"] = f"unreachable: {type(exc).__name__}"
+    try:
+        with tempfile.NamedTemporaryFile(dir=state.settings.data_dir):
+            pass
+        checks["data_dir"] = "ok" if os.access(state.settings.data_dir, os.W_OK) else "read-only"
+    except OSError as exc:
+        checks["data_dir"] = f"not writable: {exc.strerror}"
+    failing = {name: value for name, value in checks.items() if value != "ok"}
+    if failing:
+        detail = "; ".join(f"{name}: {value}" for name, value in failing.items())
+        return problem(503, f"not ready: {detail}", instance="/readyz", checks=checks)
+    return {"status": "ready", "checks": checks}
+
+
+@router.get("/metrics", response_class=Response)
+def metrics(state: StateDep) -> Response:
+    return Response(generate_latest(state.registry), media_type=CONTENT_TYPE_LATEST)

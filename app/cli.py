@@ -1,0 +1,66 @@
+"""The ``reqcrypt`` command: serve, migrate (and, as they land, bench and a dmsetup-like client)."""
+
+from __future__ import annotations
+
+import os
+from typing import Annotated
+
+import typer
+
+from app.config import Settings
+
+cli = typer.Typer(help="reqcrypt: encrypted block volumes over HTTP.", no_args_is_help=True)
+
+
+@cli.command()
+def serve(
+    host: Annotated[str | None, typer.Option(help="bind address (REQCRYPT_HOST)")] = None,
+    port: Annotated[int | None, typer.Option(help="port (REQCRYPT_PORT)")] = None,
+    workers: Annotated[int, typer.Option(help="always 1: volumes live in one process")] = 1,
+) -> None:
+    """Migrate the database (unless REQCRYPT_MIGRATE_ON_START=false) and serve the API."""
+    import uvicorn
+
+    from app.keyfiles import admin_token_path
+    from app.main import create_app
+
+    if workers != 1:
+        raise typer.BadParameter("reqcrypt serves from one process; volumes are in memory")
+    overrides = {k: v for k, v in {"host": host, "port": port}.items() if v is not None}
+    settings = Settings(**overrides)  # type: ignore[arg-type]
+    shown = "localhost" if settings.host in ("127.0.0.1", "::1") else settings.host
+    typer.echo(f"reqcrypt: docs at http://{shown}:{settings.port}/docs")
+    if settings.auth == "disabled":
+        typer.echo("reqcrypt: authentication disabled (loopback only)")
+    elif settings.admin_token is None:
+        typer.echo(
+            f"reqcrypt: authenticate with 'Authorization: Bearer <token>'; "
+            f"the admin token is in {admin_token_path(settings)}"
+        )
+    else:
+        typer.echo("reqcrypt: authenticate with the token in REQCRYPT_ADMIN_TOKEN")
+    os.environ.setdefault("MALLOC_MMAP_THRESHOLD_", str(64 << 20))
+    uvicorn.run(
+        create_app(settings),
+        host=settings.host,
+        port=settings.port,
+        log_level=settings.log_level,
+        proxy_headers=False,
+    )
+
+
+@cli.command()
+def migrate(
+    revision: Annotated[str, typer.Argument(help="target revision")] = "head",
+) -> None:
+    """Upgrade the database to REVISION (default: head)."""
+    from app.db import migrate as migrations
+
+    settings = Settings()
+    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    migrations.upgrade(settings.resolved_database_url, revision)
+    typer.echo(f"reqcrypt: database at {revision}")
+
+
+def main() -> None:
+    cli()

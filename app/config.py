@@ -1,0 +1,86 @@
+"""Settings from the environment (prefix ``REQCRYPT_``), validated so unsafe setups refuse to start."""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+from functools import lru_cache
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, SecretStr, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+def default_data_dir() -> Path:
+    """XDG data home, so a user install never writes into the current directory."""
+    base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    return Path(base) / "reqcrypt"
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="REQCRYPT_", extra="ignore")
+
+    data_dir: Path = Field(default_factory=default_data_dir)
+    database_url: str | None = None
+    master_key_file: Path | None = None
+    master_key: SecretStr | None = Field(
+        default=None, description="64 hex digits; overrides master_key_file"
+    )
+    admin_token: SecretStr | None = None
+    io_token: SecretStr | None = None
+    auth: Literal["enabled", "disabled"] = "enabled"
+    host: str = "127.0.0.1"
+    port: int = Field(default=8000, ge=1, le=65535)
+    migrate_on_start: bool = True
+    log_level: str = "info"
+    max_body_bytes: int = Field(default=1 << 30, ge=512)
+    io_chunk_bytes: int = Field(default=1 << 20, ge=4096, le=64 << 20)
+    suspend_wait_seconds: float = Field(default=30.0, ge=0)
+    plug_window_us: int = Field(default=50, ge=0, le=1_000_000)
+
+    @model_validator(mode="after")
+    def _refuse_unsafe(self) -> Settings:
+        if self.auth == "disabled" and not is_loopback(self.host):
+            raise ValueError(
+                f"REQCRYPT_AUTH=disabled is only allowed when bound to a loopback address, not {self.host!r}"
+            )
+        for name in ("admin_token", "io_token"):
+            token = getattr(self, name)
+            if token is not None and len(token.get_secret_value()) < 16:
+                raise ValueError(f"REQCRYPT_{name.upper()} must be at least 16 characters")
+        if self.master_key is not None:
+            raw = self.master_key.get_secret_value()
+            try:
+                ok = len(bytes.fromhex(raw)) == 32
+            except ValueError:
+                ok = False
+            if not ok:
+                raise ValueError("REQCRYPT_MASTER_KEY must be 64 hex digits (a 256-bit key)")
+        return self
+
+    @property
+    def resolved_database_url(self) -> str:
+        return self.database_url or f"sqlite:///{self.data_dir / 'reqcrypt.db'}"
+
+    @property
+    def resolved_master_key_file(self) -> Path:
+        return self.master_key_file or self.data_dir / "master.key"
+
+    @property
+    def devices_dir(self) -> Path:
+        return self.data_dir / "devices"
+
+
+@lru_cache
+def get_settings() -> Settings:
+    return Settings()

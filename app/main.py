@@ -1,0 +1,79 @@
+"""``create_app()``: the FastAPI application, with everything long-lived built in the lifespan."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI
+from prometheus_client import CollectorRegistry
+
+from app.api import problems
+from app.api.routes import health
+from app.config import Settings, get_settings
+from app.db import migrate
+from app.db.session import make_engine, make_sessionmaker
+from app.keyfiles import admin_token_path, load_admin_token, load_master_key
+from app.metrics import HttpMetrics, RequestContextMiddleware
+from app.state import State
+
+log = logging.getLogger("reqcrypt")
+
+DESCRIPTION = """\
+Encrypted block volumes managed like Linux device-mapper `crypt` targets.
+
+Authenticate with `Authorization: Bearer <token>`: the admin token (everything,
+including `show_keys`) or the io token (data path and read-only status). When no
+token is configured, an admin token is generated on first start and stored 0600
+in the data directory as `admin.token`. Errors are `application/problem+json`
+(RFC 9457).
+"""
+
+
+def build_state(settings: Settings, registry: CollectorRegistry) -> State:
+    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    url = settings.resolved_database_url
+    if settings.migrate_on_start:
+        migrate.upgrade(url)
+    db_engine = make_engine(url)
+    admin_token: str | None = None
+    if settings.auth == "enabled":
+        admin_token, created = load_admin_token(settings)
+        if created:
+            log.warning("generated an admin token in %s", admin_token_path(settings))
+    io_token = settings.io_token.get_secret_value() if settings.io_token else None
+    return State(
+        settings=settings,
+        db_engine=db_engine,
+        sessions=make_sessionmaker(db_engine),
+        master_key=load_master_key(settings),
+        admin_token=admin_token,
+        io_token=io_token,
+        registry=registry,
+    )
+
+
+def create_app(settings: Settings | None = None) -> FastAPI:
+    settings = settings or get_settings()
+    registry = CollectorRegistry()
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        state = build_state(settings, registry)
+        app.state.reqcrypt = state
+        try:
+            yield
+        finally:
+            state.db_engine.dispose()
+
+    app = FastAPI(
+        title="reqcrypt",
+        version="0.1.0",
+        description=DESCRIPTION,
+        lifespan=lifespan,
+    )
+    problems.install(app)
+    app.add_middleware(RequestContextMiddleware, metrics=HttpMetrics(registry))
+    app.include_router(health.router)
+    return app

@@ -1,0 +1,22 @@
+"""Everything long-lived, built once in the lifespan and reached through ``api/deps.py``."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from prometheus_client import CollectorRegistry
+from sqlalchemy import Engine
+from sqlalchemy.orm import Session, sessionmaker
+
+from app.config import Settings
+
+
+@dataclass(slots=True)
+class State:
+    settings: Settings
+    db_engine: Engine
+    sessions: sessionmaker[Session]
+    master_key: bytes
+    admin_token: str | None
+    io_token: str | None
+    registry: CollectorRegistry

@@ -1,0 +1,45 @@
+"""The ``BackingStore`` interface: byte-addressed, sector-aligned I/O on one backing device."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Buffer
+
+
+class BackingStore(ABC):
+    """A backing device. Offsets and lengths are bytes; callers keep them sector-aligned."""
+
+    @property
+    @abstractmethod
+    def size(self) -> int: ...
+
+    @abstractmethod
+    def read_into(self, offset: int, buffer: memoryview) -> None:
+        """Fill ``buffer`` from ``offset``; holes read as zeros."""
+
+    @abstractmethod
+    def write(self, offset: int, data: Buffer) -> None:
+        """Write ``data`` at ``offset``; visible to readers once it returns, durable after ``flush``."""
+
+    @abstractmethod
+    def flush(self) -> None:
+        """Make every completed write durable (fsync)."""
+
+    @abstractmethod
+    def discard(self, offset: int, length: int) -> None:
+        """Deallocate the range; it then reads as zeros."""
+
+    @abstractmethod
+    def allocated_bytes(self) -> int: ...
+
+    @abstractmethod
+    def close(self) -> None: ...
+
+    def read(self, offset: int, length: int) -> bytearray:
+        buffer = bytearray(length)
+        self.read_into(offset, memoryview(buffer))
+        return buffer
+
+    def check_range(self, offset: int, length: int) -> None:
+        if offset < 0 or length < 0 or offset + length > self.size:
+            raise ValueError(f"range {offset}+{length} is outside the device ({self.size} bytes)")

@@ -1,0 +1,73 @@
+"""Sparse files under the data directory, driven with pread/pwrite on one descriptor."""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import os
+from collections.abc import Buffer
+from pathlib import Path
+
+from app.storage.base import BackingStore
+
+_FALLOC_FL_KEEP_SIZE = 0x01
+_FALLOC_FL_PUNCH_HOLE = 0x02
+_libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+_libc.fallocate.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64]
+
+
+class FileStore(BackingStore):
+    """A backing device file; pread/pwrite are thread-safe on a shared descriptor."""
+
+    def __init__(self, path: Path, size: int, *, create: bool = False) -> None:
+        self.path = path
+        self._size = size
+        flags = os.O_RDWR | (os.O_CREAT | os.O_EXCL if create else 0)
+        self._fd = os.open(path, flags, 0o600)
+        if create:
+            os.ftruncate(self._fd, size)
+        elif os.fstat(self._fd).st_size < size:
+            os.ftruncate(self._fd, size)
+
+    @property
+    def size(self) -> int:
+        return self._size
+
+    def read_into(self, offset: int, buffer: memoryview) -> None:
+        self.check_range(offset, len(buffer))
+        done = 0
+        while done < len(buffer):
+            count = os.preadv(self._fd, [buffer[done:]], offset + done)
+            if count == 0:
+                buffer[done:] = bytes(len(buffer) - done)
+                return
+            done += count
+
+    def write(self, offset: int, data: Buffer) -> None:
+        view = memoryview(data).cast("B")
+        self.check_range(offset, len(view))
+        done = 0
+        while done < len(view):
+            done += os.pwrite(self._fd, view[done:], offset + done)
+
+    def flush(self) -> None:
+        os.fsync(self._fd)
+
+    def discard(self, offset: int, length: int) -> None:
+        self.check_range(offset, length)
+        if length == 0:
+            return
+        mode = _FALLOC_FL_PUNCH_HOLE | _FALLOC_FL_KEEP_SIZE
+        if _libc.fallocate(self._fd, mode, offset, length) != 0:
+            errno = ctypes.get_errno()
+            if errno not in (95,):  # EOPNOTSUPP: fall back to writing zeros
+                raise OSError(errno, os.strerror(errno), str(self.path))
+            self.write(offset, bytes(length))
+
+    def allocated_bytes(self) -> int:
+        return os.fstat(self._fd).st_blocks * 512
+
+    def close(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1

@@ -1,0 +1,38 @@
+import httpx
+import pytest
+
+pytestmark = pytest.mark.anyio
+
+
+async def test_healthz_answers_without_a_token(anon_client: httpx.AsyncClient) -> None:
+    response = await anon_client.get("/healthz")
+    assert response.status_code == 200
+    assert response.json() == {"status": "ok"}
+
+
+async def test_readyz_reports_database_migrations_and_data_dir(
+    anon_client: httpx.AsyncClient,
+) -> None:
+    response = await anon_client.get("/readyz")
+    assert response.status_code == 200
+    assert response.json()["checks"] == {"database": "ok", "migrations": "ok", "data_dir": "ok"}
+
+
+async def test_metrics_expose_per_route_request_counters(anon_client: httpx.AsyncClient) -> None:
+    await anon_client.get("/healthz")
+    response = await anon_client.get("/metrics")
+    assert response.status_code == 200
+    assert response.headers["content-type"].startswith("text/plain")
+    assert 'reqcrypt_http_requests_total{method="GET",route="/healthz",status="200"}' in (
+        response.text
+    )
+
+
+async def test_openapi_docs_are_served(anon_client: httpx.AsyncClient) -> None:
+    assert (await anon_client.get("/docs")).status_code == 200
+    assert (await anon_client.get("/openapi.json")).json()["info"]["title"] == "reqcrypt"
+
+
+async def test_every_response_carries_a_request_id(anon_client: httpx.AsyncClient) -> None:
+    response = await anon_client.get("/healthz", headers={"X-Request-ID": "abc-123"})
+    assert response.headers["x-request-id"] == "abc-123"
