@@ -10,13 +10,17 @@ from fastapi import FastAPI
 from prometheus_client import CollectorRegistry
 
 from app.api import problems
-from app.api.routes import health
+from app.api.routes import data, devices, health, volumes
 from app.config import Settings, get_settings
+from app.control import Control
 from app.db import migrate
+from app.db.queries import SqlRegistryStore
 from app.db.session import make_engine, make_sessionmaker
+from app.engine.registry import EngineRegistry
 from app.keyfiles import admin_token_path, load_admin_token, load_master_key
 from app.metrics import HttpMetrics, RequestContextMiddleware
 from app.state import State
+from app.storage.registry import DeviceRegistry
 
 log = logging.getLogger("reqcrypt")
 
@@ -43,14 +47,27 @@ def build_state(settings: Settings, registry: CollectorRegistry) -> State:
         if created:
             log.warning("generated an admin token in %s", admin_token_path(settings))
     io_token = settings.io_token.get_secret_value() if settings.io_token else None
+    sessions = make_sessionmaker(db_engine)
+    engines = EngineRegistry(SqlRegistryStore(sessions))
+    engines.load()
+    control = Control(
+        sessions,
+        DeviceRegistry(settings.devices_dir),
+        engines,
+        load_master_key(settings),
+        plug_window_us=settings.plug_window_us,
+        suspend_wait_seconds=settings.suspend_wait_seconds,
+    )
+    control.restore()
     return State(
         settings=settings,
         db_engine=db_engine,
-        sessions=make_sessionmaker(db_engine),
-        master_key=load_master_key(settings),
+        sessions=sessions,
         admin_token=admin_token,
         io_token=io_token,
         registry=registry,
+        control=control,
+        engines=engines,
     )
 
 
@@ -65,6 +82,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         try:
             yield
         finally:
+            state.control.close()
             state.db_engine.dispose()
 
     app = FastAPI(
@@ -76,4 +94,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     problems.install(app)
     app.add_middleware(RequestContextMiddleware, metrics=HttpMetrics(registry))
     app.include_router(health.router)
+    app.include_router(devices.router)
+    app.include_router(volumes.router)
+    app.include_router(data.router)
     return app

@@ -9,6 +9,8 @@ from sqlalchemy import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
 from app.config import Settings
+from app.control import Control
+from app.engine.registry import EngineRegistry
 
 
 @dataclass(slots=True)
@@ -16,7 +18,8 @@ class State:
     settings: Settings
     db_engine: Engine
     sessions: sessionmaker[Session]
-    master_key: bytes
     admin_token: str | None
     io_token: str | None
     registry: CollectorRegistry
+    control: Control
+    engines: EngineRegistry

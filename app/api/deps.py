@@ -12,6 +12,7 @@ from sqlalchemy.orm import Session
 from starlette.exceptions import HTTPException
 
 from app.config import Settings
+from app.control import Control
 from app.db.session import session_scope
 from app.state import State
 
@@ -72,3 +73,10 @@ def require_admin(role: RoleDep) -> Role:
 
 
 AdminDep = Annotated[Role, Depends(require_admin)]
+
+
+def get_control(state: StateDep) -> Control:
+    return state.control
+
+
+ControlDep = Annotated[Control, Depends(get_control)]

@@ -11,10 +11,10 @@ from __future__ import annotations
 import hmac
 import os
 import string
-from collections.abc import Buffer
 
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+from typing_extensions import Buffer
 
 from app.errors import CipherSpecError, ReqcryptError
 
@@ -84,14 +84,16 @@ class KeyMaterial:
 
     __str__ = __repr__
 
-    def __reduce__(self) -> object:
+    def __reduce__(self) -> str:
         raise TypeError("KeyMaterial is not picklable: wrap it with wrap_key() to store it")
 
 
 def _aead(master: Buffer) -> AESGCM:
     master_bytes = bytes(master)
     if len(master_bytes) != _MASTER_KEY_SIZE:
-        raise CipherSpecError(f"master key must be {_MASTER_KEY_SIZE} bytes, got {len(master_bytes)}")
+        raise CipherSpecError(
+            f"master key must be {_MASTER_KEY_SIZE} bytes, got {len(master_bytes)}"
+        )
     return AESGCM(master_bytes)
 
 

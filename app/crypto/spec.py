@@ -59,7 +59,9 @@ _LINUX_ONLY_CIPHERS = frozenset(
 
 CHAINMODES = ("ecb", "cbc", "xts", "ctr")
 IV_MODES = ("plain", "plain64", "plain64be", "essiv", "benbi", "null", "eboiv", "lmk", "tcw")
-BULK_IV_MODES = frozenset({None, "plain", "plain64", "plain64be", "null", "benbi", "essiv", "eboiv"})
+BULK_IV_MODES = frozenset(
+    {None, "plain", "plain64", "plain64be", "null", "benbi", "essiv", "eboiv"}
+)
 """IV modes where one starting sector determines every data unit's IV (no data-dependent IV)."""
 
 ESSIV_HASHES: dict[str, int] = {"sha256": 32, "md5": 16, "sha1": 20, "sha512": 64, "sha384": 48,
@@ -194,10 +196,7 @@ def parse_cipher_spec(text: str) -> CipherSpec:
     """Parse dm-crypt's cipher field: ``cipher[:keycount]-chainmode-ivmode[:ivopts]`` or ``capi:``."""
     if not text or any(ch.isspace() for ch in text):
         raise CipherSpecError("cipher specification is empty or contains whitespace")
-    if text.startswith("capi:"):
-        spec = _parse_capi(text)
-    else:
-        spec = _parse_legacy(text)
+    spec = _parse_capi(text) if text.startswith("capi:") else _parse_legacy(text)
     _validate(spec)
     return spec
 
@@ -286,8 +285,10 @@ def _validate(spec: CipherSpec) -> None:
     if spec.cipher == "cipher_null" and chainmode != "ecb":
         raise CipherSpecError("cipher_null is supported only as cipher_null-ecb")
     block = spec.block_size
-    if chainmode == "xts" and block != 16:
-        raise CipherSpecError(f"xts needs a 16-byte block cipher; {spec.cipher} has {block}")
+    if chainmode in ("xts", "ctr") and block != 16:
+        raise CipherSpecError(
+            f"{chainmode} needs a 16-byte block cipher; {spec.cipher} has {block}"
+        )
     if ivmode == "essiv":
         _validate_essiv(spec)
     elif spec.ivopts is not None:

@@ -1,0 +1,64 @@
+"""Crypto engines: capabilities, the call planner, cost and device models, virtual time.
+
+Owns what an engine can do (``model``), which calls a request becomes
+(``planner``), what they cost (``cost``), virtual clocks and pacing
+(``clock``), the engine object (``simulated``), presets and their registry
+(``presets``, ``registry``) and the calibration fits (``fit``). Imports ``app.crypto``
+contracts structurally and ``app.errors``; never fastapi, sqlalchemy,
+``app.blk`` or ``app.dm``.
+"""
+
+from app.engine.clock import ClockSnapshot, DeviceTimer, Reservation, VirtualClock
+from app.engine.cost import PlanCost, Prediction, Workload, plan_cost, predict_workload
+from app.engine.model import (
+    Capabilities,
+    CostModel,
+    DeviceModel,
+    DispatchMode,
+    EngineProfile,
+    ModelSpec,
+    Op,
+    SpecLike,
+)
+from app.engine.planner import CallPlan, EngineCall, plan_calls
+from app.engine.presets import DEVICE_MODELS, ENGINES
+from app.engine.registry import EngineRegistry, RegistryStore
+from app.engine.simulated import (
+    CryptTransformLike,
+    Engine,
+    EngineResult,
+    EngineStats,
+    SimulatedEngine,
+)
+
+__all__ = [
+    "DEVICE_MODELS",
+    "ENGINES",
+    "CallPlan",
+    "Capabilities",
+    "ClockSnapshot",
+    "CostModel",
+    "CryptTransformLike",
+    "DeviceModel",
+    "DeviceTimer",
+    "DispatchMode",
+    "Engine",
+    "EngineCall",
+    "EngineProfile",
+    "EngineRegistry",
+    "EngineResult",
+    "EngineStats",
+    "ModelSpec",
+    "Op",
+    "PlanCost",
+    "Prediction",
+    "RegistryStore",
+    "Reservation",
+    "SimulatedEngine",
+    "SpecLike",
+    "VirtualClock",
+    "Workload",
+    "plan_calls",
+    "plan_cost",
+    "predict_workload",
+]

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Buffer
+from typing_extensions import Buffer
 
 
 class BackingStore(ABC):

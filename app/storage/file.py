@@ -5,7 +5,7 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import os
-from collections.abc import Buffer
+from typing_extensions import Buffer
 from pathlib import Path
 
 from app.storage.base import BackingStore

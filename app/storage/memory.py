@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Buffer
+from typing_extensions import Buffer
 
 from app.storage.base import BackingStore
 

@@ -1,0 +1,78 @@
+"""RFC 9110 byte ranges: parse ``Range`` and ``Content-Range``, pure functions."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from app.errors import InvalidRange, RangeNotSatisfiable
+
+_SPEC = re.compile(r"^\s*(\d*)\s*-\s*(\d*)\s*$")
+_CONTENT_RANGE = re.compile(r"^bytes (\d+)-(\d+)/(\d+|\*)$")
+MAX_RANGES = 16
+
+
+@dataclass(frozen=True, slots=True)
+class ByteRange:
+    first: int
+    last: int
+
+    @property
+    def length(self) -> int:
+        return self.last - self.first + 1
+
+    def content_range(self, size: int) -> str:
+        return f"bytes {self.first}-{self.last}/{size}"
+
+
+def parse_range(header: str, size: int) -> list[ByteRange] | None:
+    """Satisfiable ranges of a ``Range`` header; None when it is not a bytes range (ignore it).
+
+    Raises RangeNotSatisfiable when no range overlaps the volume (416).
+    """
+    unit, _, specs = header.partition("=")
+    if unit.strip().lower() != "bytes" or not specs.strip():
+        return None
+    ranges: list[ByteRange] = []
+    parts = specs.split(",")
+    if len(parts) > MAX_RANGES:
+        raise InvalidRange(f"at most {MAX_RANGES} ranges per request")
+    for part in parts:
+        match = _SPEC.match(part)
+        if match is None or (not match[1] and not match[2]):
+            return None  # syntactically invalid: RFC 9110 says ignore the header
+        if match[1]:
+            first = int(match[1])
+            last = int(match[2]) if match[2] else size - 1
+            if match[2] and last < first:
+                return None
+            if first >= size:
+                continue
+            ranges.append(ByteRange(first, min(last, size - 1)))
+        else:
+            suffix = int(match[2])
+            if suffix == 0:
+                continue
+            ranges.append(ByteRange(max(0, size - suffix), size - 1))
+    if not ranges:
+        raise RangeNotSatisfiable(f"no range of {header!r} lies within the {size}-byte volume", size)
+    return ranges
+
+
+def parse_content_range(header: str | None, size: int) -> ByteRange:
+    """A write's ``Content-Range: bytes a-b/*`` (or ``/<size>``)."""
+    if header is None:
+        raise InvalidRange("PUT needs Content-Range: bytes <first>-<last>/* (RFC 9110 §14.5)")
+    match = _CONTENT_RANGE.match(header.strip())
+    if match is None:
+        raise InvalidRange("Content-Range must be 'bytes <first>-<last>/<size or *>'")
+    first, last = int(match[1]), int(match[2])
+    if last < first:
+        raise InvalidRange("Content-Range last byte is before the first")
+    if match[3] != "*" and int(match[3]) != size:
+        raise RangeNotSatisfiable(
+            f"Content-Range complete length {match[3]} is not the volume size {size}", size
+        )
+    if last >= size:
+        raise RangeNotSatisfiable(f"bytes {first}-{last} lie beyond the {size}-byte volume", size)
+    return ByteRange(first, last)

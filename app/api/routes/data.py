@@ -1,0 +1,223 @@
+"""The data path: ranged reads and writes, flush, discard, write-zeroes.
+
+Bodies stream in and out in chunks of ``io_chunk_bytes``; crypto and file I/O
+run off the event loop. No SQL and no pydantic on payloads here.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import AsyncIterator
+
+import anyio
+from fastapi import APIRouter, Request, Response
+from fastapi.responses import StreamingResponse
+from starlette.exceptions import HTTPException
+
+from app.api.deps import ControlDep, RoleDep, SettingsDep
+from app.api.problems import responses
+from app.api.ranges import ByteRange, parse_content_range, parse_range
+from app.api.schemas import RangeIn
+from app.dm.volume import Volume
+from app.errors import InvalidRange, PayloadTooLarge, PreconditionFailed
+
+router = APIRouter(prefix="/v1/volumes/{name}", tags=["data"], responses=responses(401, 404))
+
+OCTETS = "application/octet-stream"
+
+
+def etag(volume: Volume) -> str:
+    return f'"{volume.uuid}.{volume.generation}"'
+
+
+def _matches(header: str, tag: str) -> bool:
+    candidates = [part.strip() for part in header.split(",")]
+    return "*" in candidates or tag in candidates
+
+
+def check_if_match(request: Request, volume: Volume) -> None:
+    header = request.headers.get("if-match")
+    if header is not None and not _matches(header, etag(volume)):
+        raise PreconditionFailed(f"If-Match does not match the current ETag {etag(volume)}")
+
+
+async def stream_range(
+    volume: Volume, first: int, length: int, chunk: int
+) -> AsyncIterator[bytes]:
+    position, end = first, first + length
+    while position < end:
+        size = min(chunk, end - position)
+        data = await anyio.to_thread.run_sync(volume.read, position, size)
+        yield bytes(data)
+        position += size
+
+
+async def stream_multipart(
+    volume: Volume, ranges: list[ByteRange], boundary: str, chunk: int
+) -> AsyncIterator[bytes]:
+    size = volume.size
+    for byte_range in ranges:
+        yield (
+            f"\r\n--{boundary}\r\nContent-Type: {OCTETS}\r\n"
+            f"Content-Range: {byte_range.content_range(size)}\r\n\r\n"
+        ).encode()
+        async for piece in stream_range(volume, byte_range.first, byte_range.length, chunk):
+            yield piece
+    yield f"\r\n--{boundary}--\r\n".encode()
+
+
+@router.get(
+    "/data",
+    response_class=StreamingResponse,
+    responses={
+        200: {"content": {OCTETS: {}}, "description": "the whole volume"},
+        206: {"content": {OCTETS: {}, "multipart/byteranges": {}}, "description": "ranges"},
+        304: {"description": "If-None-Match matched"},
+        **responses(412, 416, 503),
+    },
+)
+async def read_data(
+    name: str, request: Request, control: ControlDep, settings: SettingsDep, _: RoleDep
+) -> Response:
+    """Read with ``Range: bytes=a-b | a- | -N`` (several ranges: multipart/byteranges).
+
+    Honours If-Match (412), If-None-Match (304) and If-Range (full 200 when stale).
+    """
+    volume = control.volume(name)
+    check_if_match(request, volume)
+    tag = etag(volume)
+    size = volume.size
+    headers = {"Accept-Ranges": "bytes", "ETag": tag}
+    if_none = request.headers.get("if-none-match")
+    if if_none is not None and _matches(if_none, tag):
+        return Response(status_code=304, headers=headers)
+    range_header = request.headers.get("range")
+    if_range = request.headers.get("if-range")
+    if range_header is not None and if_range is not None and if_range.strip() != tag:
+        range_header = None
+    ranges = parse_range(range_header, size) if range_header is not None else None
+    chunk = settings.io_chunk_bytes
+    if ranges is None:
+        headers["Content-Length"] = str(size)
+        return StreamingResponse(
+            stream_range(volume, 0, size, chunk), media_type=OCTETS, headers=headers
+        )
+    if len(ranges) == 1:
+        (byte_range,) = ranges
+        headers["Content-Range"] = byte_range.content_range(size)
+        headers["Content-Length"] = str(byte_range.length)
+        if byte_range.length <= chunk:
+            data = await anyio.to_thread.run_sync(volume.read, byte_range.first, byte_range.length)
+            return Response(bytes(data), status_code=206, media_type=OCTETS, headers=headers)
+        return StreamingResponse(
+            stream_range(volume, byte_range.first, byte_range.length, chunk),
+            status_code=206,
+            media_type=OCTETS,
+            headers=headers,
+        )
+    boundary = secrets.token_hex(12)
+    return StreamingResponse(
+        stream_multipart(volume, ranges, boundary, chunk),
+        status_code=206,
+        media_type=f"multipart/byteranges; boundary={boundary}",
+        headers=headers,
+    )
+
+
+@router.put(
+    "/data",
+    status_code=204,
+    responses=responses(400, 411, 412, 413, 416, 503),
+    openapi_extra={
+        "requestBody": {"content": {OCTETS: {"schema": {"type": "string", "format": "binary"}}}},
+        "parameters": [
+            {
+                "name": "Content-Range",
+                "in": "header",
+                "required": True,
+                "schema": {"type": "string", "example": "bytes 0-4095/*"},
+            }
+        ],
+    },
+)
+async def write_data(
+    name: str,
+    request: Request,
+    control: ControlDep,
+    settings: SettingsDep,
+    _: RoleDep,
+    fua: bool = False,
+) -> Response:
+    """Write ``Content-Range: bytes a-b/*``; any alignment (partial units are read-modify-written).
+
+    The body must be exactly b-a+1 bytes (Content-Length required). ``?fua=true``
+    returns only once the data is durable. Answers 204 with the new ETag.
+    """
+    volume = control.volume(name)
+    byte_range = parse_content_range(request.headers.get("content-range"), volume.size)
+    declared = request.headers.get("content-length")
+    if declared is None:
+        raise HTTPException(411, "PUT needs Content-Length equal to the Content-Range length")
+    if int(declared) != byte_range.length:
+        raise InvalidRange(
+            f"body is {declared} bytes but Content-Range covers {byte_range.length}"
+        )
+    if byte_range.length > settings.max_body_bytes:
+        raise PayloadTooLarge(
+            f"body of {byte_range.length} bytes exceeds the {settings.max_body_bytes}-byte maximum"
+        )
+    check_if_match(request, volume)
+    chunk = settings.io_chunk_bytes
+    buffer = bytearray(min(chunk, byte_range.length))
+    filled = 0
+    position = byte_range.first
+    end = byte_range.last + 1
+    next_cut = min(end, (position // chunk + 1) * chunk)
+    async for piece in request.stream():
+        view = memoryview(piece)
+        while view:
+            take = min(len(view), next_cut - position - filled)
+            if take <= 0:
+                raise InvalidRange(f"body is longer than Content-Range's {byte_range.length}")
+            buffer[filled : filled + take] = view[:take]
+            filled += take
+            view = view[take:]
+            if position + filled == next_cut:
+                last = next_cut == end
+                await anyio.to_thread.run_sync(_write, volume, position, buffer, filled, fua and last)
+                position, filled = next_cut, 0
+                next_cut = min(end, next_cut + chunk)
+    if position != end:
+        raise InvalidRange(f"body ended at byte {position - byte_range.first + filled}")
+    return Response(status_code=204, headers={"ETag": etag(volume)})
+
+
+def _write(volume: Volume, position: int, buffer: bytearray, length: int, fua: bool) -> None:
+    volume.write(position, memoryview(buffer)[:length], fua=fua)
+
+
+@router.post("/flush", status_code=204, responses=responses(503))
+async def flush(name: str, control: ControlDep, _: RoleDep) -> Response:
+    """Returns once every write acknowledged before it is durable (fsync)."""
+    volume = control.volume(name)
+    await anyio.to_thread.run_sync(volume.flush)
+    return Response(status_code=204)
+
+
+@router.post("/discard", status_code=204, responses=responses(409, 416, 422, 503))
+async def discard(name: str, body: RangeIn, control: ControlDep, _: RoleDep) -> Response:
+    """Deallocate whole logical blocks (crypt needs allow_discards, else 409).
+
+    Discarded sectors read back as dm-crypt returns them: the decryption of zeros.
+    """
+    volume = control.volume(name)
+    await anyio.to_thread.run_sync(volume.discard, body.offset, body.length)
+    return Response(status_code=204, headers={"ETag": etag(volume)})
+
+
+@router.post("/write-zeroes", status_code=204, responses=responses(416, 422, 503))
+async def write_zeroes(name: str, body: RangeIn, control: ControlDep, _: RoleDep) -> Response:
+    """Write encrypted zeros over whole logical blocks."""
+    volume = control.volume(name)
+    await anyio.to_thread.run_sync(volume.write_zeroes, body.offset, body.length)
+    return Response(status_code=204, headers={"ETag": etag(volume)})

@@ -1,0 +1,225 @@
+"""Volumes: dmsetup create/load/suspend/resume/message/remove/rename, info, table and status."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict
+from typing import Any
+
+import anyio
+
+from fastapi import APIRouter, Request, Response
+from fastapi.responses import PlainTextResponse
+from starlette.exceptions import HTTPException
+
+from app.api.deps import AdminDep, ControlDep, RoleDep
+from app.api.problems import responses
+from app.api.schemas import (
+    MessageIn,
+    QueueLimitsIn,
+    RenameIn,
+    SuspendIn,
+    TargetOut,
+    VolumeCreate,
+    VolumeOut,
+    VolumePatch,
+)
+from app.blk.limits import QueueLimits
+from app.dm.table import SECTOR_SIZE, format_table
+from app.dm.volume import Volume
+
+router = APIRouter(prefix="/v1/volumes", tags=["volumes"], responses=responses(401, 403))
+
+
+def volume_out(volume: Volume) -> VolumeOut:
+    info = volume.info()
+    tables: list[Any] = (["LIVE"] if info.has_live else []) + (
+        ["INACTIVE"] if info.has_inactive else []
+    )
+    targets = [
+        TargetOut(
+            start=line.start,
+            length=line.length,
+            target_type=line.target_type,
+            params=line.target.format(show_keys=False),
+        )
+        for line in (volume.live.table.lines if volume.live else ())
+    ]
+    return VolumeOut(
+        name=info.name,
+        uuid=info.uuid,
+        state=info.state,
+        size_sectors=info.size_sectors,
+        size_bytes=info.size_sectors * SECTOR_SIZE,
+        open_count=info.open_count,
+        event_nr=info.event_nr,
+        tables=tables,
+        targets=targets,
+        dispatch_mode=info.dispatch_mode,
+        engine=info.engine,
+        elevator=info.elevator,  # type: ignore[arg-type]
+        queue_limits=QueueLimitsIn(**asdict(info.limits)),
+        logical_block_size=info.limits.logical_block_size,
+    )
+
+
+def limits_of(body: QueueLimitsIn | None) -> QueueLimits | None:
+    return QueueLimits(**body.model_dump()) if body is not None else None
+
+
+async def table_text(request: Request) -> str:
+    """A table body as ``text/plain`` (what dmsetup reads) or JSON ``{"table": ...}``."""
+    raw = await request.body()
+    content_type = request.headers.get("content-type", "text/plain").split(";")[0].strip()
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise HTTPException(400, "table text must be UTF-8") from None
+    if content_type == "application/json":
+        try:
+            body = json.loads(text)
+        except ValueError:
+            raise HTTPException(400, "malformed JSON body") from None
+        if not isinstance(body, dict) or not isinstance(body.get("table"), str):
+            raise HTTPException(422, 'JSON body must be {"table": "<dmsetup table>"}')
+        return str(body["table"])
+    if content_type != "text/plain":
+        raise HTTPException(415, "send the table as text/plain or application/json")
+    return text
+
+
+@router.post("", status_code=201, response_model=VolumeOut, responses=responses(404, 409, 422))
+def create_volume(body: VolumeCreate, control: ControlDep, _: AdminDep) -> VolumeOut:
+    volume = control.create_volume(
+        body.name,
+        body.table,
+        dispatch_mode=body.dispatch_mode,
+        engine=body.engine,
+        limits=limits_of(body.queue_limits),
+        elevator=body.elevator,
+    )
+    return volume_out(volume)
+
+
+@router.get("", response_model=list[VolumeOut])
+def list_volumes(control: ControlDep, _: RoleDep) -> list[VolumeOut]:
+    return [volume_out(control.volumes[name]) for name in sorted(control.volumes)]
+
+
+@router.get("/{name}", response_model=VolumeOut, responses=responses(404))
+def get_volume(name: str, control: ControlDep, _: RoleDep) -> VolumeOut:
+    return volume_out(control.volume(name))
+
+
+@router.patch("/{name}", response_model=VolumeOut, responses=responses(404, 422))
+def patch_volume(name: str, body: VolumePatch, control: ControlDep, _: AdminDep) -> VolumeOut:
+    control.retune(
+        name,
+        dispatch_mode=body.dispatch_mode,
+        engine=body.engine,
+        limits=limits_of(body.queue_limits),
+        elevator=body.elevator,
+    )
+    return volume_out(control.volume(name))
+
+
+@router.delete("/{name}", status_code=204, responses=responses(404, 409))
+def remove_volume(name: str, control: ControlDep, _: AdminDep, force: bool = False) -> Response:
+    control.remove(name, force=force)
+    return Response(status_code=204)
+
+
+@router.get(
+    "/{name}/table",
+    response_class=PlainTextResponse,
+    responses={200: {"content": {"text/plain": {}}}, **responses(403, 404)},
+)
+def get_table(
+    name: str, control: ControlDep, role: RoleDep, show_keys: bool = False, inactive: bool = False
+) -> PlainTextResponse:
+    """Exactly ``dmsetup table`` (``--inactive`` with ?inactive=true); keys zeroed unless asked."""
+    if show_keys and role != "admin":
+        raise HTTPException(403, "show_keys needs the admin token")
+    volume = control.volume(name)
+    table = volume.inactive if inactive else (volume.live.table if volume.live else None)
+    text = format_table(table, show_keys=show_keys) if table is not None else ""
+    return PlainTextResponse(text, headers={"Cache-Control": "no-store"})
+
+
+@router.put(
+    "/{name}/table",
+    status_code=204,
+    responses=responses(404, 409, 415, 422),
+    openapi_extra={
+        "requestBody": {
+            "content": {
+                "text/plain": {"schema": {"type": "string"}},
+                "application/json": {"schema": {"$ref": "#/components/schemas/TableIn"}},
+            },
+            "required": True,
+        }
+    },
+)
+async def load_table(name: str, request: Request, control: ControlDep, _: AdminDep) -> Response:
+    """dmsetup load: the table goes to the inactive slot; resume swaps it in."""
+    text = await table_text(request)
+    await anyio.to_thread.run_sync(control.load_table, name, text)
+    return Response(status_code=204)
+
+
+@router.delete("/{name}/table", status_code=204, responses=responses(404))
+def clear_table(name: str, control: ControlDep, _: AdminDep) -> Response:
+    """dmsetup clear: drop the inactive table."""
+    control.clear_inactive(name)
+    return Response(status_code=204)
+
+
+@router.post("/{name}/suspend", response_model=VolumeOut, responses=responses(404, 503))
+def suspend_volume(
+    name: str, control: ControlDep, _: AdminDep, body: SuspendIn | None = None
+) -> VolumeOut:
+    control.suspend(name, noflush=body.noflush if body else False)
+    return volume_out(control.volume(name))
+
+
+@router.post("/{name}/resume", response_model=VolumeOut, responses=responses(404, 409))
+def resume_volume(name: str, control: ControlDep, _: AdminDep) -> VolumeOut:
+    control.resume(name)
+    return volume_out(control.volume(name))
+
+
+@router.post("/{name}/message", status_code=204, responses=responses(404, 409, 422))
+def message_volume(name: str, body: MessageIn, control: ControlDep, _: AdminDep) -> Response:
+    control.message(name, body.message, body.sector)
+    return Response(status_code=204)
+
+
+@router.post("/{name}/rename", response_model=VolumeOut, responses=responses(404, 409, 422))
+def rename_volume(name: str, body: RenameIn, control: ControlDep, _: AdminDep) -> VolumeOut:
+    control.rename(name, body.new_name)
+    return volume_out(control.volume(body.new_name))
+
+
+@router.get("/{name}/status", responses=responses(404))
+def volume_status(name: str, control: ControlDep, _: RoleDep) -> dict[str, Any]:
+    """``dmsetup status`` lines plus iostat-style statistics of the volume's queue."""
+    volume = control.volume(name)
+    lines = []
+    if volume.live is not None:
+        for line, target in zip(volume.live.table.lines, volume.live.targets, strict=True):
+            lines.append(f"{line.start} {line.length} {line.target_type} {target.status()}")
+    return {
+        "name": volume.name,
+        "state": volume.state,
+        "status": "\n".join(lines) + ("\n" if lines else ""),
+        "dispatch_mode": volume.dispatch_mode,
+        "engine": volume.engine.name,
+        "in_flight": volume.in_flight,
+        "stats": volume.stats.snapshot(),
+    }
+
+
+@router.post("/{name}/stats/reset", status_code=204, responses=responses(404))
+def reset_stats(name: str, control: ControlDep, _: AdminDep) -> Response:
+    control.volume(name).stats.reset()
+    return Response(status_code=204)

@@ -1,0 +1,130 @@
+"""Pydantic v2 request/response models of the control plane (never tables, never payloads)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+DispatchModeField = Literal["bio", "request"]
+ElevatorField = Literal["none", "mq-deadline"]
+
+
+class Problem(BaseModel):
+    """RFC 9457 problem details."""
+
+    type: str = "about:blank"
+    title: str
+    status: int
+    detail: str
+    instance: str | None = None
+
+
+class DeviceCreate(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(examples=["sda2"])
+    size_bytes: int = Field(gt=0, examples=[64 << 20], description="multiple of 512")
+    model: str | None = Field(default=None, description="device timing model, e.g. sdcard-bbb")
+
+
+class DeviceOut(BaseModel):
+    name: str
+    size_bytes: int
+    allocated_bytes: int
+    model: str | None
+    mapped_by: list[str]
+
+
+class QueueLimitsIn(BaseModel):
+    """Queue limits with the kernel's defaults (sysfs names)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    max_sectors_kb: int = 1280
+    max_segments: int = 128
+    max_segment_size: int = 65536
+    logical_block_size: int = 512
+    nomerges: Literal[0, 1, 2] = 0
+
+
+class VolumeCreate(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(examples=["secret"])
+    table: str = Field(
+        description="dmsetup table text; devices by name, /dev/name or /dev/mapper/volume",
+        examples=[
+            "0 2048 crypt aes-xts-plain64 "
+            "000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f 0 sda2 0"
+        ],
+    )
+    dispatch_mode: DispatchModeField = "request"
+    engine: str = "software"
+    elevator: ElevatorField = "none"
+    queue_limits: QueueLimitsIn | None = None
+
+
+class VolumePatch(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    dispatch_mode: DispatchModeField | None = None
+    engine: str | None = None
+    elevator: ElevatorField | None = None
+    queue_limits: QueueLimitsIn | None = None
+
+
+class TableIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    table: str
+
+
+class SuspendIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    noflush: bool = False
+
+
+class MessageIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    message: str = Field(examples=["key wipe"])
+    sector: int = Field(default=0, ge=0, description="selects the target, as dmsetup message")
+
+
+class RenameIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    new_name: str
+
+
+class TargetOut(BaseModel):
+    start: int
+    length: int
+    target_type: str
+    params: str = Field(description="arguments as dmsetup table prints them, keys zeroed")
+
+
+class VolumeOut(BaseModel):
+    name: str
+    uuid: str
+    state: Literal["active", "suspended"]
+    size_sectors: int
+    size_bytes: int
+    open_count: int
+    event_nr: int
+    tables: list[Literal["LIVE", "INACTIVE"]]
+    targets: list[TargetOut]
+    dispatch_mode: DispatchModeField
+    engine: str
+    elevator: ElevatorField
+    queue_limits: QueueLimitsIn
+    logical_block_size: int
+
+
+class RangeIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    offset: int = Field(ge=0, description="bytes; a multiple of the logical block size")
+    length: int = Field(ge=0, description="bytes; a multiple of the logical block size")

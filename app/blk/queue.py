@@ -1,0 +1,585 @@
+"""The block queue: split, plug, merge, order, schedule and dispatch bios.
+
+Threading model. Bios arrive from many threads. ``submit_bio`` never waits
+for I/O: under one lock it splits the bio to the limits and boundaries, merges
+it into a pending request or adds a new request to the shared plug, and
+returns. Dispatch runs on submitting threads, as a plug flush runs on the
+submitting task in the kernel:
+
+* a thread about to sleep in ``Bio.wait`` whose bio is still plugged becomes
+  the plug's flusher (one per plug generation); it waits out the rest of the
+  window so other submitters can merge, then moves the plug's requests to the
+  elevator and dispatches;
+* a submitter that would add a request to a plug already holding
+  BLK_MAX_REQUEST_COUNT requests, or whose last request reached
+  BLK_PLUG_FLUSH_SIZE, flushes the plug itself first;
+* FLUSH, preflush and FUA bios flush the plug and dispatch at once;
+* in ``bio`` dispatch mode nothing is plugged or merged.
+
+Whoever moves requests to the elevator, or completes a request, runs the
+dispatch loop until no request is ready, calling ``dispatch(request)``
+synchronously with the lock released; several threads may dispatch at once.
+
+Ordering. When a request is created it records every pending request that
+overlaps it where either side writes (and, for FLUSH or preflush, every
+pending write request); it is dispatched only after those complete. A bio
+that overlaps a pending conflicting request never merges, so later bios
+never ride along in an earlier request, and dependency edges always point
+from newer to older requests: no cycles. Hence overlapping writes reach the
+device in submission order, a read sees every write submitted before it,
+and a FLUSH reaches the dispatcher only after every write submitted before it
+has completed.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Sequence
+from typing import Literal
+
+from app.blk.bio import DATA_OPS, SECTOR_SHIFT, WRITE_OPS, Bio, Op, bio_split
+from app.blk.elevator import Elevator, ElevatorName, make_elevator
+from app.blk.limits import QueueLimits
+from app.blk.merge import (
+    MergeStatus,
+    MergeType,
+    attempt_bio_merge,
+    attempt_merge,
+    bio_mergeable,
+    next_boundary,
+)
+from app.blk.plug import Plug
+from app.blk.request import Request, RqState, count_phys_segments
+from app.blk.stats import QueueStats
+from app.errors import InvalidInput
+
+DispatchMode = Literal["bio", "request"]
+Dispatch = Callable[[Request], None]
+
+#: Overlap index granularity: 2^11 sectors = 1 MiB per bucket.
+_CHUNK_SHIFT = 11
+
+
+def _chunks(start: int, end: int) -> range:
+    return range(start >> _CHUNK_SHIFT, ((end - 1) >> _CHUNK_SHIFT) + 1)
+
+
+def _is_barrier(bio: Bio) -> bool:
+    return bio.op is Op.FLUSH or bio.preflush or bio.fua
+
+
+class BlockQueue:
+    """One volume's request queue; every method is thread-safe."""
+
+    def __init__(
+        self,
+        dispatch: Dispatch,
+        *,
+        limits: QueueLimits,
+        boundaries: Sequence[int] = (),
+        dispatch_mode: DispatchMode = "request",
+        elevator: ElevatorName = "none",
+        plug_window_us: int = 50,
+        stats: QueueStats | None = None,
+    ) -> None:
+        if plug_window_us < 0:
+            raise InvalidInput("plug_window_us must not be negative")
+        self._check_mode(dispatch_mode)
+        self._dispatch = dispatch
+        self._limits = limits.validate()
+        self._boundaries = tuple(sorted(set(boundaries)))
+        self._mode: DispatchMode = dispatch_mode
+        self._elevator: Elevator = make_elevator(elevator)
+        self._window_ns = plug_window_us * 1000
+        self.stats = stats if stats is not None else QueueStats()
+        self._lock = threading.Lock()
+        self._cond = threading.Condition(self._lock)
+        self._plug = Plug()
+        # Merge candidates by (op, end sector) and (op, start sector) — the rq hash.
+        self._by_end: dict[tuple[Op, int], Request] = {}
+        self._by_start: dict[tuple[Op, int], Request] = {}
+        self._last_merge: Request | None = None
+        # Pending requests by 1 MiB chunk, to find overlaps quickly.
+        self._overlap: dict[int, set[Request]] = {}
+        self._pending: dict[Request, None] = {}
+        self._dispatching = 0
+        self._held = False
+        self._waiters = 0
+
+    # ---------------------------------------------------------------- tuning
+
+    @staticmethod
+    def _check_mode(mode: str) -> None:
+        if mode not in ("bio", "request"):
+            raise InvalidInput("dispatch_mode must be 'bio' or 'request'")
+
+    @property
+    def limits(self) -> QueueLimits:
+        return self._limits
+
+    @property
+    def boundaries(self) -> tuple[int, ...]:
+        return self._boundaries
+
+    @property
+    def dispatch_mode(self) -> DispatchMode:
+        return self._mode
+
+    @property
+    def elevator(self) -> ElevatorName:
+        return self._elevator.name
+
+    @property
+    def plug_window_us(self) -> int:
+        return self._window_ns // 1000
+
+    @property
+    def held(self) -> bool:
+        return self._held
+
+    @property
+    def in_flight(self) -> int:
+        """Requests accepted and not yet completed (plugged, queued or dispatched)."""
+        return len(self._pending)
+
+    def set_dispatch_mode(self, mode: DispatchMode) -> None:
+        self._check_mode(mode)
+        with self._lock:
+            self._mode = mode
+            self._flush_plug_locked()
+        self._run_queue()
+
+    def set_limits(self, limits: QueueLimits) -> None:
+        """New limits apply to later merges; pending requests are flushed as they are."""
+        limits.validate()
+        with self._lock:
+            self._limits = limits
+            self._flush_plug_locked()
+        self._run_queue()
+
+    def set_boundaries(self, boundaries: Sequence[int]) -> None:
+        """Replace merge boundaries; call while suspended, pending requests are not re-split."""
+        with self._lock:
+            self._boundaries = tuple(sorted(set(boundaries)))
+            self._flush_plug_locked()
+        self._run_queue()
+
+    def set_elevator(self, name: ElevatorName) -> None:
+        elevator = make_elevator(name)
+        now = time.perf_counter_ns()
+        with self._lock:
+            for rq in self._elevator.requests():
+                rq.fifo_deadline = 0
+                elevator.insert(rq, now)
+            self._elevator = elevator
+        self._run_queue()
+
+    def set_plug_window(self, plug_window_us: int) -> None:
+        if plug_window_us < 0:
+            raise InvalidInput("plug_window_us must not be negative")
+        with self._lock:
+            self._window_ns = plug_window_us * 1000
+            self._cond.notify_all()
+
+    # ------------------------------------------------------------ submission
+
+    def _validate(self, bio: Bio) -> None:
+        if bio.op is Op.FLUSH:
+            if bio.nr_sectors or bio.segments:
+                raise InvalidInput("a flush carries no data")
+            return
+        block = self._limits.logical_block_sectors
+        if bio.sector < 0 or bio.nr_sectors <= 0:
+            raise InvalidInput("bio must cover at least one sector at a non-negative sector")
+        if bio.sector % block or bio.nr_sectors % block:
+            raise InvalidInput(
+                f"bio not aligned to the {self._limits.logical_block_size}-byte logical block"
+            )
+        if bio.op in DATA_OPS:
+            size = 0
+            for segment in bio.segments:
+                size += segment.nbytes
+            if size != bio.nr_sectors << SECTOR_SHIFT:
+                raise InvalidInput(f"payload is {size} bytes, bio covers {bio.nr_bytes}")
+        elif bio.segments:
+            raise InvalidInput(f"{bio.op} bio carries no payload")
+
+    def _segment_sectors(self, bio: Bio) -> int:
+        """Sectors from the bio's start that fit in ``max_segments`` physical segments."""
+        limits = self._limits
+        budget = limits.max_segments
+        size = 0
+        for segment in bio.segments:
+            pieces = count_phys_segments([segment], limits.max_segment_size)
+            if pieces > budget:
+                size += budget * limits.max_segment_size
+                break
+            budget -= pieces
+            size += segment.nbytes
+        block = limits.logical_block_sectors
+        sectors = (size >> SECTOR_SHIFT) // block * block
+        return max(block, sectors)
+
+    def _split_to_limits(self, bio: Bio) -> list[Bio]:
+        """bio_split_to_limits, plus splitting at merge boundaries."""
+        if bio.op is Op.FLUSH:
+            return [bio]
+        limits = self._limits
+        pieces: list[Bio] = []
+        current = bio
+        while True:
+            cut = limits.max_sectors
+            boundary = next_boundary(current.sector, self._boundaries)
+            if boundary is not None:
+                cut = min(cut, boundary - current.sector)
+            if current.segments and (
+                len(current.segments) > limits.max_segments
+                or count_phys_segments(current.segments, limits.max_segment_size)
+                > limits.max_segments
+            ):
+                cut = min(cut, self._segment_sectors(current))
+            if current.nr_sectors <= cut:
+                pieces.append(current)
+                return pieces
+            front, current = bio_split(current, cut)
+            pieces.append(front)
+
+    def submit_bio(self, bio: Bio) -> None:
+        """Queue ``bio``; its completion is observed with ``bio.wait()``.
+
+        Raises InvalidInput for a malformed bio. Never waits for I/O, but may
+        dispatch on this thread when it flushes the plug (thresholds, barriers,
+        ``bio`` mode).
+        """
+        self._validate(bio)
+        now = time.perf_counter_ns()
+        if not bio.submit_time:
+            bio.submit_time = now
+        pieces = self._split_to_limits(bio)
+        run = False
+        with self._lock:
+            generation = -1
+            for piece in pieces:
+                piece.unplug = self._unplug
+                run |= self._queue_bio(piece, now)
+                generation = max(generation, piece.plug_generation)
+            parent = bio if len(pieces) > 1 else None
+            while parent is not None:
+                parent.unplug = self._unplug
+                parent.plug_generation = max(parent.plug_generation, generation)
+                parent = parent.parent
+        if run:
+            self._run_queue()
+
+    def submit_and_wait(self, bio: Bio, timeout: float | None = None) -> None:
+        """Submit and block until done; raises the bio's error or TimeoutError."""
+        self.submit_bio(bio)
+        bio.wait(timeout)
+
+    def flush(self, timeout: float | None = None) -> None:
+        """Issue a FLUSH and wait: every write completed or submitted before is durable."""
+        self.submit_and_wait(Bio(Op.FLUSH, 0, 0), timeout)
+
+    # ------------------------------------------------ placement (lock held)
+
+    def _conflicts(self, bio: Bio) -> list[Request]:
+        """Pending requests ``bio`` must wait for (see the module docstring)."""
+        if bio.op is Op.FLUSH or bio.preflush:
+            found = [rq for rq in self._pending if rq.op in WRITE_OPS]
+            if bio.op is Op.FLUSH:
+                return found
+        else:
+            found = []
+        writes = bio.op in WRITE_OPS
+        start, end = bio.sector, bio.sector + bio.nr_sectors
+        seen: set[Request] = set()
+        for chunk in _chunks(start, end):
+            for rq in self._overlap.get(chunk, ()):
+                if (
+                    rq not in seen
+                    and rq.sector < end
+                    and start < rq.sector + rq.nr_sectors
+                    and (writes or rq.op in WRITE_OPS)
+                ):
+                    seen.add(rq)
+                    if not (bio.preflush and rq.op in WRITE_OPS):
+                        found.append(rq)
+        return found
+
+    def _index(self, rq: Request, start: int, end: int) -> None:
+        overlap = self._overlap
+        for chunk in _chunks(start, end):
+            bucket = overlap.get(chunk)
+            if bucket is None:
+                overlap[chunk] = {rq}
+            else:
+                bucket.add(rq)
+
+    def _unindex(self, rq: Request) -> None:
+        overlap = self._overlap
+        for chunk in _chunks(rq.sector, rq.sector + rq.nr_sectors):
+            bucket = overlap.get(chunk)
+            if bucket is not None:
+                bucket.discard(rq)
+                if not bucket:
+                    del overlap[chunk]
+
+    def _hash_add(self, rq: Request) -> None:
+        self._by_end[(rq.op, rq.sector + rq.nr_sectors)] = rq
+        self._by_start[(rq.op, rq.sector)] = rq
+
+    def _hash_del(self, rq: Request) -> None:
+        key = (rq.op, rq.sector + rq.nr_sectors)
+        if self._by_end.get(key) is rq:
+            del self._by_end[key]
+        key = (rq.op, rq.sector)
+        if self._by_start.get(key) is rq:
+            del self._by_start[key]
+
+    def _queue_bio(self, bio: Bio, now: int) -> bool:
+        """Place one (already split) bio; True if the caller must run the dispatch loop."""
+        conflicts = self._conflicts(bio) if self._pending else []
+        if (
+            not conflicts
+            and self._mode == "request"
+            and self._limits.nomerges != 2
+            and bio_mergeable(bio)
+        ):
+            merged = self._attempt_merges(bio, now)
+            if merged is not None:
+                self.stats.account_bio(bio.op, merged.value)
+                return False
+        self.stats.account_bio(bio.op, None)
+        rq = Request.from_bio(bio, self._limits.max_segment_size, now)
+        for earlier in conflicts:
+            earlier.dependents.append(rq)
+            earlier.ordered = True
+            rq.wait_count += 1
+            rq.ordered = True
+        self._pending[rq] = None
+        if bio.op is not Op.FLUSH:
+            self._index(rq, rq.sector, rq.sector + rq.nr_sectors)
+        self.stats.request_started(now)
+        if _is_barrier(bio) or self._mode == "bio":
+            if _is_barrier(bio):
+                # Nothing submitted later may join a request from before the barrier.
+                for pending in self._pending:
+                    if pending.state <= RqState.QUEUED:
+                        pending.no_merge = True
+            self._flush_plug_locked(now)
+            rq.state = RqState.QUEUED
+            self._elevator.insert(rq, now)
+            return True
+        run = False
+        plug = self._plug
+        if plug.requests and plug.needs_flush():
+            self._flush_plug_locked(now)
+            run = True
+        plug.add_request(rq, now)
+        bio.plug_generation = plug.generation
+        self._hash_add(rq)
+        return run
+
+    def _attempt_merges(self, bio: Bio, now: int) -> MergeType | None:
+        """Plug merge on the last request, then the rq hash (nomerges=0 only)."""
+        candidates: list[Request | None] = [self._last_merge, self._plug.last]
+        if self._limits.nomerges == 0:
+            candidates.append(self._by_end.get((bio.op, bio.sector)))
+            candidates.append(self._by_start.get((bio.op, bio.sector + bio.nr_sectors)))
+        tried: list[Request] = []
+        for rq in candidates:
+            if rq is None or rq.state > RqState.QUEUED or rq in tried:
+                continue
+            tried.append(rq)
+            old_sector, old_end = rq.sector, rq.sector + rq.nr_sectors
+            status, kind = attempt_bio_merge(rq, bio, self._limits, self._boundaries)
+            if status is MergeStatus.FAILED:
+                self._hash_del(rq)
+                continue
+            if status is not MergeStatus.OK:
+                continue
+            self._after_bio_merge(rq, bio, kind, old_sector, old_end, now)
+            return kind
+        return None
+
+    def _after_bio_merge(
+        self, rq: Request, bio: Bio, kind: MergeType, old_sector: int, old_end: int, now: int
+    ) -> None:
+        self._last_merge = rq
+        self._index(rq, bio.sector, bio.sector + bio.nr_sectors)
+        if self._by_end.get((rq.op, old_end)) is rq:
+            del self._by_end[(rq.op, old_end)]
+        if self._by_start.get((rq.op, old_sector)) is rq:
+            del self._by_start[(rq.op, old_sector)]
+        self._hash_add(rq)
+        if kind is MergeType.FRONT and rq.state is RqState.QUEUED:
+            self._elevator.front_merged(rq, old_sector)
+        bio.plug_generation = self._plug.generation if rq.state is RqState.PLUGGED else -1
+        if self._limits.nomerges:
+            return
+        # The bio may have closed the gap to a neighbour (attempt_back/front_merge).
+        if kind is MergeType.BACK:
+            neighbour = self._by_start.get((rq.op, rq.sector + rq.nr_sectors))
+            if neighbour is not None:
+                self._merge_requests(rq, neighbour, now)
+        else:
+            neighbour = self._by_end.get((rq.op, rq.sector))
+            if neighbour is not None:
+                self._merge_requests(neighbour, rq, now)
+
+    def _merge_requests(self, rq: Request, next_rq: Request, now: int) -> None:
+        if rq.state is not next_rq.state or rq.state > RqState.QUEUED:
+            return
+        old_end = rq.sector + rq.nr_sectors
+        self._hash_del(rq)
+        self._hash_del(next_rq)
+        if not attempt_merge(rq, next_rq, self._limits, self._boundaries):
+            self._hash_add(rq)
+            self._hash_add(next_rq)
+            return
+        if rq.state is RqState.PLUGGED:
+            self._plug.remove(next_rq)
+            for bio in next_rq.bios:
+                bio.plug_generation = self._plug.generation
+        else:
+            self._elevator.remove(next_rq)
+        self._unindex(next_rq)
+        self._index(rq, old_end, rq.sector + rq.nr_sectors)
+        del self._pending[next_rq]
+        next_rq.state = RqState.DONE
+        if self._last_merge is next_rq:
+            self._last_merge = rq
+        self._hash_add(rq)
+        self.stats.request_absorbed(next_rq.op, now)
+
+    def _flush_plug_locked(self, now: int | None = None) -> bool:
+        """Move the plug's requests to the elevator; True if there were any."""
+        if not self._plug.requests:
+            return False
+        if now is None:
+            now = time.perf_counter_ns()
+        for rq in self._plug.finish_plug():
+            rq.state = RqState.QUEUED
+            self._elevator.insert(rq, now)
+        self._cond.notify_all()
+        return True
+
+    # ---------------------------------------------------------------- unplug
+
+    def _unplug(self, bio: Bio, deadline: float | None) -> None:
+        """Called by a waiter: flush the plug holding ``bio`` once its window ends."""
+        with self._lock:
+            plug = self._plug
+            generation = bio.plug_generation
+            if generation != plug.generation or not plug.requests or plug.flusher:
+                return
+            plug.flusher = True
+            while True:
+                if plug.generation != generation:
+                    return
+                remaining_ns = plug.open_time + self._window_ns - time.perf_counter_ns()
+                if remaining_ns <= 0:
+                    break
+                timeout = remaining_ns / 1e9
+                if deadline is not None:
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        plug.flusher = False
+                        return
+                    timeout = min(timeout, left)
+                self._cond.wait(timeout)
+            self._flush_plug_locked()
+        self._run_queue()
+
+    def finish_plug(self) -> None:
+        """Flush the plug now and dispatch (blk_finish_plug)."""
+        with self._lock:
+            self._flush_plug_locked()
+        self._run_queue()
+
+    # -------------------------------------------------------------- dispatch
+
+    @staticmethod
+    def _ready(rq: Request) -> bool:
+        return rq.wait_count == 0
+
+    def _run_queue(self) -> None:
+        """Dispatch ready requests until none is left (blk_mq_run_hw_queue)."""
+        lock = self._lock
+        ready = self._ready
+        lock.acquire()
+        try:
+            while not self._held:
+                now = time.perf_counter_ns()
+                rq = self._elevator.next_request(now, ready)
+                if rq is None:
+                    return
+                rq.state = RqState.DISPATCHED
+                self._hash_del(rq)
+                if self._last_merge is rq:
+                    self._last_merge = None
+                self._dispatching += 1
+                lock.release()
+                status: Exception | None = None
+                try:
+                    self._dispatch(rq)
+                except Exception as error:
+                    status = error
+                rq.complete(status)
+                self.stats.request_done(rq, time.perf_counter_ns())
+                lock.acquire()
+                self._dispatching -= 1
+                rq.state = RqState.DONE
+                del self._pending[rq]
+                if rq.op is not Op.FLUSH:
+                    self._unindex(rq)
+                for dependent in rq.dependents:
+                    dependent.wait_count -= 1
+                rq.dependents = []
+                if self._waiters:
+                    self._cond.notify_all()
+        finally:
+            lock.release()
+
+    # ------------------------------------------------------- suspend/resume
+
+    def hold(self) -> None:
+        """Stop dispatching: new bios are accepted and queued, not dispatched."""
+        with self._lock:
+            self._held = True
+
+    def release(self) -> None:
+        """Resume dispatching; queued requests go out on a short-lived thread so
+        the caller (a resume holding volume locks) never runs target code itself."""
+        with self._lock:
+            self._held = False
+            self._flush_plug_locked()
+            pending = len(self._elevator) > 0
+        if pending:
+            threading.Thread(target=self._run_queue, name="blk-release", daemon=True).start()
+
+    def drain(self, timeout: float | None = None) -> bool:
+        """Wait for outstanding I/O; True when done, False on timeout.
+
+        Not held: flushes the plug and waits until no request is pending
+        (drain then hold = suspend). Held: waits only for requests already in
+        dispatch (hold then drain = noflush suspend).
+        """
+        deadline = None if timeout is None else time.monotonic() + timeout
+        if not self._held:
+            self.finish_plug()
+        with self._lock:
+            self._waiters += 1
+            try:
+                while self._dispatching if self._held else self._pending:
+                    if deadline is None:
+                        self._cond.wait()
+                        continue
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        return False
+                    self._cond.wait(left)
+                return True
+            finally:
+                self._waiters -= 1

@@ -1,0 +1,128 @@
+"""Requests: one or more contiguous bios of one op, dispatched as a unit."""
+
+from __future__ import annotations
+
+import itertools
+from enum import IntEnum
+
+from app.blk.bio import SECTOR_SHIFT, Bio, Op, bio_endio
+
+_serials = itertools.count()
+
+
+def count_phys_segments(segments: list[memoryview], max_segment_size: int) -> int:
+    """Physical segments of a buffer list.
+
+    The kernel coalesces adjacent bvecs that are contiguous in memory; separate
+    ``memoryview`` objects give no cheap contiguity test, so each buffer counts
+    as its own segment, split into ``max_segment_size`` pieces when larger.
+    """
+    count = 0
+    for segment in segments:
+        size = segment.nbytes
+        count += 1 if size <= max_segment_size else -(-size // max_segment_size)
+    return count
+
+
+class RqState(IntEnum):
+    """Where a request is: held in the plug, queued in the elevator, in dispatch, done."""
+
+    PLUGGED = 0
+    QUEUED = 1
+    DISPATCHED = 2
+    DONE = 3
+
+
+class Request:
+    """A merged I/O; ``segments`` is the concatenation of the bios' segments.
+
+    Besides the kernel fields it carries the queue's ordering bookkeeping:
+    ``wait_count`` earlier overlapping requests still pending, ``dependents``
+    to release on completion, and ``ordered`` once any such edge exists (an
+    ordered request never takes part in a request-request merge, which could
+    otherwise close a dependency cycle).
+    """
+
+    __slots__ = (
+        "bios",
+        "dependents",
+        "fifo_deadline",
+        "fua",
+        "no_merge",
+        "nr_phys_segments",
+        "nr_sectors",
+        "op",
+        "ordered",
+        "preflush",
+        "sector",
+        "segments",
+        "serial",
+        "start_time",
+        "state",
+        "wait_count",
+    )
+
+    def __init__(
+        self,
+        op: Op,
+        sector: int,
+        nr_sectors: int,
+        bios: list[Bio],
+        segments: list[memoryview],
+        nr_phys_segments: int,
+        *,
+        fua: bool = False,
+        preflush: bool = False,
+        no_merge: bool = False,
+        start_time: int = 0,
+    ) -> None:
+        self.op = op
+        self.sector = sector
+        self.nr_sectors = nr_sectors
+        self.bios = bios
+        self.segments = segments
+        self.nr_phys_segments = nr_phys_segments
+        self.fua = fua
+        self.preflush = preflush
+        self.no_merge = no_merge
+        self.start_time = start_time
+        self.serial = next(_serials)
+        self.state = RqState.PLUGGED
+        self.wait_count = 0
+        self.dependents: list[Request] = []
+        self.ordered = False
+        self.fifo_deadline = 0
+
+    @classmethod
+    def from_bio(cls, bio: Bio, max_segment_size: int, start_time: int = 0) -> Request:
+        return cls(
+            bio.op,
+            bio.sector,
+            bio.nr_sectors,
+            [bio],
+            list(bio.segments),
+            count_phys_segments(bio.segments, max_segment_size),
+            fua=bio.fua,
+            preflush=bio.preflush,
+            no_merge=bio.no_merge,
+            start_time=start_time,
+        )
+
+    @property
+    def end_sector(self) -> int:
+        return self.sector + self.nr_sectors
+
+    @property
+    def nr_bytes(self) -> int:
+        return self.nr_sectors << SECTOR_SHIFT
+
+    def complete(self, status: BaseException | None = None) -> None:
+        """End every bio with the same status (blk_mq_end_request)."""
+        for bio in self.bios:
+            bio_endio(bio, status)
+
+    def __repr__(self) -> str:
+        return (
+            f"Request({self.op}, sector={self.sector}, nr_sectors={self.nr_sectors}, "
+            f"bios={len(self.bios)}, segments={self.nr_phys_segments}, state={self.state.name})"
+        )

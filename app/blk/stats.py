@@ -1,0 +1,147 @@
+"""Per-queue I/O statistics with the meaning of ``iostat -x`` columns.
+
+Counters are updated on the I/O path under a private lock and never touch
+SQL; ``snapshot()`` derives the averages. ``in_flight`` counts requests from
+creation (plugged, queued or dispatched) to completion, and ``aqu_sz`` is
+its time-weighted average, like the kernel's time_in_queue / interval.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+from app.blk.bio import WRITE_OPS, Op
+from app.blk.request import Request
+
+_GROUPS = ("r", "w", "d", "f")
+
+
+def _group(op: Op) -> str:
+    """iostat's stat groups: discard and flush apart, write_zeroes counts as a write."""
+    if op is Op.READ:
+        return "r"
+    if op is Op.DISCARD:
+        return "d"
+    if op is Op.FLUSH:
+        return "f"
+    return "w" if op in WRITE_OPS else "r"
+
+
+def _bucket_kib(nr_bytes: int) -> int:
+    """Power-of-two KiB bucket holding a request of ``nr_bytes`` (upper bound, >= 1)."""
+    kib = max(1, -(-nr_bytes // 1024))
+    return 1 << (kib - 1).bit_length()
+
+
+class QueueStats:
+    """Thread-safe counters; one instance per queue (the lead may share one)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.reset()
+
+    def reset(self) -> None:
+        with self._lock:
+            now = time.perf_counter_ns()
+            self._bios = dict.fromkeys(_GROUPS, 0)
+            self._ios = dict.fromkeys(_GROUPS, 0)
+            self._merges = dict.fromkeys(_GROUPS, 0)
+            self._sectors = dict.fromkeys(_GROUPS, 0)
+            self._bio_wait_ns = dict.fromkeys(_GROUPS, 0)
+            self._bios_done = dict.fromkeys(_GROUPS, 0)
+            self.front_merges = 0
+            self.back_merges = 0
+            self.request_merges = 0
+            self.engine_calls = 0
+            self.histogram: dict[int, int] = {}
+            self._reset_time = now
+            self._last_change = now
+            # in_flight is a level, not a counter: it survives reset.
+            self.in_flight = getattr(self, "in_flight", 0)
+            self._weighted_ns = 0
+            self._busy_ns = 0
+
+    def _tick(self, now: int) -> None:
+        elapsed = now - self._last_change
+        if self.in_flight:
+            self._weighted_ns += self.in_flight * elapsed
+            self._busy_ns += elapsed
+        self._last_change = now
+
+    def account_bio(self, op: Op, merge: str | None) -> None:
+        """A bio entered the queue; ``merge`` is "front"/"back" when it joined a request."""
+        with self._lock:
+            group = _group(op)
+            self._bios[group] += 1
+            if merge is not None:
+                self._merges[group] += 1
+                if merge == "back":
+                    self.back_merges += 1
+                else:
+                    self.front_merges += 1
+
+    def request_started(self, now: int) -> None:
+        with self._lock:
+            self._tick(now)
+            self.in_flight += 1
+
+    def request_absorbed(self, op: Op, now: int) -> None:
+        """A queued request merged into another: it counts as a merge, not an I/O."""
+        with self._lock:
+            self._tick(now)
+            self.in_flight -= 1
+            self._merges[_group(op)] += 1
+            self.request_merges += 1
+
+    def request_done(self, rq: Request, now: int) -> None:
+        with self._lock:
+            self._tick(now)
+            self.in_flight -= 1
+            group = _group(rq.op)
+            self._ios[group] += 1
+            self._sectors[group] += rq.nr_sectors
+            if rq.op is not Op.FLUSH:
+                bucket = _bucket_kib(rq.nr_bytes)
+                self.histogram[bucket] = self.histogram.get(bucket, 0) + 1
+            wait = 0
+            for bio in rq.bios:
+                wait += now - bio.submit_time
+            self._bio_wait_ns[group] += wait
+            self._bios_done[group] += len(rq.bios)
+
+    def add_engine_calls(self, count: int) -> None:
+        with self._lock:
+            self.engine_calls += count
+
+    def snapshot(self) -> dict[str, Any]:
+        """Counters and iostat-style averages (sizes in KiB, times in ms)."""
+        with self._lock:
+            now = time.perf_counter_ns()
+            self._tick(now)
+            elapsed_ns = max(1, now - self._reset_time)
+            result: dict[str, Any] = {}
+            for group in _GROUPS:
+                ios = self._ios[group]
+                done = self._bios_done[group]
+                result[f"{group}_ios"] = ios
+                result[f"{group}_bios"] = self._bios[group]
+                result[f"{group}_merges"] = self._merges[group]
+                result[f"{group}_sectors"] = self._sectors[group]
+                result[f"{group}areq_sz"] = self._sectors[group] / 2 / ios if ios else 0.0
+                result[f"{group}_await"] = self._bio_wait_ns[group] / done / 1e6 if done else 0.0
+            total_ios = sum(self._ios.values())
+            result.update(
+                front_merges=self.front_merges,
+                back_merges=self.back_merges,
+                request_merges=self.request_merges,
+                engine_calls=self.engine_calls,
+                in_flight=self.in_flight,
+                aqu_sz=self._weighted_ns / elapsed_ns,
+                util=self._busy_ns / elapsed_ns,
+                svctm=self._busy_ns / total_ios / 1e6 if total_ios else 0.0,
+                elapsed_s=elapsed_ns / 1e9,
+                request_size_histogram=dict(sorted(self.histogram.items())),
+            )
+            return result

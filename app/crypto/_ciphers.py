@@ -1,0 +1,69 @@
+"""Block cipher primitives from pyca/cryptography, by Linux cipher name.
+
+Everything above this module talks in kernel names (``aes``, ``des3_ede``); this
+is the one place that knows which cryptography class implements each.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from cryptography.hazmat.decrepit.ciphers import algorithms as decrepit
+from cryptography.hazmat.primitives.ciphers import (
+    BlockCipherAlgorithm,
+    Cipher,
+    CipherContext,
+    algorithms,
+    modes,
+)
+
+_ALGORITHMS: dict[str, Callable[[bytes], BlockCipherAlgorithm]] = {
+    "aes": algorithms.AES,
+    "camellia": decrepit.Camellia,
+    "sm4": algorithms.SM4,
+    "seed": decrepit.SEED,
+    "des3_ede": decrepit.TripleDES,
+    "blowfish": decrepit.Blowfish,
+    "cast5": decrepit.CAST5,
+}
+
+
+class NullContext:
+    """``ecb(cipher_null)``: the identity, with the CipherContext calls the transforms use."""
+
+    def update(self, data: bytes | bytearray | memoryview) -> bytes:
+        return bytes(data)
+
+    def finalize(self) -> bytes:
+        return b""
+
+
+def algorithm(name: str, key: bytes) -> BlockCipherAlgorithm:
+    return _ALGORITHMS[name](key)
+
+
+def ecb(name: str, key: bytes, *, encrypt: bool = True) -> CipherContext | NullContext:
+    """A reusable ECB context: ECB keeps no state between ``update`` calls."""
+    if name == "cipher_null":
+        return NullContext()
+    cipher = Cipher(algorithm(name, key), modes.ECB())
+    return cipher.encryptor() if encrypt else cipher.decryptor()
+
+
+def chained(
+    name: str, chainmode: str, key: bytes, iv: bytes, *, encrypt: bool
+) -> CipherContext | NullContext:
+    """One kernel skcipher request's context: ``chainmode(name)`` with this IV/tweak."""
+    if name == "cipher_null":
+        return NullContext()
+    mode: modes.Mode
+    if chainmode == "cbc":
+        mode = modes.CBC(iv)
+    elif chainmode == "xts":
+        mode = modes.XTS(iv)
+    elif chainmode == "ctr":
+        mode = modes.CTR(iv)
+    else:
+        mode = modes.ECB()
+    cipher = Cipher(algorithm(name, key), mode)
+    return cipher.encryptor() if encrypt else cipher.decryptor()

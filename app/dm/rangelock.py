@@ -1,0 +1,38 @@
+"""A byte-range lock: shared holders overlap freely, an exclusive holder excludes overlaps.
+
+Writes and reads hold their range shared; a read-modify-write of a partial data
+unit holds that unit exclusive, so no other I/O touches the unit between the
+read and the write (Ceph RBD's rule for unaligned writes).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+
+class RangeLock:
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._held: list[tuple[int, int, bool]] = []
+
+    def _conflicts(self, start: int, end: int, exclusive: bool) -> bool:
+        for held_start, held_end, held_exclusive in self._held:
+            if held_start < end and start < held_end and (exclusive or held_exclusive):
+                return True
+        return False
+
+    @contextmanager
+    def hold(self, start: int, end: int, *, exclusive: bool) -> Iterator[None]:
+        entry = (start, end, exclusive)
+        with self._cond:
+            while self._conflicts(start, end, exclusive):
+                self._cond.wait()
+            self._held.append(entry)
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._held.remove(entry)
+                self._cond.notify_all()

@@ -1,0 +1,86 @@
+"""The target interface and what a target maps onto."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing_extensions import Buffer
+from dataclasses import dataclass
+from typing import Literal, Protocol
+
+from app.blk.bio import Op
+from app.blk.request import Request
+
+SECTOR_SHIFT = 9
+
+
+class BlockDevice(Protocol):
+    """What a target maps onto: a backing store, or another volume when stacked."""
+
+    @property
+    def size(self) -> int: ...
+
+    def read_into(self, offset: int, buffer: memoryview) -> None: ...
+
+    def write(self, offset: int, data: Buffer) -> None: ...
+
+    def flush(self) -> None: ...
+
+    def discard(self, offset: int, length: int) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class MapContext:
+    """Per-dispatch facts a target needs beyond the request itself."""
+
+    dispatch_mode: Literal["bio", "request"]
+
+
+@dataclass(frozen=True, slots=True)
+class MapResult:
+    engine_calls: int = 0
+    modelled_ns: int = 0
+
+
+class Target(ABC):
+    """One table line at run time. ``map`` performs a request that lies wholly inside it."""
+
+    def __init__(self, start: int, length: int) -> None:
+        self.start = start
+        self.length = length
+
+    @property
+    def end(self) -> int:
+        return self.start + self.length
+
+    @abstractmethod
+    def map(self, request: Request, context: MapContext) -> MapResult: ...
+
+    def flush(self) -> None:
+        """Make completed writes durable; targets with no device have nothing to do."""
+
+    def status(self) -> str:
+        """``dmsetup status`` arguments (STATUSTYPE_INFO)."""
+        return ""
+
+    def wipe(self) -> None:
+        """Forget key material (remove, table swap)."""
+
+
+def gather(request: Request) -> bytes | memoryview:
+    """The request's payload as one buffer; zero-copy when it has a single segment."""
+    if len(request.segments) == 1:
+        return request.segments[0]
+    return b"".join(request.segments)
+
+
+def scatter(request: Request, data: Buffer) -> None:
+    """Copy ``data`` into the request's destination segments in order."""
+    view = memoryview(data).cast("B")
+    position = 0
+    for segment in request.segments:
+        segment[:] = view[position : position + len(segment)]
+        position += len(segment)
+
+
+def is_data_op(op: Op) -> bool:
+    return op in (Op.READ, Op.WRITE)

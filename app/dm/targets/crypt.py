@@ -1,0 +1,91 @@
+"""``crypt``: sectors are encrypted through the volume's engine onto a device range (dm-crypt)."""
+
+from __future__ import annotations
+
+from app.blk.bio import Op
+from app.blk.request import Request
+from app.crypto.transform import CryptTransform
+from app.dm.table import CryptParams
+from app.dm.targets.base import (
+    SECTOR_SHIFT,
+    BlockDevice,
+    MapContext,
+    MapResult,
+    Target,
+)
+from app.engine.simulated import Engine
+from app.errors import InvalidState
+
+
+class CryptTarget(Target):
+    def __init__(
+        self,
+        start: int,
+        length: int,
+        params: CryptParams,
+        transform: CryptTransform,
+        device: BlockDevice,
+        engine: Engine,
+    ) -> None:
+        super().__init__(start, length)
+        self.params = params
+        self.transform = transform
+        self.device = device
+        self.engine = engine
+
+    def _device_offset(self, sector: int) -> int:
+        return (self.params.offset + sector - self.start) << SECTOR_SHIFT
+
+    def map(self, request: Request, context: MapContext) -> MapResult:
+        relative = request.sector - self.start
+        position = self._device_offset(request.sector)
+        bios = [(bio.sector - self.start, bio.nr_sectors) for bio in request.bios]
+        result = MapResult()
+        if request.op == Op.READ:
+            ciphertext = bytearray(request.nr_sectors << SECTOR_SHIFT)
+            self.device.read_into(position, memoryview(ciphertext))
+            done = self.engine.process(
+                "decrypt",
+                self.transform,
+                [memoryview(ciphertext)],
+                relative,
+                dispatch_mode=context.dispatch_mode,
+                bios=bios,
+            )
+            plaintext = memoryview(done.outputs[0])
+            offset = 0
+            for segment in request.segments:
+                segment[:] = plaintext[offset : offset + len(segment)]
+                offset += len(segment)
+            result = MapResult(done.calls, done.modelled_ns)
+        elif request.op in (Op.WRITE, Op.WRITE_ZEROES):
+            segments = (
+                list(request.segments)
+                if request.op == Op.WRITE
+                else [memoryview(bytes(request.nr_sectors << SECTOR_SHIFT))]
+            )
+            done = self.engine.process(
+                "encrypt",
+                self.transform,
+                segments,
+                relative,
+                dispatch_mode=context.dispatch_mode,
+                bios=bios,
+            )
+            for output in done.outputs:
+                self.device.write(position, output)
+                position += len(output)
+            result = MapResult(done.calls, done.modelled_ns)
+        elif request.op == Op.DISCARD:
+            if not self.params.allow_discards:
+                raise InvalidState("discard needs the allow_discards crypt option")
+            self.device.discard(position, request.nr_sectors << SECTOR_SHIFT)
+        if request.fua:
+            self.device.flush()
+        return result
+
+    def flush(self) -> None:
+        self.device.flush()
+
+    def wipe(self) -> None:
+        self.transform.wipe()

@@ -1,0 +1,45 @@
+"""``linear``: sectors map one to one onto a device range (dm-linear)."""
+
+from __future__ import annotations
+
+from app.blk.bio import Op
+from app.blk.request import Request
+from app.dm.targets.base import (
+    SECTOR_SHIFT,
+    BlockDevice,
+    MapContext,
+    MapResult,
+    Target,
+    gather,
+)
+
+
+class LinearTarget(Target):
+    def __init__(self, start: int, length: int, device: BlockDevice, offset: int) -> None:
+        super().__init__(start, length)
+        self.device = device
+        self.offset = offset
+
+    def _device_offset(self, request: Request) -> int:
+        return (self.offset + request.sector - self.start) << SECTOR_SHIFT
+
+    def map(self, request: Request, context: MapContext) -> MapResult:
+        position = self._device_offset(request)
+        if request.op == Op.READ:
+            for segment in request.segments:
+                self.device.read_into(position, segment)
+                position += len(segment)
+        elif request.op == Op.WRITE:
+            self.device.write(position, gather(request))
+        elif request.op in (Op.DISCARD, Op.WRITE_ZEROES):
+            length = request.nr_sectors << SECTOR_SHIFT
+            if request.op == Op.DISCARD:
+                self.device.discard(position, length)
+            else:
+                self.device.write(position, bytes(length))
+        if request.fua:
+            self.device.flush()
+        return MapResult()
+
+    def flush(self) -> None:
+        self.device.flush()

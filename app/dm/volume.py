@@ -1,0 +1,516 @@
+"""A mapped device at run time: tables, targets, its block queue and the data path.
+
+Pure core: no SQL, no HTTP. The control plane (``app.control``) persists every
+transition before applying it here, under the volume's lifecycle lock.
+
+I/O enters through ``read``/``write``/``flush``/``discard``/``write_zeroes`` with
+byte offsets of any alignment; they become bios of whole logical blocks, go
+through the block queue (plug, merge, elevator) and reach ``_dispatch``, which
+hands each request to the one target it lies in (the queue never lets a request
+cross a target boundary).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field, replace
+from typing import Literal
+
+from typing_extensions import Buffer
+
+from app.blk.bio import Bio, Op
+from app.blk.limits import QueueLimits
+from app.blk.queue import BlockQueue
+from app.blk.request import Request
+from app.blk.stats import QueueStats
+from app.crypto.keys import KeyMaterial
+from app.crypto.transform import make_transform
+from app.dm.rangelock import RangeLock
+from app.dm.table import (
+    SECTOR_SIZE,
+    CryptParams,
+    DeviceRef,
+    ErrorParams,
+    LinearParams,
+    Table,
+    TableLine,
+    ZeroParams,
+)
+from app.dm.targets import (
+    BlockDevice,
+    CryptTarget,
+    ErrorTarget,
+    LinearTarget,
+    MapContext,
+    Target,
+    ZeroTarget,
+)
+from app.engine.simulated import Engine
+from app.errors import (
+    InvalidInput,
+    InvalidState,
+    KeyNotSet,
+    RangeNotSatisfiable,
+    Unavailable,
+)
+
+DispatchMode = Literal["bio", "request"]
+DeviceResolver = Callable[[DeviceRef], BlockDevice]
+
+
+@dataclass(slots=True)
+class LiveMap:
+    """The live table with its constructed targets."""
+
+    table: Table
+    targets: list[Target]
+    logical_block_size: int
+
+    @property
+    def size_bytes(self) -> int:
+        return self.table.size_sectors * SECTOR_SIZE
+
+    def target_at(self, sector: int) -> Target:
+        for target in self.targets:
+            if target.start <= sector < target.end:
+                return target
+        raise InvalidInput(f"sector {sector} is beyond the table")
+
+
+def missing_key(table: Table) -> int | None:
+    """1-based index of the first crypt line whose key was wiped, if any."""
+    for index, line in enumerate(table.lines, start=1):
+        if isinstance(line.target, CryptParams) and line.target.key is None:
+            if line.target.cipher.valid_key_sizes != (0,):
+                return index
+    return None
+
+
+@dataclass(slots=True)
+class VolumeInfo:
+    name: str
+    uuid: str
+    state: Literal["active", "suspended"]
+    event_nr: int
+    open_count: int
+    dispatch_mode: DispatchMode
+    engine: str
+    elevator: str
+    limits: QueueLimits
+    has_live: bool
+    has_inactive: bool
+    size_sectors: int
+    extra: dict[str, object] = field(default_factory=dict)
+
+
+class Volume:
+    """One mapped device. Lifecycle calls are serialized by the caller (``lock``)."""
+
+    def __init__(
+        self,
+        name: str,
+        uuid: str,
+        *,
+        engine: Engine,
+        limits: QueueLimits,
+        dispatch_mode: DispatchMode = "request",
+        elevator: Literal["none", "mq-deadline"] = "none",
+        plug_window_us: int = 50,
+        suspend_wait_seconds: float = 30.0,
+    ) -> None:
+        self.name = name
+        self.uuid = uuid
+        self.lock = threading.RLock()
+        self.engine = engine
+        self.dispatch_mode: DispatchMode = dispatch_mode
+        self.elevator: Literal["none", "mq-deadline"] = elevator
+        self.suspend_wait_seconds = suspend_wait_seconds
+        self.state: Literal["active", "suspended"] = "suspended"
+        self.live: LiveMap | None = None
+        self.inactive: Table | None = None
+        self.event_nr = 0
+        self.generation = 0
+        self.open_count = 0
+        self.stats = QueueStats()
+        self._requested_limits = limits
+        self.queue = BlockQueue(
+            self._dispatch,
+            limits=limits,
+            dispatch_mode=dispatch_mode,
+            elevator=elevator,
+            plug_window_us=plug_window_us,
+            stats=self.stats,
+        )
+        self._ranges = RangeLock()
+        self._gate = threading.Condition()
+        self._in_flight = 0
+
+    # ------------------------------------------------------------------ lifecycle
+
+    @property
+    def limits(self) -> QueueLimits:
+        return self.queue.limits
+
+    @property
+    def size(self) -> int:
+        return self.live.size_bytes if self.live else 0
+
+    def load(self, table: Table) -> None:
+        """dmsetup load: the table goes to the inactive slot."""
+        self.inactive = table
+
+    def clear_inactive(self) -> None:
+        self.inactive = None
+
+    def check_resumable(self) -> None:
+        table = self.inactive or (self.live.table if self.live else None)
+        if table is None:
+            raise InvalidState(f"volume {self.name} has no table to resume")
+        line = missing_key(table)
+        if line is not None:
+            raise KeyNotSet(f"line {line}: crypt key is not set")
+
+    def resume(self, resolve: DeviceResolver) -> Table | None:
+        """Swap the inactive table in (if any) and let I/O flow. Returns the replaced table."""
+        self.check_resumable()
+        replaced: Table | None = None
+        if self.inactive is not None:
+            new_live = self._build(self.inactive, resolve)
+            old = self.live
+            self.live = new_live
+            self.inactive = None
+            self.queue.set_boundaries([target.start for target in new_live.targets[1:]])
+            self._apply_block_size(new_live.logical_block_size)
+            if old is not None:
+                replaced = old.table
+                for target in old.targets:
+                    target.wipe()
+            self.generation += 1
+        with self._gate:
+            self.state = "active"
+            self._gate.notify_all()
+        self.queue.release()
+        self.event_nr += 1
+        return replaced
+
+    def suspend(self, *, noflush: bool = False, timeout: float | None = None) -> None:
+        """Hold new I/O; unless ``noflush``, first wait for in-flight I/O to finish."""
+        with self._gate:
+            self.state = "suspended"
+        if not noflush:
+            self.drain(timeout)
+        self.queue.hold()
+        self.event_nr += 1
+
+    def drain(self, timeout: float | None = None) -> None:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._gate:
+            while self._in_flight:
+                remaining = None if deadline is None else deadline - time.monotonic()
+                if remaining is not None and remaining <= 0:
+                    raise Unavailable(
+                        f"volume {self.name} still has {self._in_flight} I/Os in flight"
+                    )
+                self._gate.wait(remaining)
+
+    @property
+    def in_flight(self) -> int:
+        return self._in_flight
+
+    def plan_message(self, words: Sequence[str], sector: int = 0) -> tuple[int, Table]:
+        """dmsetup message ``key set <hex>`` / ``key wipe`` on the crypt target at ``sector``.
+
+        Validates and returns (line index, new live table) without applying it, so
+        the caller can persist first. Only while suspended, as dm-crypt requires.
+        """
+        if self.state != "suspended":
+            raise InvalidState("crypt key messages need the volume suspended")
+        if self.live is None:
+            raise InvalidState(f"volume {self.name} has no live table")
+        if len(words) < 2 or words[0].lower() != "key" or words[1].lower() not in ("set", "wipe"):
+            raise InvalidInput("unsupported message; crypt accepts 'key set <hex>' and 'key wipe'")
+        index = next(
+            (i for i, t in enumerate(self.live.targets) if t.start <= sector < t.end), None
+        )
+        if index is None:
+            raise InvalidInput(f"sector {sector} is beyond the table")
+        line = self.live.table.lines[index]
+        if not isinstance(line.target, CryptParams):
+            raise InvalidInput(f"the target at sector {sector} is {line.target_type}, not crypt")
+        key: KeyMaterial | None = None
+        if words[1].lower() == "wipe":
+            if len(words) != 2:
+                raise InvalidInput("'key wipe' takes no argument")
+        else:
+            if len(words) != 3:
+                raise InvalidInput("'key set' takes exactly one key")
+            key = KeyMaterial.from_hex(words[2])
+            line.target.cipher.check_key(key)
+        lines = list(self.live.table.lines)
+        lines[index] = replace(line, target=replace(line.target, key=key))
+        return index, Table(tuple(lines))
+
+    def apply_line(self, index: int, table: Table, resolve: DeviceResolver) -> None:
+        """Install line ``index`` of ``table`` (a planned message) into the live map."""
+        assert self.live is not None
+        targets = list(self.live.targets)
+        targets[index].wipe()
+        targets[index] = self._target(table.lines[index], resolve)
+        self.live = LiveMap(table, targets, self.live.logical_block_size)
+        self.event_nr += 1
+
+    def install_suspended(self, table: Table, resolve: DeviceResolver) -> None:
+        """Restore a live table at startup without letting I/O flow (its key may be wiped)."""
+        self.live = self._build(table, resolve)
+        self.queue.set_boundaries([target.start for target in self.live.targets[1:]])
+        self._apply_block_size(self.live.logical_block_size)
+        self.queue.hold()
+
+    def retune(
+        self,
+        *,
+        dispatch_mode: DispatchMode | None = None,
+        engine: Engine | None = None,
+        limits: QueueLimits | None = None,
+        elevator: Literal["none", "mq-deadline"] | None = None,
+    ) -> None:
+        if dispatch_mode is not None:
+            self.dispatch_mode = dispatch_mode
+            self.queue.set_dispatch_mode(dispatch_mode)
+        if elevator is not None:
+            self.elevator = elevator
+            self.queue.set_elevator(elevator)
+        if limits is not None:
+            self._requested_limits = limits
+            self._apply_block_size(self.live.logical_block_size if self.live else SECTOR_SIZE)
+        if engine is not None and self.live is not None:
+            self.engine = engine
+            for target in self.live.targets:
+                if isinstance(target, CryptTarget):
+                    target.engine = engine
+        elif engine is not None:
+            self.engine = engine
+
+    def remove(self) -> None:
+        self.queue.hold()
+        if self.live is not None:
+            for target in self.live.targets:
+                target.wipe()
+        self.live = None
+        self.inactive = None
+
+    def _apply_block_size(self, block_size: int) -> None:
+        limits = self._requested_limits
+        if limits.logical_block_size < block_size:
+            limits = replace(limits, logical_block_size=block_size)
+        self.queue.set_limits(limits)
+
+    def _build(self, table: Table, resolve: DeviceResolver) -> LiveMap:
+        targets: list[Target] = []
+        try:
+            for line in table.lines:
+                targets.append(self._target(line, resolve))
+        except BaseException:
+            for target in targets:
+                target.wipe()
+            raise
+        return LiveMap(table, targets, table.logical_block_size)
+
+    def _target(self, line: TableLine, resolve: DeviceResolver) -> Target:
+        params = line.target
+        if isinstance(params, CryptParams):
+            if params.key is None and params.cipher.valid_key_sizes != (0,):
+                # Wiped key: no I/O can reach it, resume refuses until ``key set``.
+                return ErrorTarget(line.start, line.length)
+            return self._crypt_target(line, resolve(params.device))
+        if isinstance(params, LinearParams):
+            return LinearTarget(line.start, line.length, resolve(params.device), params.offset)
+        if isinstance(params, ZeroParams):
+            return ZeroTarget(line.start, line.length)
+        assert isinstance(params, ErrorParams)
+        return ErrorTarget(line.start, line.length)
+
+    def _crypt_target(self, line: TableLine, device: BlockDevice) -> CryptTarget:
+        params = line.target
+        assert isinstance(params, CryptParams)
+        key = params.key if params.key is not None else KeyMaterial(b"")
+        transform = make_transform(
+            params.cipher,
+            key,
+            sector_size=params.sector_size,
+            iv_offset=params.iv_offset,
+            iv_large_sectors=params.iv_large_sectors,
+        )
+        return CryptTarget(line.start, line.length, params, transform, device, self.engine)
+
+    # ------------------------------------------------------------------ data path
+
+    def _dispatch(self, request: Request) -> None:
+        live = self.live
+        if live is None:
+            raise InvalidState(f"volume {self.name} has no live table")
+        context = MapContext(dispatch_mode=self.dispatch_mode)
+        if request.op == Op.FLUSH:
+            for target in live.targets:
+                target.flush()
+            return
+        result = live.target_at(request.sector).map(request, context)
+        if result.engine_calls:
+            self.stats.add_engine_calls(result.engine_calls)
+
+    @contextmanager
+    def _io(self) -> Iterator[LiveMap]:
+        """Admit one I/O: wait while suspended (bounded), count it in flight."""
+        deadline = time.monotonic() + self.suspend_wait_seconds
+        with self._gate:
+            while self.state != "active":
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise Unavailable(
+                        f"volume {self.name} is suspended; retry after resume",
+                        retry_after=max(1, int(self.suspend_wait_seconds)),
+                    )
+                self._gate.wait(remaining)
+            live = self.live
+            if live is None:
+                raise InvalidState(f"volume {self.name} has no live table")
+            self._in_flight += 1
+        try:
+            yield live
+        finally:
+            with self._gate:
+                self._in_flight -= 1
+                if self._in_flight == 0:
+                    self._gate.notify_all()
+
+    def check_range(self, offset: int, length: int) -> None:
+        size = self.size
+        if offset < 0 or length < 0 or offset + length > size:
+            raise RangeNotSatisfiable(
+                f"range {offset}+{length} is outside the volume ({size} bytes)", size
+            )
+
+    def _submit(self, op: Op, offset: int, length: int, segments: list[memoryview]) -> None:
+        bio = Bio(op, offset // SECTOR_SIZE, length // SECTOR_SIZE, segments)
+        self.queue.submit_bio(bio)
+        bio.wait()
+
+    def _submit_flagged(self, op: Op, offset: int, data: memoryview, *, fua: bool) -> None:
+        bio = Bio(op, offset // SECTOR_SIZE, len(data) // SECTOR_SIZE, [data], fua=fua)
+        self.queue.submit_bio(bio)
+        bio.wait()
+
+    def read_into(self, offset: int, buffer: memoryview) -> None:
+        """Read ``len(buffer)`` bytes at ``offset``; any alignment."""
+        length = len(buffer)
+        self.check_range(offset, length)
+        if length == 0:
+            return
+        with self._io() as live:
+            unit = live.logical_block_size
+            start = offset - offset % unit
+            end = -(-(offset + length) // unit) * unit
+            with self._ranges.hold(start, end, exclusive=False):
+                if start == offset and end == offset + length:
+                    self._submit(Op.READ, start, length, [buffer])
+                else:
+                    scratch = bytearray(end - start)
+                    self._submit(Op.READ, start, end - start, [memoryview(scratch)])
+                    buffer[:] = memoryview(scratch)[offset - start : offset - start + length]
+
+    def read(self, offset: int, length: int) -> bytearray:
+        buffer = bytearray(length)
+        self.read_into(offset, memoryview(buffer))
+        return buffer
+
+    def write(self, offset: int, data: Buffer, *, fua: bool = False) -> None:
+        """Write at ``offset``; partial edge units are read-modify-written under an exclusive lock."""
+        view = memoryview(data).cast("B")
+        length = len(view)
+        self.check_range(offset, length)
+        if length == 0:
+            if fua:
+                self.flush()
+            return
+        with self._io() as live:
+            unit = live.logical_block_size
+            start = offset - offset % unit
+            end = -(-(offset + length) // unit) * unit
+            if start == offset and end == offset + length:
+                with self._ranges.hold(start, end, exclusive=False):
+                    self._submit_flagged(Op.WRITE, start, view, fua=fua)
+            else:
+                with self._ranges.hold(start, end, exclusive=True):
+                    merged = bytearray(end - start)
+                    head_partial = offset != start
+                    tail_partial = (offset + length) != end
+                    if head_partial:
+                        self._submit(Op.READ, start, unit, [memoryview(merged)[:unit]])
+                    if tail_partial and not (head_partial and end - start == unit):
+                        self._submit(
+                            Op.READ, end - unit, unit, [memoryview(merged)[len(merged) - unit :]]
+                        )
+                    merged[offset - start : offset - start + length] = view
+                    self._submit_flagged(Op.WRITE, start, memoryview(merged), fua=fua)
+            self.generation += 1
+
+    def flush(self) -> None:
+        """Returns once every write completed before it is durable."""
+        with self._io():
+            bio = Bio(Op.FLUSH, 0, 0, [], preflush=True)
+            self.queue.submit_bio(bio)
+            bio.wait()
+
+    def _zero_range(self, op: Op, offset: int, length: int) -> None:
+        self.check_range(offset, length)
+        with self._io() as live:
+            unit = live.logical_block_size
+            if offset % unit or length % unit:
+                raise InvalidInput(
+                    f"{op.value} needs offset and length in whole {unit}-byte logical blocks"
+                )
+            if length == 0:
+                return
+            with self._ranges.hold(offset, offset + length, exclusive=False):
+                step = self.limits.max_sectors * SECTOR_SIZE
+                for position in range(offset, offset + length, step):
+                    chunk = min(step, offset + length - position)
+                    self._submit(op, position, chunk, [])
+            self.generation += 1
+
+    def discard(self, offset: int, length: int) -> None:
+        live = self.live
+        if live is not None:
+            for line in live.table.lines:
+                overlaps = (
+                    line.start * SECTOR_SIZE < offset + length and offset < line.end * SECTOR_SIZE
+                )
+                if (
+                    overlaps
+                    and isinstance(line.target, CryptParams)
+                    and not line.target.allow_discards
+                ):
+                    raise InvalidState("discard needs the allow_discards crypt option")
+        self._zero_range(Op.DISCARD, offset, length)
+
+    def write_zeroes(self, offset: int, length: int) -> None:
+        self._zero_range(Op.WRITE_ZEROES, offset, length)
+
+    def info(self) -> VolumeInfo:
+        return VolumeInfo(
+            name=self.name,
+            uuid=self.uuid,
+            state=self.state,
+            event_nr=self.event_nr,
+            open_count=self.open_count,
+            dispatch_mode=self.dispatch_mode,
+            engine=self.engine.name,
+            elevator=self.elevator,
+            limits=self.limits,
+            has_live=self.live is not None,
+            has_inactive=self.inactive is not None,
+            size_sectors=self.live.table.size_sectors if self.live else 0,
+        )

@@ -1,0 +1,209 @@
+"""Virtual time: one clock per engine and per device model, thread-safe.
+
+A clock has ``lanes`` (engine channels; 1 for a device) that are each busy
+until some virtual instant. Work arriving at virtual ``now`` starts on the
+earliest-free lane, so when the modelled hardware is slower than the real
+arrivals a backlog builds and shows up as queue wait, exactly what the
+hardware would have queued.
+
+Virtual time is anchored to the wall clock: ``now = wall_since_epoch /
+time_scale``. Without pacing ``time_scale`` is 1 and nobody sleeps. With a
+pacing factor ``f`` the clock runs ``1/f`` times faster than the wall and the
+caller sleeps until ``epoch + end * f``, so an HTTP client feels the hardware
+(scaled by ``f``), contention included.
+"""
+
+from __future__ import annotations
+
+import heapq
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from app.engine.model import DeviceModel, DeviceOp
+from app.errors import InvalidInput
+
+__all__ = ["ClockSnapshot", "DeviceTimer", "Reservation", "VirtualClock"]
+
+
+@dataclass(frozen=True, slots=True)
+class Reservation:
+    """Where one piece of work landed on a clock (virtual ns since the clock's epoch)."""
+
+    ready_ns: int
+    start_ns: int
+    end_ns: int
+    busy_ns: int
+
+    @property
+    def wait_ns(self) -> int:
+        """Queue wait: ready but every lane busy."""
+        return self.start_ns - self.ready_ns
+
+    @property
+    def elapsed_ns(self) -> int:
+        return self.end_ns - self.ready_ns
+
+
+@dataclass(frozen=True, slots=True)
+class ClockSnapshot:
+    lanes: int
+    reservations: int
+    busy_ns: int
+    wait_ns: int
+    max_wait_ns: int
+    first_start_ns: int | None
+    last_end_ns: int
+    now_ns: int
+
+    @property
+    def span_ns(self) -> int:
+        return 0 if self.first_start_ns is None else self.last_end_ns - self.first_start_ns
+
+    @property
+    def utilization_virtual(self) -> float:
+        """Busy share of the virtual span from first start to last end (<= 1)."""
+        span = self.span_ns
+        return self.busy_ns / (span * self.lanes) if span else 0.0
+
+    @property
+    def utilization_wall(self) -> float:
+        """Busy share of the (scaled) wall time since the epoch; > 1 means a growing backlog."""
+        return self.busy_ns / (self.now_ns * self.lanes) if self.now_ns > 0 else 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "lanes": self.lanes,
+            "reservations": self.reservations,
+            "busy_ns": self.busy_ns,
+            "queue_wait_ns": self.wait_ns,
+            "max_queue_wait_ns": self.max_wait_ns,
+            "span_ns": self.span_ns,
+            "now_ns": self.now_ns,
+            "utilization_virtual": self.utilization_virtual,
+            "utilization_wall": self.utilization_wall,
+        }
+
+
+class VirtualClock:
+    """Lanes busy until virtual instants; ``reserve`` places work, ``sleep_until`` paces."""
+
+    def __init__(
+        self,
+        lanes: int = 1,
+        *,
+        time_scale: float = 1.0,
+        monotonic_ns: Callable[[], int] = time.monotonic_ns,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        if lanes < 1:
+            raise InvalidInput("a clock needs at least one lane")
+        if not time_scale > 0:
+            raise InvalidInput("time_scale (pacing factor) must be positive")
+        self.lanes = lanes
+        self.time_scale = time_scale
+        self._monotonic_ns = monotonic_ns
+        self._sleep = sleep
+        self._lock = threading.Lock()
+        self._epoch = monotonic_ns()
+        self._free = [0.0] * lanes  # a heap of lane free times
+        self._reservations = 0
+        self._busy = 0.0
+        self._wait = 0
+        self._max_wait = 0
+        self._first_start: int | None = None
+        self._last_end = 0
+
+    def now_ns(self) -> int:
+        return int((self._monotonic_ns() - self._epoch) / self.time_scale)
+
+    def reserve(self, durations: Sequence[float], *, ready_ns: int | None = None) -> Reservation:
+        """Place ``durations`` (ns, in order) on the earliest-free lanes from ``ready_ns``.
+
+        ``ready_ns`` defaults to virtual now; pass it to replay a trace or to
+        chain stages (a write's storage is ready when its crypto ends).
+        """
+        ready = self.now_ns() if ready_ns is None else ready_ns
+        busy = float(sum(durations))
+        with self._lock:
+            free = self._free
+            if self.lanes == 1 or not durations:
+                start = max(float(ready), free[0])
+                end = start + busy
+                free[0] = end if self.lanes == 1 else free[0]
+            else:
+                start, end = float("inf"), 0.0
+                for duration in durations:
+                    begin = max(float(ready), free[0])
+                    finish = begin + duration
+                    heapq.heapreplace(free, finish)
+                    start = min(start, begin)
+                    end = max(end, finish)
+            reservation = Reservation(ready, round(start), round(end), round(busy))
+            self._reservations += 1
+            self._busy += busy
+            wait = reservation.wait_ns
+            self._wait += wait
+            self._max_wait = max(self._max_wait, wait)
+            if self._first_start is None:
+                self._first_start = reservation.start_ns
+            self._last_end = max(self._last_end, reservation.end_ns)
+        return reservation
+
+    def sleep_until(self, virtual_ns: int) -> float:
+        """Sleep until the wall clock reaches ``virtual_ns`` (scaled); returns seconds slept."""
+        target = self._epoch + virtual_ns * self.time_scale
+        delay = (target - self._monotonic_ns()) / 1e9
+        if delay > 0:
+            self._sleep(delay)
+            return delay
+        return 0.0
+
+    def snapshot(self) -> ClockSnapshot:
+        with self._lock:
+            return ClockSnapshot(
+                lanes=self.lanes,
+                reservations=self._reservations,
+                busy_ns=round(self._busy),
+                wait_ns=self._wait,
+                max_wait_ns=self._max_wait,
+                first_start_ns=self._first_start,
+                last_end_ns=self._last_end,
+                now_ns=self.now_ns(),
+            )
+
+
+class DeviceTimer:
+    """A device model's clock: one I/O at a time, optional pacing, per-op counters."""
+
+    def __init__(
+        self,
+        model: DeviceModel,
+        *,
+        pacing: float | None = None,
+        clock: VirtualClock | None = None,
+    ) -> None:
+        self.model = model
+        self.pacing = pacing
+        self.clock = clock or VirtualClock(1, time_scale=pacing or 1.0)
+        self._lock = threading.Lock()
+        self._ios: dict[str, int] = {"read": 0, "write": 0, "flush": 0}
+        self._bytes: dict[str, int] = {"read": 0, "write": 0, "flush": 0}
+
+    def account(self, op: DeviceOp, nbytes: int, *, ready_ns: int | None = None) -> Reservation:
+        """Charge one I/O to the device's virtual clock; sleeps if pacing."""
+        reservation = self.clock.reserve([self.model.io_ns(op, nbytes)], ready_ns=ready_ns)
+        with self._lock:
+            self._ios[op] += 1
+            self._bytes[op] += nbytes
+        if self.pacing:
+            self.clock.sleep_until(reservation.end_ns)
+        return reservation
+
+    def snapshot(self) -> dict[str, Any]:
+        clock = self.clock.snapshot().to_dict()
+        with self._lock:
+            ios, nbytes = dict(self._ios), dict(self._bytes)
+        return {"model": self.model.name, "ios": ios, "bytes": nbytes, **clock}

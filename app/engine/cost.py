@@ -1,0 +1,187 @@
+"""Modelled time: of one planned request, and of a whole workload end to end.
+
+Pure arithmetic over frozen dataclasses, so fits, predictions and tests need
+no clock and no bytes. One request's crypto is the CPU's software IVs, then
+its calls list-scheduled over the engine's channels. A workload of identical
+I/Os is a pipeline of three resources (CPU, engine, device, each one at a time
+except the engine's channels):
+
+- ``queue_depth == 1`` (direct-I/O dd): storage and crypto in series, so
+  ``count * (storage + crypto)``;
+- ``queue_depth > 1``: crypto of one request overlaps storage of another, so
+  after the first I/O each further one costs the bottleneck stage's period
+  ``max(storage, cpu, engine_busy / parallel)``, ``parallel`` being how many
+  calls can be on distinct channels at once.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+from app.engine.model import (
+    SECTOR_SIZE,
+    DeviceModel,
+    DispatchMode,
+    EngineProfile,
+    ModelSpec,
+    SpecLike,
+)
+from app.engine.planner import CallPlan, plan_calls
+from app.errors import InvalidInput
+
+__all__ = ["PlanCost", "Prediction", "Workload", "makespan_ns", "plan_cost", "predict_workload"]
+
+
+@dataclass(frozen=True, slots=True)
+class PlanCost:
+    """Modelled cost of one ``CallPlan``; ``call_ns`` feeds the engine's virtual clock."""
+
+    call_ns: tuple[float, ...]
+    cpu_ns: float
+    engine_busy_ns: float
+    makespan_ns: float
+
+    @property
+    def latency_ns(self) -> float:
+        """Crypto time of the request alone: CPU IVs, then the calls over the channels."""
+        return self.cpu_ns + self.makespan_ns
+
+
+def makespan_ns(durations: Sequence[float], channels: int) -> float:
+    """Finish time of ``durations`` started in order on the earliest-free of ``channels``."""
+    if channels == 1 or len(durations) <= 1:
+        return float(sum(durations))
+    lanes = [0.0] * min(channels, len(durations))
+    for duration in durations:
+        heapq.heapreplace(lanes, lanes[0] + duration)
+    return max(lanes)
+
+
+def plan_cost(profile: EngineProfile, plan: CallPlan) -> PlanCost:
+    cost = profile.cost
+    call_ns = tuple(cost.call_ns(plan.op, call.nbytes, call.nr_segments) for call in plan.calls)
+    return PlanCost(
+        call_ns=call_ns,
+        cpu_ns=plan.cpu_iv_units * profile.cpu_iv_ns,
+        engine_busy_ns=float(sum(call_ns)),
+        makespan_ns=makespan_ns(call_ns, profile.capabilities.channels),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Workload:
+    """``count`` sequential I/Os of ``io_bytes``, dd/fio style.
+
+    Each I/O's user buffer gives ``segment_bytes`` segments (4 KiB pages). In
+    request mode an I/O larger than ``max_request_bytes`` (max_sectors_kb)
+    becomes several requests, each one storage I/O; in bio mode it is one bio.
+    ``encrypted=False`` models the raw device.
+    """
+
+    op: Literal["read", "write"]
+    io_bytes: int
+    count: int = 1
+    queue_depth: int = 1
+    dispatch_mode: DispatchMode = "request"
+    data_unit_size: int = 512
+    segment_bytes: int = 4096
+    max_request_bytes: int = 1280 * 1024
+    encrypted: bool = True
+
+    def validate(self) -> None:
+        if self.io_bytes <= 0 or self.io_bytes % self.data_unit_size:
+            raise InvalidInput("io_bytes must be a positive multiple of the data unit size")
+        if self.count < 1 or self.queue_depth < 1 or self.segment_bytes < SECTOR_SIZE:
+            raise InvalidInput("count and queue_depth must be >= 1, segment_bytes >= 512")
+        if self.max_request_bytes < self.data_unit_size:
+            raise InvalidInput("max_request_bytes must hold at least one data unit")
+
+
+@dataclass(frozen=True, slots=True)
+class Prediction:
+    """Modelled times for a workload; all ``*_ns`` except ``total_ns`` are per I/O."""
+
+    workload: Workload
+    storage_ns: float
+    cpu_ns: float
+    engine_busy_ns: float
+    crypto_ns: float
+    latency_ns: float
+    period_ns: float
+    total_ns: float
+    calls_per_io: int
+    bulk: bool
+
+    @property
+    def mb_per_s(self) -> float:
+        """Decimal MB/s, as dd prints it."""
+        return self.workload.io_bytes * self.workload.count / self.total_ns * 1e3
+
+
+def _segments(nbytes: int, segment_bytes: int) -> list[int]:
+    full, rest = divmod(nbytes, segment_bytes)
+    return [segment_bytes] * full + ([rest] if rest else [])
+
+
+def predict_workload(
+    profile: EngineProfile | None,
+    device: DeviceModel,
+    workload: Workload,
+    spec: SpecLike | None = None,
+) -> Prediction:
+    """End-to-end modelled time of ``workload``; ``profile=None`` is the raw device."""
+    workload.validate()
+    spec = spec if spec is not None else ModelSpec()
+    op: Literal["encrypt", "decrypt"] = "decrypt" if workload.op == "read" else "encrypt"
+    if workload.dispatch_mode == "bio":
+        requests = [workload.io_bytes]
+    else:
+        step = workload.max_request_bytes // workload.data_unit_size * workload.data_unit_size
+        requests = _segments(workload.io_bytes, step)
+    storage = cpu = busy = crypto = 0.0
+    calls = 0
+    bulk = True
+    sector = 0
+    for nbytes in requests:
+        storage += device.io_ns(workload.op, nbytes)
+        if profile is None or not workload.encrypted:
+            continue
+        plan = plan_calls(
+            profile.capabilities,
+            spec,
+            _segments(nbytes, workload.segment_bytes),
+            op=op,
+            data_unit_size=workload.data_unit_size,
+            dispatch_mode=workload.dispatch_mode,
+            sector=sector,
+        )
+        sector += nbytes // SECTOR_SIZE
+        cost = plan_cost(profile, plan)
+        cpu += cost.cpu_ns
+        busy += cost.engine_busy_ns
+        crypto += cost.latency_ns
+        calls += len(plan.calls)
+        bulk = bulk and plan.bulk
+    latency = storage + crypto
+    if workload.queue_depth == 1:
+        period = latency
+    else:
+        channels = profile.capabilities.channels if profile is not None else 1
+        parallel = max(1, min(channels, workload.queue_depth * max(calls, 1)))
+        period = max(storage, cpu, busy / parallel)
+    total = latency + (workload.count - 1) * period
+    return Prediction(
+        workload=workload,
+        storage_ns=storage,
+        cpu_ns=cpu,
+        engine_busy_ns=busy,
+        crypto_ns=crypto,
+        latency_ns=latency,
+        period_ns=period,
+        total_ns=total,
+        calls_per_io=calls,
+        bulk=bulk and calls > 0,
+    )

@@ -1,0 +1,129 @@
+"""Engine and device-model presets (the registry that serves them is ``registry``).
+
+The hardware numbers are ``app.engine.fit`` results rounded to four figures;
+``tests/unit/engine/test_fit.py`` refits and fails if they drift. The
+``software`` engine is measured, not modelled: its cost model only serves
+``predict_workload`` and holds the per-call and bulk figures of DESIGN.md.
+"""
+
+from __future__ import annotations
+
+from app.engine.model import (
+    DERIVABLE_IV_MODES,
+    Capabilities,
+    CostModel,
+    DeviceModel,
+    EngineProfile,
+)
+
+__all__ = [
+    "DEVICE_MODELS",
+    "ENGINES",
+    "HDD_WD3000",
+    "MV_CESA",
+    "NONE_DEVICE",
+    "OMAP_AES_AM335X",
+    "SDCARD_BBB",
+    "SOFTWARE",
+]
+
+_MIB = 1024 * 1024
+
+SOFTWARE = EngineProfile(
+    name="software",
+    description=(
+        "This machine's CPU through OpenSSL (pyca/cryptography): every planned call is "
+        "really made and its wall time is the engine time."
+    ),
+    capabilities=Capabilities(
+        ciphers=None,
+        chainmodes=None,
+        bulk_ivmodes=DERIVABLE_IV_MODES,
+        keyed_iv=True,
+        max_bytes_per_call=4 * _MIB,  # bulk paths stay in cache; OpenSSL XTS stops at 16 MiB
+        max_segments_per_call=4096,
+        channels=1,  # the GIL serialises the Python around each OpenSSL call
+    ),
+    cost=CostModel(
+        setup_ns=4500.0, segment_ns=0.0, encrypt_bytes_per_s=1.6e9, decrypt_bytes_per_s=1.6e9
+    ),
+    measured=True,
+)
+
+OMAP_AES_AM335X = EngineProfile(
+    name="omap-aes-am335x",
+    description=(
+        "TI AM335x (BeagleBone Black) AES engine, omap-aes with the bulk-mode RFC: derives "
+        "sector-number IVs itself, up to 1 MiB per call. Fitted to the RFC's dd figures."
+    ),
+    capabilities=Capabilities(
+        ciphers=frozenset({"aes"}),
+        chainmodes=frozenset({"ecb", "cbc", "ctr"}),
+        bulk_ivmodes=frozenset({"plain", "plain64", "plain64be", "null", "benbi"}),
+        keyed_iv=False,
+        max_bytes_per_call=1 * _MIB,
+        max_segments_per_call=256,
+        channels=1,
+    ),
+    cost=CostModel(
+        setup_ns=48_010.0,
+        segment_ns=0.0,
+        encrypt_bytes_per_s=29.39e6,
+        decrypt_bytes_per_s=29.39e6,
+    ),
+    cpu_iv_ns=300.0,
+)
+
+MV_CESA = EngineProfile(
+    name="mv-cesa",
+    description=(
+        "Marvell CESA on a Kirkwood NAS (mv_cesa): cbc/ecb(aes) without IV derivation, so "
+        "every data unit is one call and its ESSIV is computed on the CPU."
+    ),
+    capabilities=Capabilities(
+        ciphers=frozenset({"aes"}),
+        chainmodes=frozenset({"ecb", "cbc"}),
+        bulk_ivmodes=frozenset(),
+        max_bytes_per_call=64 * 1024,
+        max_segments_per_call=16,
+        channels=1,
+    ),
+    cost=CostModel(
+        setup_ns=29_410.0,
+        segment_ns=0.0,
+        encrypt_bytes_per_s=86.76e6,
+        decrypt_bytes_per_s=86.76e6,
+    ),
+    cpu_iv_ns=1500.0,
+)
+
+ENGINES: dict[str, EngineProfile] = {
+    profile.name: profile for profile in (SOFTWARE, OMAP_AES_AM335X, MV_CESA)
+}
+
+NONE_DEVICE = DeviceModel(
+    name="none", description="Instant: a plain file whose time is whatever the host takes."
+)
+SDCARD_BBB = DeviceModel(
+    name="sdcard-bbb",
+    description="microSD card in a BeagleBone Black, direct I/O. Fitted to the RFC's dd figures.",
+    read_latency_ns=727_100.0,
+    read_bytes_per_s=23.12e6,
+    write_latency_ns=2_812_000.0,
+    write_bytes_per_s=14.40e6,
+)
+HDD_WD3000 = DeviceModel(
+    name="hdd-wd3000",
+    description=(
+        "WD3000 SATA disk behind the Kirkwood NAS, sequential I/O; latency is a prior, "
+        "bandwidth fitted to 177/178 MB/s raw."
+    ),
+    read_latency_ns=500_000.0,
+    read_bytes_per_s=193.3e6,
+    write_latency_ns=500_000.0,
+    write_bytes_per_s=194.5e6,
+)
+
+DEVICE_MODELS: dict[str, DeviceModel] = {
+    model.name: model for model in (NONE_DEVICE, SDCARD_BBB, HDD_WD3000)
+}

@@ -1,0 +1,124 @@
+"""The compose deployment, checked structurally and by running its entrypoint outside Docker."""
+
+from __future__ import annotations
+
+import os
+import secrets
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def compose() -> dict[str, Any]:
+    data: dict[str, Any] = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
+    return data
+
+
+def test_compose_has_app_and_postgres_with_healthchecks() -> None:
+    services = compose()["services"]
+    assert set(services) == {"app", "postgres"}
+    assert "healthcheck" in services["app"]
+    assert "healthcheck" in services["postgres"]
+
+
+def test_app_waits_for_a_healthy_postgres() -> None:
+    app = compose()["services"]["app"]
+    assert app["depends_on"]["postgres"]["condition"] == "service_healthy"
+
+
+def test_data_lives_on_named_volumes() -> None:
+    spec = compose()
+    assert {"pgdata", "appdata"} <= set(spec["volumes"])
+    assert "pgdata:/var/lib/postgresql/data" in spec["services"]["postgres"]["volumes"]
+    assert "appdata:/var/lib/reqcrypt" in spec["services"]["app"]["volumes"]
+
+
+def test_secrets_come_from_the_env_file_not_the_image() -> None:
+    app = compose()["services"]["app"]
+    assert app["env_file"] == [".env"]
+    environment = app["environment"]
+    for secret in ("REQCRYPT_MASTER_KEY", "REQCRYPT_ADMIN_TOKEN", "REQCRYPT_IO_TOKEN"):
+        assert secret not in environment
+    dockerfile = (ROOT / "Dockerfile").read_text()
+    assert "MASTER_KEY" not in dockerfile
+    assert "TOKEN" not in dockerfile
+    assert "USER reqcrypt" in dockerfile
+    assert "HEALTHCHECK" in dockerfile
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def wait_ready(url: str, process: subprocess.Popen[bytes]) -> None:
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        assert process.poll() is None, process.stdout.read().decode() if process.stdout else ""
+        try:
+            if httpx.get(url, timeout=1).status_code == 200:
+                return
+        except httpx.TransportError:
+            pass
+        time.sleep(0.2)
+    raise AssertionError(f"{url} never became ready")
+
+
+@pytest.fixture
+def served(postgres_url: str, tmp_path: Path) -> Iterator[tuple[str, str]]:
+    """``reqcrypt serve`` (the image's ENTRYPOINT + CMD) with the compose environment."""
+    app = compose()["services"]["app"]
+    port = free_port()
+    admin = secrets.token_hex(16)
+    env = {k: str(v) for k, v in app["environment"].items()}
+    env.update(
+        REQCRYPT_DATABASE_URL=postgres_url,  # the compose URL, pointed at this machine
+        REQCRYPT_DATA_DIR=str(tmp_path / "data"),
+        REQCRYPT_PORT=str(port),
+        REQCRYPT_MASTER_KEY=secrets.token_hex(32),
+        REQCRYPT_ADMIN_TOKEN=admin,
+        REQCRYPT_IO_TOKEN=secrets.token_hex(16),
+    )
+    command = [str(Path(sys.executable).with_name("reqcrypt")), *app["command"]]
+    process = subprocess.Popen(
+        command,
+        env={**os.environ, **env},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        cwd=tmp_path,
+    )
+    try:
+        base = f"http://127.0.0.1:{port}"
+        wait_ready(f"{base}/readyz", process)
+        yield base, admin
+    finally:
+        process.terminate()
+        process.wait(timeout=15)
+
+
+@pytest.mark.postgres
+@pytest.mark.e2e
+def test_entrypoint_serves_on_postgres_with_the_compose_environment(
+    served: tuple[str, str],
+) -> None:
+    base, admin = served
+    assert httpx.get(f"{base}/healthz").json() == {"status": "ok"}
+    assert httpx.get(f"{base}/docs").status_code == 200
+    assert httpx.get(f"{base}/v1/devices").status_code == 401
+    auth = {"Authorization": f"Bearer {admin}"}
+    created = httpx.post(
+        f"{base}/v1/devices", json={"name": "pv", "size_bytes": 1 << 20}, headers=auth
+    )
+    assert created.status_code == 201

@@ -1,0 +1,98 @@
+import itertools
+import threading
+
+from app.engine.clock import DeviceTimer, VirtualClock
+from app.engine.model import DeviceModel
+
+
+class FakeTime:
+    def __init__(self):
+        self.now = 0
+        self.slept = []
+
+    def monotonic_ns(self):
+        return self.now
+
+    def sleep(self, seconds):
+        self.slept.append(seconds)
+        self.now += int(seconds * 1e9)
+
+
+def test_work_queues_behind_busy_lane_and_reports_the_wait():
+    fake = FakeTime()
+    clock = VirtualClock(1, monotonic_ns=fake.monotonic_ns)
+    first = clock.reserve([100.0, 100.0])
+    second = clock.reserve([50.0])
+    assert (first.start_ns, first.end_ns, first.wait_ns) == (0, 200, 0)
+    assert (second.start_ns, second.end_ns, second.wait_ns) == (200, 250, 200)
+
+
+def test_idle_time_is_not_busy_time():
+    fake = FakeTime()
+    clock = VirtualClock(1, monotonic_ns=fake.monotonic_ns)
+    clock.reserve([100.0])
+    fake.now = 1000
+    late = clock.reserve([100.0])
+    assert late.start_ns == 1000
+    snapshot = clock.snapshot()
+    assert snapshot.busy_ns == 200
+    assert snapshot.span_ns == 1100
+    assert snapshot.utilization_wall == 200 / 1000
+
+
+def test_lanes_run_calls_in_parallel():
+    clock = VirtualClock(2, monotonic_ns=lambda: 0)
+    reservation = clock.reserve([100.0, 100.0, 100.0], ready_ns=0)
+    assert reservation.end_ns == 200
+    assert reservation.busy_ns == 300
+
+
+def test_concurrent_reservations_never_overlap_on_one_lane():
+    clock = VirtualClock(1, monotonic_ns=lambda: 0)
+    results = []
+    lock = threading.Lock()
+
+    def worker():
+        for _ in range(200):
+            reservation = clock.reserve([10.0], ready_ns=0)
+            with lock:
+                results.append((reservation.start_ns, reservation.end_ns))
+
+    threads = [threading.Thread(target=worker) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    results.sort()
+    assert len(results) == 1600
+    assert all(a[1] <= b[0] for a, b in itertools.pairwise(results))
+    snapshot = clock.snapshot()
+    assert snapshot.busy_ns == 16000
+    assert snapshot.last_end_ns == 16000
+
+
+def test_pacing_sleeps_until_the_scaled_completion():
+    fake = FakeTime()
+    clock = VirtualClock(1, time_scale=0.5, monotonic_ns=fake.monotonic_ns, sleep=fake.sleep)
+    reservation = clock.reserve([1e6])
+    slept = clock.sleep_until(reservation.end_ns)
+    assert slept == 0.5e6 / 1e9
+    assert fake.now == 500_000
+
+
+def test_device_timer_counts_ios_and_charges_the_model():
+    timer = DeviceTimer(DeviceModel(name="d", write_latency_ns=1000.0, write_bytes_per_s=1e9))
+    reservation = timer.account("write", 4096, ready_ns=0)
+    assert reservation.busy_ns == 5096
+    snapshot = timer.snapshot()
+    assert snapshot["ios"]["write"] == 1
+    assert snapshot["bytes"]["write"] == 4096
+
+
+def test_device_timer_with_pacing_really_sleeps():
+    model = DeviceModel(name="d", read_latency_ns=2e6)
+    timer = DeviceTimer(model, pacing=0.5)
+    start = timer.clock.now_ns()
+    reservation = timer.account("read", 0)
+    assert reservation.end_ns - start >= 2_000_000
+    assert timer.clock.now_ns() >= reservation.end_ns
