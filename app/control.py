@@ -33,8 +33,10 @@ from app.dm.table import (
     parse_table,
 )
 from app.dm.targets import BlockDevice
+from app.dm.timed import TimedDevice
 from app.dm.volume import DispatchMode, Volume
 from app.engine.registry import EngineRegistry
+from app.engine.simulated import Engine
 from app.errors import (
     AlreadyExists,
     DeviceBusy,
@@ -100,8 +102,13 @@ class Control:
         return self.volume(ref.name).size // SECTOR_SIZE
 
     def resolve(self, ref: DeviceRef) -> BlockDevice:
+        """The object a table line maps onto; modelled devices accrue virtual time."""
         if ref.kind == "device":
-            return self.devices.get(ref.name)
+            store = self.devices.get(ref.name)
+            model = self.device_models.get(ref.name)
+            if model is None:
+                return store
+            return TimedDevice(store, self.engines.device_timer(model))
         return self.volume(ref.name)
 
     def _key_aad(self, volume_uuid: str, table_id: int, line_index: int) -> bytes:
@@ -178,9 +185,10 @@ class Control:
 
     # ------------------------------------------------------------------ volumes
 
-    def _parse(self, name: str, text: str) -> Table:
+    def _parse(self, name: str, text: str, engine: Engine) -> Table:
         table = parse_table(text, resolve=self)
         self._check_no_cycle(name, table)
+        check_engine(engine, table)
         return table
 
     def _store_table(
@@ -230,7 +238,7 @@ class Control:
         with self._lock:
             if name in self.volumes:
                 raise AlreadyExists(f"volume {name} exists")
-            table = self._parse(name, table_text)
+            table = self._parse(name, table_text, engine_obj)
             volume = Volume(
                 name,
                 models.new_uuid(),
@@ -273,7 +281,7 @@ class Control:
     def load_table(self, name: str, table_text: str) -> None:
         with self._lock:
             volume = self.volume(name)
-            table = self._parse(name, table_text)
+            table = self._parse(name, table_text, volume.engine)
             with self._transaction() as session:
                 row = self._volume_row(session, name)
                 old = self._slot_row(session, row, "inactive")
@@ -400,6 +408,9 @@ class Control:
         engine_obj = self.engines.engine(engine) if engine is not None else None
         with self._lock:
             volume = self.volume(name)
+            if engine_obj is not None:
+                for table in self._tables_of(volume):
+                    check_engine(engine_obj, table)
             with self._transaction() as session:
                 row = self._volume_row(session, name)
                 if dispatch_mode is not None:
@@ -505,6 +516,12 @@ class Control:
 def _stacked_names(text: str) -> set[str]:
     return set(re.findall(r"/dev/mapper/([A-Za-z0-9._-]+)", text))
 
+
+
+def check_engine(engine: Engine, table: Table) -> None:
+    """Refuse a table the engine could never process (cipher, chain mode, data unit size)."""
+    for params in table.crypt_params():
+        engine.check(params.cipher, params.sector_size)
 
 
 def _storage_text(table: Table) -> str:

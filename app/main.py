@@ -10,7 +10,7 @@ from fastapi import FastAPI
 from prometheus_client import CollectorRegistry
 
 from app.api import problems
-from app.api.routes import data, devices, health, volumes
+from app.api.routes import data, devices, engines, health, volumes
 from app.config import Settings, get_settings
 from app.control import Control
 from app.db import migrate
@@ -97,4 +97,5 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(devices.router)
     app.include_router(volumes.router)
     app.include_router(data.router)
+    app.include_router(engines.router)
     return app

@@ -1,0 +1,79 @@
+import httpx
+import pytest
+
+from tests.factories import CBC_KEY, XTS_KEY, make_device, make_volume
+
+pytestmark = pytest.mark.anyio
+
+
+async def test_presets_are_listed(client: httpx.AsyncClient) -> None:
+    names = {engine["name"] for engine in (await client.get("/v1/engines")).json()}
+    assert {"software", "omap-aes-am335x", "mv-cesa"} <= names
+
+
+async def test_engine_shows_capabilities_cost_and_live_stats(client: httpx.AsyncClient) -> None:
+    body = (await client.get("/v1/engines/omap-aes-am335x")).json()
+    assert body["capabilities"]["max_bytes_per_call"] > 0
+    assert body["cost"]["setup_ns"] > 0
+    assert "calls" in body["stats"]
+
+
+async def test_unknown_engine_is_404(client: httpx.AsyncClient) -> None:
+    assert (await client.get("/v1/engines/nope")).status_code == 404
+
+
+async def test_custom_engine_is_validated(client: httpx.AsyncClient) -> None:
+    response = await client.post(
+        "/v1/engines",
+        json={
+            "name": "bad",
+            "capabilities": {"max_bytes_per_call": 1},
+            "cost": {"setup_ns": 1000, "encrypt_bytes_per_s": 1e8, "decrypt_bytes_per_s": 1e8},
+        },
+    )
+    assert response.status_code == 422
+
+
+async def test_custom_engine_and_device_model_drive_a_volume(client: httpx.AsyncClient) -> None:
+    created = await client.post(
+        "/v1/engines",
+        json={
+            "name": "slow",
+            "capabilities": {"bulk_ivmodes": ["plain64"]},
+            "cost": {"setup_ns": 5000, "encrypt_bytes_per_s": 5e7, "decrypt_bytes_per_s": 5e7},
+        },
+    )
+    assert created.status_code == 201, created.text
+    model = await client.post(
+        "/v1/device-models",
+        json={"name": "disk", "read_latency_ns": 100000, "write_latency_ns": 100000},
+    )
+    assert model.status_code == 201, model.text
+    response = await client.post(
+        "/v1/devices", json={"name": "sda2", "size_bytes": 1 << 20, "model": "disk"}
+    )
+    assert response.status_code == 201
+    await make_volume(client, engine="slow")
+    await client.put(
+        "/v1/volumes/vol/data", content=b"x" * 4096, headers={"Content-Range": "bytes 0-4095/*"}
+    )
+    engine = (await client.get("/v1/engines/slow")).json()
+    assert engine["stats"]["calls"]["bulk"] >= 1
+    disk = (await client.get("/v1/device-models/disk")).json()
+    assert disk["stats"]["ios"]["write"] >= 1
+
+
+async def test_volume_engine_is_switched_by_patch(client: httpx.AsyncClient) -> None:
+    await make_device(client)
+    await make_volume(client, table=f"0 2048 crypt aes-cbc-essiv:sha256 {CBC_KEY} 0 sda2 0")
+    response = await client.patch("/v1/volumes/vol", json={"engine": "mv-cesa"})
+    assert response.status_code == 200
+    assert response.json()["engine"] == "mv-cesa"
+
+
+async def test_engine_that_cannot_run_the_table_is_refused(client: httpx.AsyncClient) -> None:
+    await make_device(client)
+    await make_volume(client, table=f"0 2048 crypt aes-xts-plain64 {XTS_KEY} 0 sda2 0")
+    response = await client.patch("/v1/volumes/vol", json={"engine": "mv-cesa"})
+    assert response.status_code == 422
+    assert (await client.get("/v1/volumes/vol")).json()["engine"] == "software"

@@ -1,0 +1,107 @@
+"""A restart restores every device and volume in the same state, on SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+import httpx
+import pytest
+
+from app.config import Settings
+from app.main import create_app
+from tests.conftest import ADMIN_TOKEN
+from tests.factories import CBC_KEY, XTS_KEY, xts_table
+
+pytestmark = pytest.mark.anyio
+
+
+@asynccontextmanager
+async def running(settings: Settings) -> AsyncIterator[httpx.AsyncClient]:
+    app = create_app(settings)
+    async with app.router.lifespan_context(app):
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(
+            transport=transport,
+            base_url="http://t",
+            headers={"Authorization": f"Bearer {ADMIN_TOKEN}"},
+        ) as client:
+            yield client
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'restart.db'}"
+    url: str = request.getfixturevalue("postgres_url")
+    return url
+
+
+async def test_restart_restores_states_tables_keys_and_data(
+    database_url: str, data_dir: Path
+) -> None:
+    settings = Settings(
+        data_dir=data_dir,
+        database_url=database_url,
+        admin_token=ADMIN_TOKEN,  # type: ignore[arg-type]
+    )
+    payload = os.urandom(8192)
+    async with running(settings) as client:
+        await client.post("/v1/devices", json={"name": "pv", "size_bytes": 4 << 20})
+        await client.post("/v1/volumes", json={"name": "live", "table": xts_table("pv", 2048)})
+        put = await client.put(
+            "/v1/volumes/live/data",
+            content=payload,
+            headers={"Content-Range": "bytes 0-8191/*"},
+        )
+        assert put.status_code == 204
+        essiv = f"0 2048 crypt aes-cbc-essiv:sha256 {CBC_KEY} 0 pv 2048"
+        await client.post(
+            "/v1/volumes", json={"name": "held", "table": essiv, "dispatch_mode": "bio"}
+        )
+        await client.post("/v1/volumes/held/suspend")
+        await client.post("/v1/volumes/held/message", json={"message": "key wipe"})
+        await client.put("/v1/volumes/live/table", json={"table": xts_table("pv", 1024)})
+        await client.post("/v1/volumes", json={"name": "top", "table": "0 2048 linear /dev/mapper/live 0"})
+        before = {
+            name: (await client.get(f"/v1/volumes/{name}")).json()
+            for name in ("live", "held", "top")
+        }
+
+    async with running(settings) as client:
+        for name, info in before.items():
+            assert (await client.get(f"/v1/volumes/{name}")).json() == info
+        assert before["held"]["state"] == "suspended"
+        assert before["held"]["dispatch_mode"] == "bio"
+        assert before["live"]["tables"] == ["LIVE", "INACTIVE"]
+        live_table = await client.get("/v1/volumes/live/table", params={"show_keys": "true"})
+        assert live_table.text == f"0 2048 crypt aes-xts-plain64 {XTS_KEY} 0 pv 0\n"
+        data = await client.get("/v1/volumes/top/data", headers={"Range": "bytes=0-8191"})
+        assert data.content == payload
+        refused = await client.post("/v1/volumes/held/resume")
+        assert refused.status_code == 409
+        assert "crypt key is not set" in refused.json()["detail"]
+        await client.post("/v1/volumes/held/message", json={"message": f"key set {CBC_KEY}"})
+        assert (await client.post("/v1/volumes/held/resume")).json()["state"] == "active"
+        assert (await client.get("/v1/devices/pv")).json()["mapped_by"] == ["held", "live"]
+
+
+async def test_keys_are_stored_only_wrapped(database_url: str, data_dir: Path) -> None:
+    from sqlalchemy import create_engine, text
+
+    settings = Settings(
+        data_dir=data_dir, database_url=database_url, admin_token=ADMIN_TOKEN  # type: ignore[arg-type]
+    )
+    async with running(settings) as client:
+        await client.post("/v1/devices", json={"name": "pv", "size_bytes": 1 << 20})
+        await client.post("/v1/volumes", json={"name": "v", "table": xts_table("pv", 2048)})
+    engine = create_engine(database_url.replace("postgresql://", "postgresql+psycopg://"))
+    with engine.connect() as connection:
+        texts = [row[0] for row in connection.execute(text("SELECT text FROM volume_tables"))]
+        blobs = [bytes(row[0]) for row in connection.execute(text("SELECT blob FROM wrapped_keys"))]
+    engine.dispose()
+    assert texts == [f"0 2048 crypt aes-xts-plain64 {'0' * 128} 0 pv 0\n"]
+    assert len(blobs) == 1
+    assert bytes.fromhex(XTS_KEY) not in blobs[0]
