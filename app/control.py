@@ -213,7 +213,9 @@ class Control:
         row = session.scalars(select(models.Volume).where(models.Volume.name == name)).one()
         return row
 
-    def _slot_row(self, session: Session, row: models.Volume, slot: str) -> models.VolumeTable | None:
+    def _slot_row(
+        self, session: Session, row: models.Volume, slot: str
+    ) -> models.VolumeTable | None:
         return session.scalars(
             select(models.VolumeTable).where(
                 models.VolumeTable.volume_id == row.id, models.VolumeTable.slot == slot
@@ -435,11 +437,10 @@ class Control:
                 self.device_sizes[device.name] = device.size_bytes
                 self.device_models[device.name] = device.model
             rows = list(session.scalars(select(models.Volume)))
-            tables = {
-                (t.volume_id, t.slot): t for t in session.scalars(select(models.VolumeTable))
-            }
+            tables = {(t.volume_id, t.slot): t for t in session.scalars(select(models.VolumeTable))}
             keys: dict[tuple[int, int], bytes] = {
-                (k.table_id, k.line_index): k.blob for k in session.scalars(select(models.WrappedKey))
+                (k.table_id, k.line_index): k.blob
+                for k in session.scalars(select(models.WrappedKey))
             }
         pending = {row.name: row for row in rows}
         while pending:
@@ -471,7 +472,9 @@ class Control:
                 blob = keys.get((table_row.id, index))
                 key: KeyMaterial | None = None
                 if blob is not None:
-                    key = unwrap_key(self.master_key, blob, self._key_aad(row.uuid, table_row.id, index))
+                    key = unwrap_key(
+                        self.master_key, blob, self._key_aad(row.uuid, table_row.id, index)
+                    )
                 lines[index] = replace(line, target=replace(line.target, key=key))
         return Table(tuple(lines))
 
@@ -515,7 +518,6 @@ class Control:
 
 def _stacked_names(text: str) -> set[str]:
     return set(re.findall(r"/dev/mapper/([A-Za-z0-9._-]+)", text))
-
 
 
 def check_engine(engine: Engine, table: Table) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
 from pathlib import Path
@@ -29,10 +30,8 @@ def load_master_key(settings: Settings) -> bytes:
         return bytes.fromhex(settings.master_key.get_secret_value())
     path = settings.resolved_master_key_file
     if not path.exists():
-        try:
+        with contextlib.suppress(FileExistsError):
             _write_private(path, secrets.token_hex(32))
-        except FileExistsError:
-            pass
     key = bytes.fromhex(_read_private(path))
     if len(key) != 32:
         raise ValueError(f"{path} must hold 64 hex digits")

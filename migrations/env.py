@@ -6,8 +6,8 @@ from alembic import context
 from alembic.operations import ops
 
 from app.config import get_settings
-from app.db.base import Base
 from app.db import models  # noqa: F401  (registers the tables on Base.metadata)
+from app.db.base import Base
 from app.db.session import make_engine
 
 config = context.config

@@ -102,9 +102,7 @@ async def _validation_error(request: Request, exc: Exception) -> JSONResponse:
         {"loc": list(err.get("loc", ())), "msg": str(err.get("msg", ""))} for err in exc.errors()
     ]
     detail = "; ".join(f"{'.'.join(map(str, i['loc']))}: {i['msg']}" for i in issues)
-    return problem(
-        422, detail or "invalid request", instance=request.url.path, errors=issues
-    )
+    return problem(422, detail or "invalid request", instance=request.url.path, errors=issues)
 
 
 async def _unhandled(request: Request, exc: Exception) -> JSONResponse:

@@ -55,7 +55,9 @@ def parse_range(header: str, size: int) -> list[ByteRange] | None:
                 continue
             ranges.append(ByteRange(max(0, size - suffix), size - 1))
     if not ranges:
-        raise RangeNotSatisfiable(f"no range of {header!r} lies within the {size}-byte volume", size)
+        raise RangeNotSatisfiable(
+            f"no range of {header!r} lies within the {size}-byte volume", size
+        )
     return ranges
 
 

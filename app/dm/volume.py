@@ -83,9 +83,13 @@ class LiveMap:
 def missing_key(table: Table) -> int | None:
     """1-based index of the first crypt line whose key was wiped, if any."""
     for index, line in enumerate(table.lines, start=1):
-        if isinstance(line.target, CryptParams) and line.target.key is None:
-            if line.target.cipher.valid_key_sizes != (0,):
-                return index
+        params = line.target
+        if (
+            isinstance(params, CryptParams)
+            and params.key is None
+            and params.cipher.valid_key_sizes != (0,)
+        ):
+            return index
     return None
 
 

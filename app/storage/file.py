@@ -5,8 +5,9 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import os
-from typing_extensions import Buffer
 from pathlib import Path
+
+from typing_extensions import Buffer
 
 from app.storage.base import BackingStore
 
@@ -24,9 +25,7 @@ class FileStore(BackingStore):
         self._size = size
         flags = os.O_RDWR | (os.O_CREAT | os.O_EXCL if create else 0)
         self._fd = os.open(path, flags, 0o600)
-        if create:
-            os.ftruncate(self._fd, size)
-        elif os.fstat(self._fd).st_size < size:
+        if create or os.fstat(self._fd).st_size < size:
             os.ftruncate(self._fd, size)
 
     @property

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+
 from typing_extensions import Buffer
 
 from app.storage.base import BackingStore

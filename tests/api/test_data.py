@@ -65,7 +65,11 @@ async def test_unaligned_write_preserves_neighbouring_bytes(
 
 @pytest.mark.parametrize(
     ("header", "first", "last"),
-    [("bytes=0-99", 0, 99), (f"bytes={SIZE - 10}-", SIZE - 10, SIZE - 1), ("bytes=-5", SIZE - 5, SIZE - 1)],
+    [
+        ("bytes=0-99", 0, 99),
+        (f"bytes={SIZE - 10}-", SIZE - 10, SIZE - 1),
+        ("bytes=-5", SIZE - 5, SIZE - 1),
+    ],
 )
 async def test_range_forms(
     client: httpx.AsyncClient, volume: None, header: str, first: int, last: int
@@ -182,9 +186,7 @@ async def test_discarded_sectors_read_as_decrypted_zeros(client: httpx.AsyncClie
 
 async def test_write_zeroes_reads_back_zeros(client: httpx.AsyncClient, volume: None) -> None:
     await put(client, 0, os.urandom(4096))
-    response = await client.post(
-        "/v1/volumes/vol/write-zeroes", json={"offset": 0, "length": 4096}
-    )
+    response = await client.post("/v1/volumes/vol/write-zeroes", json={"offset": 0, "length": 4096})
     assert response.status_code == 204
     data = await client.get("/v1/volumes/vol/data", headers={"Range": "bytes=0-4095"})
     assert data.content == bytes(4096)

@@ -117,9 +117,7 @@ async def test_resume_after_key_wipe_is_refused_until_key_set(
     refused = await client.post("/v1/volumes/vol/resume")
     assert refused.status_code == 409
     assert "crypt key is not set" in refused.json()["detail"]
-    key_set = await client.post(
-        "/v1/volumes/vol/message", json={"message": f"key set {XTS_KEY}"}
-    )
+    key_set = await client.post("/v1/volumes/vol/message", json={"message": f"key set {XTS_KEY}"})
     assert key_set.status_code == 204
     assert (await client.post("/v1/volumes/vol/resume")).status_code == 200
 
@@ -161,9 +159,7 @@ async def test_a_volume_cannot_map_itself(client: httpx.AsyncClient, volume: obj
     assert "itself" in response.json()["detail"] or "vol" in response.json()["detail"]
 
 
-async def test_patch_switches_dispatch_mode_live(
-    client: httpx.AsyncClient, volume: object
-) -> None:
+async def test_patch_switches_dispatch_mode_live(client: httpx.AsyncClient, volume: object) -> None:
     response = await client.patch("/v1/volumes/vol", json={"dispatch_mode": "bio"})
     assert response.status_code == 200
     assert response.json()["dispatch_mode"] == "bio"

@@ -64,7 +64,9 @@ async def test_restart_restores_states_tables_keys_and_data(
         await client.post("/v1/volumes/held/suspend")
         await client.post("/v1/volumes/held/message", json={"message": "key wipe"})
         await client.put("/v1/volumes/live/table", json={"table": xts_table("pv", 1024)})
-        await client.post("/v1/volumes", json={"name": "top", "table": "0 2048 linear /dev/mapper/live 0"})
+        await client.post(
+            "/v1/volumes", json={"name": "top", "table": "0 2048 linear /dev/mapper/live 0"}
+        )
         before = {
             name: (await client.get(f"/v1/volumes/{name}")).json()
             for name in ("live", "held", "top")
@@ -92,7 +94,9 @@ async def test_keys_are_stored_only_wrapped(database_url: str, data_dir: Path) -
     from sqlalchemy import create_engine, text
 
     settings = Settings(
-        data_dir=data_dir, database_url=database_url, admin_token=ADMIN_TOKEN  # type: ignore[arg-type]
+        data_dir=data_dir,
+        database_url=database_url,
+        admin_token=ADMIN_TOKEN,  # type: ignore[arg-type]
     )
     async with running(settings) as client:
         await client.post("/v1/devices", json={"name": "pv", "size_bytes": 1 << 20})

@@ -41,9 +41,7 @@ def check_if_match(request: Request, volume: Volume) -> None:
         raise PreconditionFailed(f"If-Match does not match the current ETag {etag(volume)}")
 
 
-async def stream_range(
-    volume: Volume, first: int, length: int, chunk: int
-) -> AsyncIterator[bytes]:
+async def stream_range(volume: Volume, first: int, length: int, chunk: int) -> AsyncIterator[bytes]:
     position, end = first, first + length
     while position < end:
         size = min(chunk, end - position)
@@ -159,9 +157,7 @@ async def write_data(
     if declared is None:
         raise HTTPException(411, "PUT needs Content-Length equal to the Content-Range length")
     if int(declared) != byte_range.length:
-        raise InvalidRange(
-            f"body is {declared} bytes but Content-Range covers {byte_range.length}"
-        )
+        raise InvalidRange(f"body is {declared} bytes but Content-Range covers {byte_range.length}")
     if byte_range.length > settings.max_body_bytes:
         raise PayloadTooLarge(
             f"body of {byte_range.length} bytes exceeds the {settings.max_body_bytes}-byte maximum"
@@ -184,7 +180,9 @@ async def write_data(
             view = view[take:]
             if position + filled == next_cut:
                 last = next_cut == end
-                await anyio.to_thread.run_sync(_write, volume, position, buffer, filled, fua and last)
+                await anyio.to_thread.run_sync(
+                    _write, volume, position, buffer, filled, fua and last
+                )
                 position, filled = next_cut, 0
                 next_cut = min(end, next_cut + chunk)
     if position != end:

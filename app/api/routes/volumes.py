@@ -7,7 +7,6 @@ from dataclasses import asdict
 from typing import Any
 
 import anyio
-
 from fastapi import APIRouter, Request, Response
 from fastapi.responses import PlainTextResponse
 from starlette.exceptions import HTTPException
@@ -57,7 +56,7 @@ def volume_out(volume: Volume) -> VolumeOut:
         targets=targets,
         dispatch_mode=info.dispatch_mode,
         engine=info.engine,
-        elevator=info.elevator,  # type: ignore[arg-type]
+        elevator=info.elevator,
         queue_limits=QueueLimitsIn(**asdict(info.limits)),
         logical_block_size=info.limits.logical_block_size,
     )

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing_extensions import Buffer
 from dataclasses import dataclass
 from typing import Literal, Protocol
+
+from typing_extensions import Buffer
 
 from app.blk.bio import Op
 from app.blk.request import Request
@@ -55,14 +56,14 @@ class Target(ABC):
     @abstractmethod
     def map(self, request: Request, context: MapContext) -> MapResult: ...
 
-    def flush(self) -> None:
+    def flush(self) -> None:  # noqa: B027 - optional hook, like a target_type without .flush
         """Make completed writes durable; targets with no device have nothing to do."""
 
     def status(self) -> str:
         """``dmsetup status`` arguments (STATUSTYPE_INFO)."""
         return ""
 
-    def wipe(self) -> None:
+    def wipe(self) -> None:  # noqa: B027 - optional hook: only crypt holds keys
         """Forget key material (remove, table swap)."""
 
 
