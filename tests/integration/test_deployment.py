@@ -106,6 +106,8 @@ def served(postgres_url: str, tmp_path: Path) -> Iterator[tuple[str, str]]:
     finally:
         process.terminate()
         process.wait(timeout=15)
+        if process.stdout is not None:
+            process.stdout.close()
 
 
 @pytest.mark.postgres
