@@ -1,4 +1,4 @@
-"""Run a ``Workload`` against a target from ``iodepth × numjobs`` threads.
+"""Run a ``Workload`` against a target from ``iodepth x numjobs`` threads.
 
 In-process the target is a ``Volume`` (the exact data path the HTTP routes
 call, minus HTTP); ``HttpTarget`` does the same over the service's ranged
@@ -210,5 +210,7 @@ class HttpTarget:
 def _check(response: httpx.Response, status: int) -> None:
     if response.status_code != status:
         detail = response.text[:300]
-        raise InvalidInput(f"{response.request.method} {response.request.url.path}: "
-                           f"HTTP {response.status_code}: {detail}")
+        raise InvalidInput(
+            f"{response.request.method} {response.request.url.path}: "
+            f"HTTP {response.status_code}: {detail}"
+        )
