@@ -10,7 +10,8 @@ from fastapi import FastAPI
 from prometheus_client import CollectorRegistry
 
 from app.api import problems
-from app.api.routes import data, devices, engines, health, volumes
+from app.api.routes import benchmarks, data, devices, engines, health, volumes
+from app.bench.jobs import BenchmarkJobs
 from app.config import Settings, get_settings
 from app.control import Control
 from app.db import migrate
@@ -59,6 +60,8 @@ def build_state(settings: Settings, registry: CollectorRegistry) -> State:
         suspend_wait_seconds=settings.suspend_wait_seconds,
     )
     control.restore()
+    benchmarks_runner = BenchmarkJobs(sessions, control, engines)
+    benchmarks_runner.recover()
     return State(
         settings=settings,
         db_engine=db_engine,
@@ -68,6 +71,7 @@ def build_state(settings: Settings, registry: CollectorRegistry) -> State:
         registry=registry,
         control=control,
         engines=engines,
+        benchmarks=benchmarks_runner,
     )
 
 
@@ -82,6 +86,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         try:
             yield
         finally:
+            state.benchmarks.close()
             state.control.close()
             state.db_engine.dispose()
 
@@ -97,5 +102,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(devices.router)
     app.include_router(volumes.router)
     app.include_router(data.router)
+    app.include_router(benchmarks.router)
+    app.include_router(data.null_router)
     app.include_router(engines.router)
     return app

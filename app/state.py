@@ -8,6 +8,7 @@ from prometheus_client import CollectorRegistry
 from sqlalchemy import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
+from app.bench.jobs import BenchmarkJobs
 from app.config import Settings
 from app.control import Control
 from app.engine.registry import EngineRegistry
@@ -23,3 +24,4 @@ class State:
     registry: CollectorRegistry
     control: Control
     engines: EngineRegistry
+    benchmarks: BenchmarkJobs

@@ -641,7 +641,7 @@ class BenchmarkJobs:
         except Exception as exc:
             live.state = "failed"
             live.error = exc.detail if isinstance(exc, ReqcryptError) else repr(exc)
-            log.warning("benchmark %s failed: %s", live.id, live.error)
+            log.warning("benchmark %s failed: %s", live.id, live.error, exc_info=True)
         self._persist(live, finished=True)
         with self._lock:
             self._live.pop(live.id, None)

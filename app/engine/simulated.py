@@ -47,6 +47,8 @@ class CryptTransformLike(Protocol):
     def decrypt(self, data: Buffer, sector: int, /) -> bytes: ...
     def encrypt_segments(self, segments: Sequence[Buffer], sector: int, /) -> list[bytes]: ...
     def decrypt_segments(self, segments: Sequence[Buffer], sector: int, /) -> list[bytes]: ...
+    def encrypt_into(self, data: Buffer, sector: int, out: Buffer, /) -> None: ...
+    def decrypt_into(self, data: Buffer, sector: int, out: Buffer, /) -> None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,7 +61,7 @@ class EngineResult:
     virtual clock; ``completes_at_ns`` is its end on that clock.
     """
 
-    outputs: list[bytes]
+    outputs: list[bytearray]
     plan: CallPlan
     modelled_ns: int
     cpu_ns: int
@@ -214,8 +216,12 @@ class SimulatedEngine(Engine):
             cpu_ns = 0.0
             modelled = float(sum(durations))
         else:
-            run = transform.encrypt_segments if op == "encrypt" else transform.decrypt_segments
-            outputs = run(views, sector)
+            into = transform.encrypt_into if op == "encrypt" else transform.decrypt_into
+            outputs = [bytearray(view.nbytes) for view in views]
+            position = sector
+            for view, output in zip(views, outputs, strict=True):
+                into(view, position, output)
+                position += view.nbytes >> 9
             cost = plan_cost(self._profile, plan)
             durations, cpu_ns, modelled = list(cost.call_ns), cost.cpu_ns, cost.latency_ns
         # Software IVs are generated before the calls can be submitted.
@@ -269,17 +275,17 @@ def _run_calls(
     views: list[memoryview],
     plan: CallPlan,
     clock_ns: Callable[[], int] = time.perf_counter_ns,
-) -> tuple[list[bytes], list[float]]:
+) -> tuple[list[bytearray], list[float]]:
     """Make each planned call for real; per-unit calls get exactly one data unit."""
-    one: Callable[[Buffer, int], bytes]
     many: Callable[[Sequence[Buffer], int], list[bytes]]
     if op == "encrypt":
-        one, many = transform.encrypt, transform.encrypt_segments
+        many = transform.encrypt_segments
     else:
-        one, many = transform.decrypt, transform.decrypt_segments
+        many = transform.decrypt_segments
     ends = list(accumulate(view.nbytes for view in views))
     starts = [0, *ends[:-1]]
     outputs = [bytearray(view.nbytes) for view in views]
+    into = transform.encrypt_into if op == "encrypt" else transform.decrypt_into
     durations: list[float] = []
     for call in plan.calls:
         call_end = call.offset + call.nbytes
@@ -291,8 +297,13 @@ def _run_calls(
             places.append((index, low, high))
         pieces = [views[index][low:high] for index, low, high in places]
         began = clock_ns()
-        results = [one(pieces[0], call.sector)] if len(pieces) == 1 else many(pieces, call.sector)
+        if len(pieces) == 1:
+            index, low, high = places[0]
+            into(pieces[0], call.sector, memoryview(outputs[index])[low:high])
+            durations.append(float(clock_ns() - began))
+            continue
+        results = many(pieces, call.sector)
         durations.append(float(clock_ns() - began))
         for (index, low, high), result in zip(places, results, strict=True):
             outputs[index][low:high] = result
-    return [bytes(output) for output in outputs], durations
+    return outputs, durations

@@ -219,3 +219,29 @@ async def write_zeroes(name: str, body: RangeIn, control: ControlDep, _: RoleDep
     volume = control.volume(name)
     await anyio.to_thread.run_sync(volume.write_zeroes, body.offset, body.length)
     return Response(status_code=204, headers={"ETag": etag(volume)})
+
+
+null_router = APIRouter(prefix="/v1/null", tags=["data"], responses=responses(401))
+
+
+@null_router.put("/data", status_code=204, responses=responses(400))
+async def null_write(request: Request, _: RoleDep) -> Response:
+    """The HTTP ceiling: consumes a body like a volume write, touches nothing."""
+    async for _piece in request.stream():
+        pass
+    return Response(status_code=204)
+
+
+@null_router.get("/data", responses={206: {"content": {OCTETS: {}}}, **responses(416)})
+async def null_read(request: Request, _: RoleDep, size: int = 1 << 30) -> Response:
+    """The HTTP ceiling: answers a single Range with zeros, as a volume read would."""
+    ranges = parse_range(request.headers.get("range", f"bytes=0-{size - 1}"), size) or [
+        ByteRange(0, size - 1)
+    ]
+    byte_range = ranges[0]
+    return Response(
+        bytes(byte_range.length),
+        status_code=206,
+        media_type=OCTETS,
+        headers={"Content-Range": byte_range.content_range(size)},
+    )

@@ -1,0 +1,265 @@
+"""``reqcrypt bench``: run benchmark jobs and built-in scenarios in-process, or a workload over HTTP.
+
+In-process runs build their own application state (``build_state``) against a
+temporary data directory by default, so they never touch a running service's
+volumes; ``--data-dir`` points at a stopped service's directory to benchmark
+its volumes by name.
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from app.bench import report
+from app.bench.workload import Workload, format_size, parse_size
+from app.errors import ReqcryptError
+
+bench_app = typer.Typer(help="Benchmarks: fio-like workloads, sweeps and built-in scenarios.")
+
+
+@contextmanager
+def _state(data_dir: Path | None) -> Iterator[Any]:
+    """Application state over ``data_dir`` (a fresh temporary directory when None)."""
+    from prometheus_client import CollectorRegistry
+
+    from app.config import Settings
+    from app.main import build_state
+
+    with tempfile.TemporaryDirectory(prefix="reqcrypt-bench-") as scratch:
+        settings = Settings(data_dir=data_dir or Path(scratch), auth="disabled")
+        state = build_state(settings, CollectorRegistry())
+        try:
+            yield state
+        finally:
+            state.benchmarks.close()
+            state.control.close()
+            state.db_engine.dispose()
+
+
+def _csv(value: str | None) -> list[str]:
+    return [part.strip() for part in (value or "").split(",") if part.strip()]
+
+
+class _Bar:
+    """A progress bar over 0..1 fractions (typer's bar counts integers)."""
+
+    def __init__(self, label: str) -> None:
+        self._context = typer.progressbar(length=1000, label=label, file=None)
+        self._bar = self._context.__enter__()
+        self._shown = 0
+
+    def update(self, fraction: float) -> None:
+        target = int(fraction * 1000)
+        if target > self._shown:
+            self._bar.update(target - self._shown)
+            self._shown = target
+
+    def close(self) -> None:
+        self.update(1.0)
+        self._context.__exit__(None, None, None)
+
+
+def _fail(exc: ReqcryptError) -> typer.Exit:
+    typer.echo(f"reqcrypt bench: {exc.detail}", err=True)
+    return typer.Exit(2)
+
+
+@bench_app.command("run")
+def run(
+    volume_template: Annotated[
+        str | None, typer.Option(help="table with {dev} for a temporary device per cell")
+    ] = None,
+    device_size: Annotated[str, typer.Option(help="template device size")] = "64M",
+    device_model: Annotated[str, typer.Option(help="template device model")] = "none",
+    volume: Annotated[
+        str | None, typer.Option(help="an existing volume (needs --data-dir)")
+    ] = None,
+    engine: Annotated[str | None, typer.Option(help="engine (default: software)")] = None,
+    rw: Annotated[str, typer.Option(help="fio rw; comma list sweeps")] = "read",
+    bs: Annotated[str, typer.Option(help="block size(s), e.g. 4k,64k,1M")] = "4k",
+    size: Annotated[str, typer.Option(help="bytes per job")] = "16M",
+    iodepth: Annotated[str, typer.Option(help="I/Os in flight per job; comma list sweeps")] = "1",
+    numjobs: Annotated[int, typer.Option(help="jobs (distinct regions)")] = 1,
+    direct: Annotated[bool, typer.Option(help="direct I/O (off: flush at the end)")] = True,
+    runtime: Annotated[float | None, typer.Option(help="seconds, time-based")] = None,
+    rwmixread: Annotated[int, typer.Option(help="read share for randrw/readwrite")] = 50,
+    seed: Annotated[int, typer.Option(help="random offsets seed")] = 0,
+    sweep_mode: Annotated[
+        str, typer.Option(help="dispatch modes, e.g. bio,request")
+    ] = "bio,request",
+    sweep_engine: Annotated[str | None, typer.Option(help="engines to sweep")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="print the run as JSON")] = False,
+    plot: Annotated[Path | None, typer.Option(help="write throughput vs bs as PNG")] = None,
+    data_dir: Annotated[
+        Path | None, typer.Option(help="state directory (default: temporary)")
+    ] = None,
+) -> None:
+    """Run one benchmark job in-process and print the bio vs request table."""
+    from app.bench.jobs import JobSpec
+
+    job: dict[str, Any] = {
+        "engine": engine,
+        "workload": {
+            "rw": _csv(rw)[0],
+            "bs": _csv(bs)[0],
+            "size": size,
+            "iodepth": int(_csv(iodepth)[0]),
+            "numjobs": numjobs,
+            "direct": direct,
+            "runtime": runtime,
+            "rwmixread": rwmixread,
+            "seed": seed,
+        },
+        "sweep": {
+            "dispatch_mode": _csv(sweep_mode),
+            "rw": _csv(rw),
+            "bs": _csv(bs),
+            "iodepth": [int(v) for v in _csv(iodepth)],
+        },
+    }
+    if sweep_engine:
+        job["sweep"]["engine"] = _csv(sweep_engine)
+    if volume_template is not None:
+        job["volume_template"] = {
+            "table": volume_template,
+            "device_size": device_size,
+            "device_model": device_model,
+        }
+    if volume is not None:
+        job["volume"] = volume
+    try:
+        spec = JobSpec.from_dict(job)
+        with _state(data_dir) as state:
+            bar = _Bar("bench") if not as_json else None
+            try:
+                result = state.benchmarks.run_now(spec, bar.update if bar else None)
+            finally:
+                if bar is not None:
+                    bar.close()
+    except ReqcryptError as exc:
+        raise _fail(exc) from None
+    _emit(result, as_json=as_json, plot=plot)
+
+
+def _emit(result: dict[str, Any], *, as_json: bool, plot: Path | None) -> None:
+    cells = result["cells"]
+    if plot is not None and cells:
+        plot.write_bytes(report.plot_png(cells, title=result["spec"].get("label") or ""))
+    if as_json:
+        typer.echo(json.dumps(result, indent=2, default=str))
+    else:
+        if result["state"] != "done":
+            typer.echo(f"run {result['id']} {result['state']}: {result['error']}", err=True)
+        metric = report.default_metric(cells)
+        kind = "measured" if metric.startswith("measured") else "modelled"
+        typer.echo(report.render_table(report.compare(cells, metric=metric), unit=f"{kind} MB/s"))
+        typer.echo(
+            f"run {result['id']} ({len(cells)} cells); modelled = virtual clocks, "
+            "measured = this host's wall clock"
+        )
+    if result["state"] != "done":
+        raise typer.Exit(1)
+
+
+@bench_app.command("scenario")
+def run_scenario(
+    name: Annotated[str, typer.Argument(help="scenario name (see `bench scenarios`)")],
+    as_json: Annotated[bool, typer.Option("--json", help="print runs as JSON")] = False,
+    plot: Annotated[Path | None, typer.Option(help="write the scenario's plot as PNG")] = None,
+    data_dir: Annotated[
+        Path | None, typer.Option(help="state directory (default: temporary)")
+    ] = None,
+) -> None:
+    """Run a built-in scenario; prints its Markdown tables."""
+    from app.bench import scenarios
+
+    try:
+        scenarios.scenario(name)
+        with _state(data_dir) as state:
+            bars: dict[str, _Bar] = {}
+
+            def progress(label: str, fraction: float) -> None:
+                if as_json:
+                    return
+                if label not in bars:
+                    for bar in bars.values():
+                        bar.close()
+                    bars.clear()
+                    bars[label] = _Bar(label)
+                bars[label].update(fraction)
+
+            try:
+                runs, rendered = scenarios.run_scenario(
+                    name, state.benchmarks, state.engines, progress
+                )
+            finally:
+                for bar in bars.values():
+                    bar.close()
+    except ReqcryptError as exc:
+        raise _fail(exc) from None
+    if plot is not None:
+        plot.write_bytes(rendered.plot)
+    if as_json:
+        typer.echo(json.dumps(runs, indent=2, default=str))
+    else:
+        typer.echo(rendered.markdown)
+
+
+@bench_app.command("scenarios")
+def list_scenarios() -> None:
+    """List the built-in scenarios."""
+    from app.bench.scenarios import SCENARIOS
+
+    for scenario in SCENARIOS.values():
+        typer.echo(f"{scenario.name:14} {scenario.summary}")
+
+
+@bench_app.command("http")
+def http(
+    url: Annotated[str, typer.Option(help="service base URL")] = "http://127.0.0.1:8000",
+    token: Annotated[str | None, typer.Option(envvar="REQCRYPT_TOKEN", help="bearer token")] = None,
+    volume: Annotated[str, typer.Option(help="volume name")] = "vol",
+    rw: Annotated[str, typer.Option(help="fio rw")] = "read",
+    bs: Annotated[str, typer.Option(help="block size")] = "64k",
+    size: Annotated[str, typer.Option(help="bytes per job")] = "16M",
+    iodepth: Annotated[int, typer.Option(help="requests in flight per job")] = 4,
+    numjobs: Annotated[int, typer.Option(help="jobs")] = 1,
+    runtime: Annotated[float | None, typer.Option(help="seconds, time-based")] = None,
+    seed: Annotated[int, typer.Option(help="random offsets seed")] = 0,
+) -> None:
+    """Run a workload over HTTP against a running service (client-side figures, measured).
+
+    httpx saturates near 1.6k requests/s (DESIGN.md): for small blocks this
+    measures the client as much as the service.
+    """
+    from app.bench.runner import HttpTarget, run_workload
+
+    try:
+        workload = Workload(
+            rw=rw,  # type: ignore[arg-type]
+            bs=parse_size(bs),
+            size=parse_size(size),
+            iodepth=iodepth,
+            numjobs=numjobs,
+            runtime=runtime,
+            seed=seed,
+        ).validate()
+        target = HttpTarget(url, volume, token=token, concurrency=workload.concurrency)
+        try:
+            result = run_workload(target, workload, measure_cpu=False)
+        finally:
+            target.close()
+    except ReqcryptError as exc:
+        raise _fail(exc) from None
+    typer.echo(
+        f"{rw} bs={format_size(workload.bs)} iodepth={iodepth} numjobs={numjobs}: "
+        f"{result.mb_s:.1f} MB/s, {result.iops:.0f} IOPS, p50 {result.percentile_ms(50):.2f} ms, "
+        f"p99 {result.percentile_ms(99):.2f} ms (measured, client side over HTTP)"
+    )

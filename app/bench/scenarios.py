@@ -1,0 +1,541 @@
+"""Built-in scenarios: the kernel thread's experiments as one command each.
+
+A scenario is a few ``JobSpec`` dicts (run like any API job, persisted), the
+custom engine profiles it needs, and a renderer that turns the finished runs
+into Markdown tables and one plot. Sizes are chosen so each scenario runs in
+well under two minutes on a 2-core machine: modelled figures come from the
+virtual clocks, which need I/O counts, not big transfers.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from app.bench import report
+from app.bench.jobs import BenchmarkJobs, JobSpec
+from app.bench.workload import format_size
+from app.engine.model import EngineProfile
+from app.engine.presets import OMAP_AES_AM335X
+from app.engine.registry import EngineRegistry
+from app.errors import AlreadyExists, InvalidInput
+
+Cell = Mapping[str, Any]
+Run = Mapping[str, Any]
+
+STOCK_ENGINE = "omap-aes-am335x-stock"
+PLAIN64_ENGINE = "omap-plain64-only"
+
+#: The RFC's dd 512 KiB direct-I/O figures (MB/s): bio-based = stock dm-crypt.
+PUBLISHED_DD = {
+    ("read", "bio"): 5.8,
+    ("read", "request"): 13.0,
+    ("write", "bio"): 4.9,
+    ("write", "request"): 9.2,
+}
+#: Marvell CESA, aes-cbc-essiv:sha256 writes through bio-based dm-crypt (MB/s).
+PUBLISHED_SECTOR = {512: 12.9, 4096: 40.5}
+
+
+def custom_engines() -> list[EngineProfile]:
+    """Profiles derived from the AM335x preset (same cost model, other capabilities)."""
+    caps = OMAP_AES_AM335X.capabilities
+    return [
+        replace(
+            OMAP_AES_AM335X,
+            name=STOCK_ENGINE,
+            description="AM335x AES as stock dm-crypt uses it: no bulk, one call per data unit.",
+            capabilities=replace(caps, bulk_ivmodes=frozenset()),
+        ),
+        replace(
+            OMAP_AES_AM335X,
+            name=PLAIN64_ENGINE,
+            description=(
+                "AM335x cost model with xts added; derives only plain64 IVs in bulk and holds "
+                "no IV key, so essiv falls back to one call per unit."
+            ),
+            capabilities=replace(
+                caps,
+                chainmodes=frozenset({"ecb", "cbc", "xts"}),
+                bulk_ivmodes=frozenset({"plain64"}),
+                keyed_iv=False,
+            ),
+        ),
+    ]
+
+
+def install_engines(engines: EngineRegistry) -> None:
+    for profile in custom_engines():
+        with contextlib.suppress(AlreadyExists):
+            engines.add_profile(profile)
+
+
+def _key(nbytes: int) -> str:
+    return os.urandom(nbytes).hex()
+
+
+def _table(cipher: str, key_bytes: int, sectors: int, extra: str = "") -> str:
+    return f"0 {sectors} crypt {cipher} {_key(key_bytes)} 0 {{dev}} 0{extra}"
+
+
+def _template(table: str, size: int, model: str) -> dict[str, Any]:
+    return {"table": table, "device_size": size, "device_model": model}
+
+
+@dataclass(frozen=True, slots=True)
+class ScenarioReport:
+    markdown: str
+    plot: bytes
+    cells: list[dict[str, Any]] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
+class Scenario:
+    name: str
+    summary: str
+    jobs: Callable[[], list[dict[str, Any]]]
+    render: Callable[[Sequence[Run]], ScenarioReport]
+
+
+def _cells(runs: Sequence[Run]) -> list[dict[str, Any]]:
+    return [dict(cell) for run in runs for cell in run["cells"]]
+
+
+def _relabel(cells: Sequence[Cell], label: Callable[[Cell], str]) -> list[dict[str, Any]]:
+    """Copies of ``cells`` whose ``dispatch_mode`` is a display label (for plots and pairing)."""
+    return [{**cell, "dispatch_mode": label(cell)} for cell in cells]
+
+
+def _kernel_label(cell: Cell) -> str:
+    if cell["engine"] == STOCK_ENGINE:
+        return "bio (stock dm-crypt, per-unit)"
+    return f"{cell['dispatch_mode']} (bulk engine)"
+
+
+# ---------------------------------------------------------------------- dd-512k
+
+_SD = 64 << 20
+_SD_SECTORS = _SD // 512
+
+
+def _dd_jobs() -> list[dict[str, Any]]:
+    template = _template(_table("aes-cbc-plain64", 16, _SD_SECTORS), _SD, "sdcard-bbb")
+    workload = {"bs": "512k", "size": "16M", "iodepth": 1, "direct": True}
+    return [
+        {
+            "label": "dd-512k: stock dm-crypt (bio-based)",
+            "volume_template": template,
+            "engine": STOCK_ENGINE,
+            "workload": workload,
+            "sweep": {"rw": ["read", "write"], "dispatch_mode": ["bio"]},
+        },
+        {
+            "label": "dd-512k: this service, bulk engine",
+            "volume_template": template,
+            "engine": "omap-aes-am335x",
+            "workload": workload,
+            "sweep": {"rw": ["read", "write"], "dispatch_mode": ["bio", "request"]},
+        },
+    ]
+
+
+def _dd_render(runs: Sequence[Run]) -> ScenarioReport:
+    cells = _cells(runs)
+    kernel = [c for c in cells if c["engine"] == STOCK_ENGINE or c["dispatch_mode"] == "request"]
+    rows = report.compare(kernel, ignore=("engine",))
+    published = [
+        (f"{PUBLISHED_DD[(row.test, 'bio')]:.1f}", f"{PUBLISHED_DD[(row.test, 'request')]:.1f}")
+        for row in rows
+    ]
+    table = report.render_table(
+        [replace(row, test=f"dd {row.test}") for row in rows],
+        base="bio (stock)",
+        other="request (bulk)",
+        unit="modelled MB/s",
+        extra={
+            "published bio": [p[0] for p in published],
+            "published request": [p[1] for p in published],
+        },
+    )
+    service = [c for c in cells if c["engine"] == "omap-aes-am335x"]
+    service_table = report.render_table(report.compare(service), unit="modelled MB/s")
+    calls = _calls_table(cells, _kernel_label)
+    markdown = "\n\n".join(
+        [
+            "Kernel thread's comparison (stock bio-based dm-crypt vs request-based with the "
+            "bulk engine), modelled, next to the published figures:",
+            table,
+            "This service's bio mode on the same bulk engine (one call per bio): at queue "
+            "depth 1 a 512 KiB bio is already the whole request, so the modes tie:",
+            service_table,
+            calls,
+        ]
+    )
+    plot = report.plot_png(
+        _relabel(cells, _kernel_label),
+        metric="modelled_mb_s",
+        title="dd 512k direct, AM335x + SD",
+        x_axis="rw",
+    )
+    return ScenarioReport(markdown, plot, cells)
+
+
+def _calls_table(cells: Sequence[Cell], label: Callable[[Cell], str]) -> str:
+    header = "| variant | rw | bs | bios | requests | engine calls | measured MB/s (host) | modelled MB/s |"
+    lines = [header, "|---|---|---|---|---|---|---|---|"]
+    for cell in cells:
+        lines.append(
+            f"| {label(cell)} | {cell['rw']} | {format_size(cell['bs'])} | {cell['bios']} | "
+            f"{cell['requests']} | {cell['engine_calls']} | {cell['measured_mb_s']:.1f} | "
+            f"{cell['modelled_mb_s']:.2f} |"
+        )
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------------- bs-sweep
+
+
+def _bs_jobs() -> list[dict[str, Any]]:
+    template = _template(_table("aes-cbc-plain64", 16, _SD_SECTORS), _SD, "sdcard-bbb")
+    workload = {"size": "64M", "iodepth": 1, "direct": True}
+    sweep = {"rw": ["read", "write"], "bs": ["4k", "64k", "256k", "1M"]}
+    return [
+        {
+            "label": "bs-sweep: stock dm-crypt",
+            "volume_template": template,
+            "engine": STOCK_ENGINE,
+            "workload": workload,
+            "sweep": {**sweep, "dispatch_mode": ["bio"]},
+        },
+        {
+            "label": "bs-sweep: bulk engine",
+            "volume_template": template,
+            "engine": "omap-aes-am335x",
+            "workload": workload,
+            "sweep": {**sweep, "dispatch_mode": ["bio", "request"]},
+        },
+    ]
+
+
+def _bs_render(runs: Sequence[Run]) -> ScenarioReport:
+    cells = _cells(runs)
+    kernel = [c for c in cells if c["engine"] == STOCK_ENGINE or c["dispatch_mode"] == "request"]
+    table = report.render_table(
+        report.compare(kernel, ignore=("engine",)),
+        base="bio (stock)",
+        other="request (bulk)",
+        unit="modelled MB/s",
+    )
+    service = report.render_table(
+        report.compare([c for c in cells if c["engine"] == "omap-aes-am335x"]),
+        unit="modelled MB/s",
+    )
+    markdown = "\n\n".join(
+        [
+            "Stock bio-based dm-crypt vs request-based + bulk (modelled):",
+            table,
+            "This service's bio vs request modes on the bulk engine (modelled):",
+            service,
+        ]
+    )
+    plot = report.plot_png(
+        _relabel(cells, _kernel_label), metric="modelled_mb_s", title="AM335x + SD, dd direct"
+    )
+    return ScenarioReport(markdown, plot, cells)
+
+
+# ---------------------------------------------------------------------- sector-size
+
+
+def _sector_jobs() -> list[dict[str, Any]]:
+    size = 64 << 20
+    sectors = size // 512
+    tables = [
+        _table("aes-cbc-essiv:sha256", 32, sectors),
+        _table("aes-cbc-essiv:sha256", 32, sectors, " 1 sector_size:4096"),
+    ]
+    return [
+        {
+            "label": "sector-size: mv-cesa + hdd-wd3000",
+            "volume_template": _template(tables[0], size, "hdd-wd3000"),
+            "engine": "mv-cesa",
+            "workload": {"bs": "1M", "size": "16M", "iodepth": 1},
+            "sweep": {
+                "table": tables,
+                "rw": ["write", "read"],
+                "dispatch_mode": ["bio", "request"],
+            },
+        }
+    ]
+
+
+def _sector_render(runs: Sequence[Run]) -> ScenarioReport:
+    cells = _cells(runs)
+    rows = report.compare(
+        [c for c in cells if c["dispatch_mode"] == "bio"], axis="sector_size", base=512, other=4096
+    )
+    published = [
+        (f"{PUBLISHED_SECTOR[512]:.1f}", f"{PUBLISHED_SECTOR[4096]:.1f}")
+        if row.test == "write"
+        else ("-", "-")
+        for row in rows
+    ]
+    table = report.render_table(
+        rows,
+        base="512 B",
+        other="4096 B",
+        unit="modelled MB/s",
+        extra={
+            "published 512": [p[0] for p in published],
+            "published 4096": [p[1] for p in published],
+        },
+    )
+    modes = report.render_table(
+        report.compare(cells, axis="sector_size", base=512, other=4096, ignore=()),
+        base="512 B",
+        other="4096 B",
+        unit="modelled MB/s",
+    )
+    calls = _calls_table(cells, lambda c: f"{c['dispatch_mode']}, {c['sector_size']} B units")
+    markdown = "\n\n".join(
+        [
+            "aes-cbc-essiv:sha256 on Marvell CESA (no bulk: one call per data unit), bio mode, "
+            "dd 1 MiB, modelled, next to the published figures:",
+            table,
+            "Both dispatch modes (a classic engine gains nothing from request mode):",
+            modes,
+            calls,
+        ]
+    )
+    plot = report.plot_png(
+        _relabel(cells, lambda c: f"{c['rw']} {c['dispatch_mode']}"),
+        metric="modelled_mb_s",
+        title="mv-cesa + WD3000: data unit size",
+        x_axis="sector_size",
+    )
+    return ScenarioReport(markdown, plot, cells)
+
+
+# ---------------------------------------------------------------------- bulk-vs-unit
+
+
+def _bulk_jobs() -> list[dict[str, Any]]:
+    size = 64 << 20
+    sectors = size // 512
+    tables = [
+        _table("aes-xts-plain64", 64, sectors),
+        _table("aes-cbc-essiv:sha256", 32, sectors),
+    ]
+    return [
+        {
+            "label": "bulk-vs-unit: plain64-only engine",
+            "volume_template": _template(tables[0], size, "sdcard-bbb"),
+            "engine": PLAIN64_ENGINE,
+            "workload": {"size": "8M", "iodepth": 4},
+            "sweep": {
+                "table": tables,
+                "rw": ["write", "read"],
+                "bs": ["4k", "64k"],
+                "dispatch_mode": ["bio", "request"],
+            },
+        }
+    ]
+
+
+def _bulk_render(runs: Sequence[Run]) -> ScenarioReport:
+    cells = _cells(runs)
+    rows = report.compare(cells, ignore=())
+    table = report.render_table(rows, unit="modelled MB/s")
+    header = (
+        "| cipher | mode | rw | bs | bulk applies | why not | bios | requests | engine calls |"
+        " modelled MB/s |"
+    )
+    lines = [header, "|---|---|---|---|---|---|---|---|---|---|"]
+    for c in cells:
+        lines.append(
+            f"| {c['cipher']} | {c['dispatch_mode']} | {c['rw']} | {format_size(c['bs'])} | "
+            f"{'yes' if c['bulk_applies'] else 'no'} | {c['fallback_reason'] or ''} | "
+            f"{c['bios']} | {c['requests']} | {c['engine_calls']} | {c['modelled_mb_s']:.2f} |"
+        )
+    markdown = "\n\n".join(
+        [
+            f"Engine `{PLAIN64_ENGINE}`: AM335x cost model, derives plain64 only, holds no IV key "
+            "(iodepth 4, modelled):",
+            table,
+            "\n".join(lines),
+        ]
+    )
+    plot = report.plot_png(
+        _relabel(cells, lambda c: f"{str(c['cipher']).split('-')[-1]} {c['dispatch_mode']}"),
+        metric="modelled_mb_s",
+        title="bulk (xts-plain64) vs per-unit fallback (cbc-essiv)",
+    )
+    return ScenarioReport(markdown, plot, cells)
+
+
+# ---------------------------------------------------------------------- concurrency
+
+
+def _concurrency_jobs() -> list[dict[str, Any]]:
+    return [
+        {
+            "label": "concurrency: sequential 4k writers",
+            "volume_template": _template(
+                _table("aes-cbc-plain64", 16, _SD_SECTORS), _SD, "sdcard-bbb"
+            ),
+            "engine": "omap-aes-am335x",
+            "workload": {"rw": "write", "bs": "4k", "size": "4M"},
+            "sweep": {"iodepth": [1, 2, 4, 8, 16, 32], "dispatch_mode": ["bio", "request"]},
+        }
+    ]
+
+
+def _concurrency_render(runs: Sequence[Run]) -> ScenarioReport:
+    cells = _cells(runs)
+    table = report.render_table(report.compare(cells), unit="modelled MB/s")
+    lines = [
+        "| writers | mode | requests | avg request | request sizes (KiB: count) | engine calls |"
+        " measured MB/s (host) | modelled MB/s |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for c in cells:
+        histogram = ", ".join(f"{k}: {v}" for k, v in c["request_size_histogram"].items())
+        lines.append(
+            f"| {c['iodepth']} | {c['dispatch_mode']} | {c['requests']} | "
+            f"{c['avg_request_kib']} KiB | {histogram} | {c['engine_calls']} | "
+            f"{c['measured_mb_s']:.1f} | {c['modelled_mb_s']:.2f} |"
+        )
+    markdown = "\n\n".join(
+        [
+            "N threads writing one sequential stream in 4 KiB bios (fio iodepth=N), "
+            "AM335x + SD, modelled:",
+            table,
+            "\n".join(lines),
+        ]
+    )
+    plot = report.plot_png(
+        cells, metric="modelled_mb_s", title="4k sequential writers: merging", x_axis="iodepth"
+    )
+    return ScenarioReport(markdown, plot, cells)
+
+
+# ---------------------------------------------------------------------- software
+
+
+def _software_jobs() -> list[dict[str, Any]]:
+    size = 64 << 20
+    sectors = size // 512
+    tables = [
+        _table("aes-xts-plain64", 64, sectors),
+        _table("aes-cbc-essiv:sha256", 32, sectors),
+    ]
+    return [
+        {
+            "label": "software: measured on this machine",
+            "volume_template": _template(tables[0], size, "none"),
+            "engine": "software",
+            "workload": {"size": "16M", "iodepth": 4},
+            "sweep": {
+                "table": tables,
+                "rw": ["write", "read"],
+                "bs": ["4k", "64k", "1M"],
+                "dispatch_mode": ["bio", "request"],
+            },
+        }
+    ]
+
+
+def _software_render(runs: Sequence[Run]) -> ScenarioReport:
+    cells = _cells(runs)
+    table = report.render_table(report.compare(cells, metric="measured_mb_s"), unit="measured MB/s")
+    cpu = report.render_table(report.compare(cells, metric="cpu_s"), unit="CPU s")
+    calls = _calls_table(cells, lambda c: f"{str(c['cipher']).split('-')[-1]} {c['dispatch_mode']}")
+    markdown = "\n\n".join(
+        [
+            "`software` engine (OpenSSL through pyca/cryptography), device `none` (a sparse "
+            "file), iodepth 4, measured wall-clock throughput of the in-process data path:",
+            table,
+            "Process CPU (user + sys) per cell, measured:",
+            cpu,
+            calls,
+        ]
+    )
+    plot = report.plot_png(
+        _relabel(cells, lambda c: f"{str(c['cipher']).split('-')[-1]} {c['dispatch_mode']}"),
+        metric="measured_mb_s",
+        title="software engine on this host (measured)",
+    )
+    return ScenarioReport(markdown, plot, cells)
+
+
+SCENARIOS: dict[str, Scenario] = {
+    scenario.name: scenario
+    for scenario in (
+        Scenario(
+            "dd-512k",
+            "dd 512 KiB direct, bio vs request, AM335x + SD (published figures)",
+            _dd_jobs,
+            _dd_render,
+        ),
+        Scenario("bs-sweep", "dd 4k..1M, bio vs request, AM335x + SD", _bs_jobs, _bs_render),
+        Scenario(
+            "sector-size",
+            "cbc-essiv 512 vs 4096 B units, mv-cesa + WD3000",
+            _sector_jobs,
+            _sector_render,
+        ),
+        Scenario(
+            "bulk-vs-unit",
+            "xts-plain64 (bulk) vs cbc-essiv (fallback) on a plain64-only engine",
+            _bulk_jobs,
+            _bulk_render,
+        ),
+        Scenario(
+            "concurrency",
+            "1..32 sequential 4k writers, request sizes per mode",
+            _concurrency_jobs,
+            _concurrency_render,
+        ),
+        Scenario(
+            "software",
+            "the software engine, measured on this host",
+            _software_jobs,
+            _software_render,
+        ),
+    )
+}
+
+
+def scenario(name: str) -> Scenario:
+    try:
+        return SCENARIOS[name]
+    except KeyError:
+        raise InvalidInput(f"unknown scenario {name!r}; built in: {', '.join(SCENARIOS)}") from None
+
+
+def run_scenario(
+    name: str,
+    jobs: BenchmarkJobs,
+    engines: EngineRegistry,
+    progress: Callable[[str, float], None] | None = None,
+) -> tuple[list[dict[str, Any]], ScenarioReport]:
+    """Run every job of scenario ``name`` in this thread; returns the runs and the report."""
+    chosen = scenario(name)
+    install_engines(engines)
+    runs = []
+    for job in chosen.jobs():
+        spec = JobSpec.from_dict(job)
+        label = spec.label
+
+        def step(fraction: float, label: str = label) -> None:
+            if progress is not None:
+                progress(label, fraction)
+
+        run = jobs.run_now(spec, step)
+        if run["state"] != "done":
+            raise InvalidInput(f"scenario {name}: job {label!r} failed: {run['error']}")
+        runs.append(run)
+    return runs, chosen.render(runs)

@@ -1,0 +1,173 @@
+"""Benchmark jobs over the API: start, poll, cells, exports, errors, auth."""
+
+from __future__ import annotations
+
+import csv
+import io
+from typing import Any
+
+import anyio
+import httpx
+import pytest
+
+from tests.factories import CBC_KEY
+
+pytestmark = pytest.mark.anyio
+
+TEMPLATE = {
+    "table": f"0 8192 crypt aes-cbc-plain64 {CBC_KEY} 0 {{dev}} 0",
+    "device_size": 4 << 20,
+    "device_model": "sdcard-bbb",
+}
+JOB: dict[str, Any] = {
+    "volume_template": TEMPLATE,
+    "engine": "omap-aes-am335x",
+    "workload": {"rw": "write", "bs": "4k", "size": "1M", "iodepth": 8, "numjobs": 1},
+    "sweep": {"dispatch_mode": ["bio", "request"]},
+}
+CELL_FIELDS = {
+    "dispatch_mode",
+    "engine",
+    "bs",
+    "rw",
+    "measured_mb_s",
+    "modelled_mb_s",
+    "iops",
+    "p50_ms",
+    "p99_ms",
+    "cpu_s",
+    "bios",
+    "requests",
+    "merges",
+    "engine_calls",
+}
+
+
+async def run_job(client: httpx.AsyncClient, job: dict[str, Any]) -> dict[str, Any]:
+    response = await client.post("/v1/benchmarks", json=job)
+    assert response.status_code == 202, response.text
+    run_id = response.json()["id"]
+    assert response.headers["location"] == f"/v1/benchmarks/{run_id}"
+    with anyio.fail_after(20):
+        while True:
+            body: dict[str, Any] = (await client.get(f"/v1/benchmarks/{run_id}")).json()
+            assert body["state"] in ("queued", "running", "done"), body
+            assert 0.0 <= body["progress"] <= 1.0
+            if body["state"] == "done":
+                return body
+            await anyio.sleep(0.05)
+
+
+@pytest.fixture
+async def finished(client: httpx.AsyncClient) -> dict[str, Any]:
+    return await run_job(client, JOB)
+
+
+async def test_a_template_job_reports_one_cell_per_sweep_point(
+    finished: dict[str, Any],
+) -> None:
+    assert finished["progress"] == 1.0
+    assert finished["bytes_done"] == 2 * (1 << 20)
+    cells = finished["cells"]
+    assert [cell["dispatch_mode"] for cell in cells] == ["bio", "request"]
+    for cell in cells:
+        assert CELL_FIELDS <= set(cell)
+        assert cell["engine"] == "omap-aes-am335x"
+        assert cell["rw"] == "write"
+        assert cell["bs"] == 4096
+        assert cell["bios"] == 256
+        assert cell["modelled_mb_s"] > 0
+    assert finished["figures"]["measured_mb_s"] == "measured"
+    assert finished["figures"]["modelled_mb_s"] == "modelled"
+
+
+async def test_request_mode_makes_fewer_engine_calls_for_queued_sequential_writes(
+    finished: dict[str, Any],
+) -> None:
+    bio, request = finished["cells"]
+    assert bio["engine_calls"] == bio["bios"]
+    assert request["merges"] > 0
+    assert request["engine_calls"] < bio["engine_calls"]
+
+
+async def test_the_run_records_machine_and_a_redacted_spec(finished: dict[str, Any]) -> None:
+    assert finished["machine"]["cpu_count"] >= 1
+    assert {"python", "numpy", "cryptography", "openssl"} <= set(finished["machine"])
+    assert CBC_KEY not in str(finished["spec"])
+    assert finished["spec"]["workload"]["bs"] == 4096
+
+
+async def test_template_devices_and_volumes_are_removed(
+    client: httpx.AsyncClient, finished: dict[str, Any]
+) -> None:
+    assert (await client.get("/v1/volumes")).json() == []
+    assert (await client.get("/v1/devices")).json() == []
+
+
+async def test_plot_is_a_png(client: httpx.AsyncClient, finished: dict[str, Any]) -> None:
+    response = await client.get(f"/v1/benchmarks/{finished['id']}/plot.png")
+    assert response.status_code == 200
+    assert response.headers["content-type"] == "image/png"
+    assert response.content.startswith(b"\x89PNG\r\n\x1a\n")
+
+
+async def test_csv_export_has_a_row_per_cell(
+    client: httpx.AsyncClient, finished: dict[str, Any]
+) -> None:
+    response = await client.get(f"/v1/benchmarks/{finished['id']}/results.csv")
+    assert response.headers["content-type"].startswith("text/csv")
+    rows = list(csv.DictReader(io.StringIO(response.text)))
+    assert [row["dispatch_mode"] for row in rows] == ["bio", "request"]
+    assert rows[0]["engine_calls"] == str(finished["cells"][0]["engine_calls"])
+
+
+async def test_json_export_and_list(client: httpx.AsyncClient, finished: dict[str, Any]) -> None:
+    exported = (await client.get(f"/v1/benchmarks/{finished['id']}/results.json")).json()
+    assert exported["cells"] == finished["cells"]
+    listed = (await client.get("/v1/benchmarks")).json()
+    assert [run["id"] for run in listed] == [finished["id"]]
+    assert listed[0]["state"] == "done"
+
+
+async def test_a_named_volume_is_retuned_per_cell_and_restored(
+    client: httpx.AsyncClient,
+) -> None:
+    await client.post("/v1/devices", json={"name": "sdb", "size_bytes": 1 << 20})
+    table = f"0 2048 crypt aes-cbc-plain64 {CBC_KEY} 0 sdb 0"
+    await client.post("/v1/volumes", json={"name": "v", "table": table, "dispatch_mode": "bio"})
+    job = {
+        "volume": "v",
+        "engine": "omap-aes-am335x",
+        "workload": {"rw": "randread", "bs": "8k", "size": "256k", "seed": 3},
+        "sweep": {"dispatch_mode": ["request"]},
+    }
+    done = await run_job(client, job)
+    assert done["cells"][0]["dispatch_mode"] == "request"
+    volume = (await client.get("/v1/volumes/v")).json()
+    assert (volume["dispatch_mode"], volume["engine"]) == ("bio", "software")
+
+
+async def test_unknown_benchmark_is_a_404_problem(client: httpx.AsyncClient) -> None:
+    response = await client.get("/v1/benchmarks/nope")
+    assert response.status_code == 404
+    assert response.headers["content-type"] == "application/problem+json"
+    assert response.json()["detail"] == "benchmark nope not found"
+    assert (await client.get("/v1/benchmarks/nope/plot.png")).status_code == 404
+
+
+async def test_unknown_volume_is_refused_at_submission(client: httpx.AsyncClient) -> None:
+    response = await client.post("/v1/benchmarks", json={"volume": "ghost"})
+    assert response.status_code == 404
+    assert response.headers["content-type"] == "application/problem+json"
+
+
+async def test_a_workload_larger_than_the_device_is_a_422(client: httpx.AsyncClient) -> None:
+    job = {**JOB, "workload": {"rw": "write", "bs": "4k", "size": "8M"}}
+    response = await client.post("/v1/benchmarks", json=job)
+    assert response.status_code == 422
+    assert "device_size" in response.json()["detail"]
+
+
+async def test_the_io_token_cannot_start_a_job(io_client: httpx.AsyncClient) -> None:
+    response = await io_client.post("/v1/benchmarks", json=JOB)
+    assert response.status_code == 403
