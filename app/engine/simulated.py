@@ -277,11 +277,9 @@ def _run_calls(
     clock_ns: Callable[[], int] = time.perf_counter_ns,
 ) -> tuple[list[bytearray], list[float]]:
     """Make each planned call for real; per-unit calls get exactly one data unit."""
-    many: Callable[[Sequence[Buffer], int], list[bytes]]
-    if op == "encrypt":
-        many = transform.encrypt_segments
-    else:
-        many = transform.decrypt_segments
+    many: Callable[[Sequence[Buffer], int], list[bytes]] = (
+        transform.encrypt_segments if op == "encrypt" else transform.decrypt_segments
+    )
     ends = list(accumulate(view.nbytes for view in views))
     starts = [0, *ends[:-1]]
     outputs = [bytearray(view.nbytes) for view in views]
