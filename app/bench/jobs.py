@@ -71,6 +71,8 @@ FIGURE_KINDS: dict[str, str] = {
     "modelled_ms": MODELLED,
     "crypto_ms": MODELLED,
     "storage_ms": MODELLED,
+    "device_timer_ms": MODELLED,
+    "device_timer_ios": MEASURED,
 }
 
 
@@ -239,7 +241,10 @@ def modelled_time(
 
     ``requests`` maps ``read``/``write`` to (count, bytes) of the requests the
     queue dispatched; each is one device I/O (``latency + bytes / bandwidth``),
-    unless ``device_busy_ns`` (a device timer's own charge) is given. Stages
+    unless ``device_busy_ns`` (a device timer's own charge) is given. Cells
+    use the per-request form: the data path's ``DeviceTimer`` charges every
+    segment a target writes and is shared by all devices of a model, while the
+    block layer hands the device one I/O per request. Stages
     combine as ``predict_workload`` does: in series at queue depth 1;
     otherwise the bottleneck stage plus one I/O's latency to fill the pipe.
     """
@@ -420,9 +425,6 @@ class CellRunner:
             engine_cpu_ns=engine_after.cpu_ns - engine_before.cpu_ns,
             channels=profile.capabilities.channels,
             queue_depth=workload.concurrency,
-            device_busy_ns=(timer_after["busy_ns"] - timer_before["busy_ns"])
-            if timer_ios
-            else None,
         )
         params = _crypt_params(volume)
         spec_like: SpecLike | None = params.cipher if params is not None else None
@@ -469,6 +471,8 @@ class CellRunner:
             ),
             "request_size_histogram": _histogram_delta(stats_before, stats_after),
             "modelled_ms": round(model.total_ns / 1e6, 3),
+            "device_timer_ios": timer_ios,
+            "device_timer_ms": round((timer_after["busy_ns"] - timer_before["busy_ns"]) / 1e6, 3),
             "crypto_ms": round(model.crypto_ns / 1e6, 3),
             "storage_ms": round(model.storage_ns / 1e6, 3),
             "modelled_basis": (

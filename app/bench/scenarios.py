@@ -334,7 +334,7 @@ def _bulk_jobs() -> list[dict[str, Any]]:
             "label": "bulk-vs-unit: plain64-only engine",
             "volume_template": _template(tables[0], size, "sdcard-bbb"),
             "engine": PLAIN64_ENGINE,
-            "workload": {"size": "8M", "iodepth": 4},
+            "workload": {"size": "8M", "iodepth": 1},
             "sweep": {
                 "table": tables,
                 "rw": ["write", "read"],
@@ -363,7 +363,7 @@ def _bulk_render(runs: Sequence[Run]) -> ScenarioReport:
     markdown = "\n\n".join(
         [
             f"Engine `{PLAIN64_ENGINE}`: AM335x cost model, derives plain64 only, holds no IV key "
-            "(iodepth 4, modelled):",
+            "(iodepth 1, modelled):",
             table,
             "\n".join(lines),
         ]
