@@ -47,6 +47,12 @@ class Settings(BaseSettings):
     io_chunk_bytes: int = Field(default=1 << 20, ge=4096, le=64 << 20)
     suspend_wait_seconds: float = Field(default=30.0, ge=0)
     plug_window_us: int = Field(default=50, ge=0, le=1_000_000)
+    pacing: float | None = Field(
+        default=None,
+        gt=0,
+        le=1000,
+        description="really wait the modelled engine/device time, scaled by this factor",
+    )
 
     @model_validator(mode="after")
     def _refuse_unsafe(self) -> Settings:

@@ -19,7 +19,7 @@ from app.db.queries import SqlRegistryStore
 from app.db.session import make_engine, make_sessionmaker
 from app.engine.registry import EngineRegistry
 from app.keyfiles import admin_token_path, load_admin_token, load_master_key
-from app.metrics import HttpMetrics, RequestContextMiddleware
+from app.metrics import HttpMetrics, RequestContextMiddleware, VolumeCollector
 from app.state import State
 from app.storage.registry import DeviceRegistry
 
@@ -49,7 +49,7 @@ def build_state(settings: Settings, registry: CollectorRegistry) -> State:
             log.warning("generated an admin token in %s", admin_token_path(settings))
     io_token = settings.io_token.get_secret_value() if settings.io_token else None
     sessions = make_sessionmaker(db_engine)
-    engines = EngineRegistry(SqlRegistryStore(sessions))
+    engines = EngineRegistry(SqlRegistryStore(sessions), pacing=settings.pacing)
     engines.load()
     control = Control(
         sessions,
@@ -60,6 +60,7 @@ def build_state(settings: Settings, registry: CollectorRegistry) -> State:
         suspend_wait_seconds=settings.suspend_wait_seconds,
     )
     control.restore()
+    registry.register(VolumeCollector(control))
     benchmarks_runner = BenchmarkJobs(sessions, control, engines)
     benchmarks_runner.recover()
     return State(

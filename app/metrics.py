@@ -4,10 +4,15 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Awaitable, Callable, MutableMapping
-from typing import Any
+from collections.abc import Awaitable, Callable, Iterator, MutableMapping
+from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+if TYPE_CHECKING:
+    from app.control import Control
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -95,3 +100,55 @@ def _client_request_id(scope: Scope) -> str | None:
             if 0 < len(text) <= 64 and all(c.isalnum() or c in "-_." for c in text):
                 return text
     return None
+
+
+class VolumeCollector(Collector):
+    """Per-volume queue statistics and per-engine call counts, read at scrape time.
+
+    Collected from the in-memory counters the I/O path already keeps, so scraping
+    adds nothing to the hot path.
+    """
+
+    def __init__(self, control: Control) -> None:
+        self.control = control
+
+    def collect(self) -> Iterator[Metric]:
+        counters = {
+            key: CounterMetricFamily(
+                f"reqcrypt_volume_{key}", help_text, labels=["volume", "group"]
+            )
+            for key, help_text in (
+                ("ios", "completed requests by group (r, w, d, f)"),
+                ("bios", "bios submitted by group"),
+                ("merges", "bios merged into an existing request by group"),
+                ("sectors", "sectors transferred by group"),
+            )
+        }
+        engine_calls = CounterMetricFamily(
+            "reqcrypt_volume_engine_calls", "crypto engine calls", labels=["volume"]
+        )
+        in_flight = GaugeMetricFamily(
+            "reqcrypt_volume_in_flight", "requests in flight", labels=["volume"]
+        )
+        for name, volume in sorted(self.control.volumes.items()):
+            stats = volume.stats.snapshot()
+            for group in ("r", "w", "d", "f"):
+                for key, family in counters.items():
+                    family.add_metric([name, group], stats[f"{group}_{key}"])
+            engine_calls.add_metric([name], stats["engine_calls"])
+            in_flight.add_metric([name], stats["in_flight"])
+        yield from counters.values()
+        yield engine_calls
+        yield in_flight
+        calls = CounterMetricFamily(
+            "reqcrypt_engine_calls", "engine calls by kind", labels=["engine", "kind"]
+        )
+        busy = CounterMetricFamily(
+            "reqcrypt_engine_busy_seconds", "modelled engine busy time", labels=["engine"]
+        )
+        for engine_name, snapshot in self.control.engines.snapshot()["engines"].items():
+            for kind, count in snapshot["calls"].items():
+                calls.add_metric([engine_name, kind], count)
+            busy.add_metric([engine_name], snapshot.get("busy_ns", 0) / 1e9)
+        yield calls
+        yield busy

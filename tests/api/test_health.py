@@ -1,6 +1,8 @@
 import httpx
 import pytest
 
+from tests.factories import make_device, make_volume
+
 pytestmark = pytest.mark.anyio
 
 
@@ -36,3 +38,15 @@ async def test_openapi_docs_are_served(anon_client: httpx.AsyncClient) -> None:
 async def test_every_response_carries_a_request_id(anon_client: httpx.AsyncClient) -> None:
     response = await anon_client.get("/healthz", headers={"X-Request-ID": "abc-123"})
     assert response.headers["x-request-id"] == "abc-123"
+
+
+async def test_metrics_expose_volume_queue_and_engine_counters(client: httpx.AsyncClient) -> None:
+    await make_device(client)
+    await make_volume(client)
+    await client.put(
+        "/v1/volumes/vol/data", content=b"x" * 4096, headers={"Content-Range": "bytes 0-4095/*"}
+    )
+    text = (await client.get("/metrics")).text
+    assert 'reqcrypt_volume_bios_total{group="w",volume="vol"} 1.0' in text
+    assert 'reqcrypt_volume_engine_calls_total{volume="vol"} 1.0' in text
+    assert 'reqcrypt_engine_calls_total{engine="software",kind="bulk"}' in text
