@@ -6,6 +6,7 @@ is the one place that knows which cryptography class implements each.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 
 from cryptography.hazmat.decrepit.ciphers import algorithms as decrepit
@@ -48,6 +49,24 @@ def ecb(name: str, key: bytes, *, encrypt: bool = True) -> CipherContext | NullC
         return NullContext()
     cipher = Cipher(algorithm(name, key), modes.ECB())
     return cipher.encryptor() if encrypt else cipher.decryptor()
+
+
+class SharedEcb(threading.local):
+    """An ECB encryptor usable from many threads: one OpenSSL context per thread.
+
+    pyca contexts are not thread-safe ("Already borrowed" under concurrent I/O), and
+    an IV generator is shared by every request of a volume.
+    """
+
+    def __init__(self, name: str, key: bytes) -> None:
+        self._name = name
+        self._key = key
+        self._context: CipherContext | NullContext | None = None
+
+    def update(self, data: bytes | bytearray | memoryview) -> bytes:
+        if self._context is None:
+            self._context = ecb(self._name, self._key)
+        return self._context.update(data)
 
 
 def chained(

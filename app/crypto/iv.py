@@ -168,7 +168,7 @@ class EssivIv(IvGenerator):
         for subkey in subkeys:
             digest = hashes.Hash(_ESSIV_HASHES[spec.ivopts]())
             digest.update(subkey)
-            self._salt_ciphers.append(_ciphers.ecb(spec.cipher, digest.finalize()))
+            self._salt_ciphers.append(_ciphers.SharedEcb(spec.cipher, digest.finalize()))
         self._plain64 = Plain64Iv(spec, subkeys, extra, sector_size)
 
     def generate(self, iv_sector: int, key_index: int = 0) -> bytes:
@@ -194,7 +194,9 @@ class EboivIv(IvGenerator):
 
     def __init__(self, spec: CipherSpec, subkeys: list[bytes], extra: bytes, sector_size: int):
         super().__init__(spec, subkeys, extra, sector_size)
-        self._cipher = _ciphers.ecb(spec.cipher, subkeys[0])
+        self._cipher: _ciphers.SharedEcb | _ciphers.NullContext = _ciphers.SharedEcb(
+            spec.cipher, subkeys[0]
+        )
 
     def generate(self, iv_sector: int, key_index: int = 0) -> bytes:
         offset = (iv_sector * self.sector_size) & _MASK64

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from typing_extensions import Buffer
 
 from app.dm.targets.base import BlockDevice
@@ -26,6 +28,14 @@ class TimedDevice:
     def write(self, offset: int, data: Buffer) -> None:
         self.device.write(offset, data)
         self.timer.account("write", memoryview(data).nbytes)
+
+    def readv_into(self, offset: int, buffers: Sequence[memoryview]) -> None:
+        self.device.readv_into(offset, buffers)
+        self.timer.account("read", sum(memoryview(buffer).nbytes for buffer in buffers))
+
+    def writev(self, offset: int, buffers: Sequence[Buffer]) -> None:
+        self.device.writev(offset, buffers)
+        self.timer.account("write", sum(memoryview(buffer).nbytes for buffer in buffers))
 
     def flush(self) -> None:
         self.device.flush()

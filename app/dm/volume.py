@@ -425,6 +425,38 @@ class Volume:
                     self._submit(Op.READ, start, end - start, [memoryview(scratch)])
                     buffer[:] = memoryview(scratch)[offset - start : offset - start + length]
 
+    def readv_into(self, offset: int, buffers: Sequence[memoryview]) -> None:
+        """Stacked use: a whole request of the volume above becomes one bio here."""
+        length = sum(len(buffer) for buffer in buffers)
+        if len(buffers) == 1 or not self._aligned(offset, [len(b) for b in buffers]):
+            super_buffer = bytearray(length)
+            self.read_into(offset, memoryview(super_buffer))
+            position = 0
+            for buffer in buffers:
+                buffer[:] = memoryview(super_buffer)[position : position + len(buffer)]
+                position += len(buffer)
+            return
+        self.check_range(offset, length)
+        with self._io(), self._ranges.hold(offset, offset + length, exclusive=False):
+            self._submit(Op.READ, offset, length, [memoryview(b) for b in buffers])
+
+    def writev(self, offset: int, buffers: Sequence[Buffer]) -> None:
+        views = [memoryview(buffer).cast("B") for buffer in buffers]
+        length = sum(len(view) for view in views)
+        if len(views) == 1 or not self._aligned(offset, [len(view) for view in views]):
+            self.write(offset, b"".join(views))
+            return
+        self.check_range(offset, length)
+        with self._io(), self._ranges.hold(offset, offset + length, exclusive=False):
+            self._submit(Op.WRITE, offset, length, views)
+        self.generation += 1
+
+    def _aligned(self, offset: int, lengths: list[int]) -> bool:
+        """Whole logical blocks in every segment: the crypt targets below split no unit."""
+        live = self.live
+        unit = live.logical_block_size if live else SECTOR_SIZE
+        return offset % unit == 0 and all(length % unit == 0 for length in lengths)
+
     def read(self, offset: int, length: int) -> bytearray:
         buffer = bytearray(length)
         self.read_into(offset, memoryview(buffer))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Sequence
 
 from typing_extensions import Buffer
 
@@ -35,6 +36,19 @@ class BackingStore(ABC):
 
     @abstractmethod
     def close(self) -> None: ...
+
+    def readv_into(self, offset: int, buffers: Sequence[memoryview]) -> None:
+        """Fill consecutive ``buffers`` from ``offset``: one device I/O for a whole request."""
+        for buffer in buffers:
+            self.read_into(offset, buffer)
+            offset += len(buffer)
+
+    def writev(self, offset: int, buffers: Sequence[Buffer]) -> None:
+        """Write consecutive ``buffers`` at ``offset``: one device I/O for a whole request."""
+        for buffer in buffers:
+            view = memoryview(buffer).cast("B")
+            self.write(offset, view)
+            offset += len(view)
 
     def read(self, offset: int, length: int) -> bytearray:
         buffer = bytearray(length)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import os
+from collections.abc import Sequence
 from pathlib import Path
 
 from typing_extensions import Buffer
@@ -15,6 +16,19 @@ _FALLOC_FL_KEEP_SIZE = 0x01
 _FALLOC_FL_PUNCH_HOLE = 0x02
 _libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
 _libc.fallocate.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64]
+
+
+_IOV_MAX = os.sysconf("SC_IOV_MAX") if "SC_IOV_MAX" in os.sysconf_names else 1024
+
+
+def _advance(views: list[memoryview], count: int) -> list[memoryview]:
+    """Drop ``count`` bytes from the front of ``views`` (after a short preadv/pwritev)."""
+    while views and count >= len(views[0]):
+        count -= len(views[0])
+        views = views[1:]
+    if views and count:
+        views = [views[0][count:], *views[1:]]
+    return views
 
 
 class FileStore(BackingStore):
@@ -48,6 +62,27 @@ class FileStore(BackingStore):
         done = 0
         while done < len(view):
             done += os.pwrite(self._fd, view[done:], offset + done)
+
+    def readv_into(self, offset: int, buffers: Sequence[memoryview]) -> None:
+        views = [memoryview(buffer).cast("B") for buffer in buffers]
+        self.check_range(offset, sum(len(view) for view in views))
+        while views:
+            batch = views[:_IOV_MAX]
+            count = os.preadv(self._fd, batch, offset)
+            if count == 0:
+                for view in views:
+                    view[:] = bytes(len(view))
+                return
+            offset += count
+            views = _advance(views, count)
+
+    def writev(self, offset: int, buffers: Sequence[Buffer]) -> None:
+        views = [memoryview(buffer).cast("B") for buffer in buffers]
+        self.check_range(offset, sum(len(view) for view in views))
+        while views:
+            count = os.pwritev(self._fd, views[:_IOV_MAX], offset)
+            offset += count
+            views = _advance(views, count)
 
     def flush(self) -> None:
         os.fsync(self._fd)

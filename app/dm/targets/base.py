@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
 from typing_extensions import Buffer
 
-from app.blk.bio import Op
 from app.blk.request import Request
 
 SECTOR_SHIFT = 9
@@ -23,6 +23,10 @@ class BlockDevice(Protocol):
     def read_into(self, offset: int, buffer: memoryview) -> None: ...
 
     def write(self, offset: int, data: Buffer) -> None: ...
+
+    def readv_into(self, offset: int, buffers: Sequence[memoryview]) -> None: ...
+
+    def writev(self, offset: int, buffers: Sequence[Buffer]) -> None: ...
 
     def flush(self) -> None: ...
 
@@ -67,13 +71,6 @@ class Target(ABC):
         """Forget key material (remove, table swap)."""
 
 
-def gather(request: Request) -> bytes | memoryview:
-    """The request's payload as one buffer; zero-copy when it has a single segment."""
-    if len(request.segments) == 1:
-        return request.segments[0]
-    return b"".join(request.segments)
-
-
 def scatter(request: Request, data: Buffer) -> None:
     """Copy ``data`` into the request's destination segments in order."""
     view = memoryview(data).cast("B")
@@ -81,7 +78,3 @@ def scatter(request: Request, data: Buffer) -> None:
     for segment in request.segments:
         segment[:] = view[position : position + len(segment)]
         position += len(segment)
-
-
-def is_data_op(op: Op) -> bool:
-    return op in (Op.READ, Op.WRITE)

@@ -12,6 +12,7 @@ from app.dm.targets.base import (
     MapContext,
     MapResult,
     Target,
+    scatter,
 )
 from app.engine.simulated import Engine
 from app.errors import InvalidState
@@ -52,11 +53,7 @@ class CryptTarget(Target):
                 dispatch_mode=context.dispatch_mode,
                 bios=bios,
             )
-            plaintext = memoryview(done.outputs[0])
-            offset = 0
-            for segment in request.segments:
-                segment[:] = plaintext[offset : offset + len(segment)]
-                offset += len(segment)
+            scatter(request, done.outputs[0])
             result = MapResult(done.calls, done.modelled_ns)
         elif request.op in (Op.WRITE, Op.WRITE_ZEROES):
             segments = (
@@ -72,9 +69,7 @@ class CryptTarget(Target):
                 dispatch_mode=context.dispatch_mode,
                 bios=bios,
             )
-            for output in done.outputs:
-                self.device.write(position, output)
-                position += len(output)
+            self.device.writev(position, done.outputs)
             result = MapResult(done.calls, done.modelled_ns)
         elif request.op == Op.DISCARD:
             if not self.params.allow_discards:

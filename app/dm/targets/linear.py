@@ -10,7 +10,6 @@ from app.dm.targets.base import (
     MapContext,
     MapResult,
     Target,
-    gather,
 )
 
 
@@ -26,11 +25,9 @@ class LinearTarget(Target):
     def map(self, request: Request, context: MapContext) -> MapResult:
         position = self._device_offset(request)
         if request.op == Op.READ:
-            for segment in request.segments:
-                self.device.read_into(position, segment)
-                position += len(segment)
+            self.device.readv_into(position, request.segments)
         elif request.op == Op.WRITE:
-            self.device.write(position, gather(request))
+            self.device.writev(position, request.segments)
         elif request.op in (Op.DISCARD, Op.WRITE_ZEROES):
             length = request.nr_sectors << SECTOR_SHIFT
             if request.op == Op.DISCARD:

@@ -198,3 +198,17 @@ def test_device_ref_is_resolved_per_line(store: MemoryStore) -> None:
     volume.resume(lambda ref: seen.append(ref) or store)  # type: ignore[func-returns-value]
     assert [ref.name for ref in seen] == ["pv", "pv"]
     volume.remove()
+
+
+def test_stacked_volume_over_4096_byte_units_reads_and_writes_through(store: MemoryStore) -> None:
+    lower = make_volume(store, f"0 {SECTORS} crypt aes-xts-plain64 {KEY} 0 pv 0 1 sector_size:4096")
+    upper = Volume("upper", "u2", engine=EngineRegistry().engine("software"), limits=QueueLimits())
+    upper.load(parse_table(f"0 {SECTORS} linear /dev/mapper/v 0"))
+    upper.resume(lambda ref: lower)
+    upper.write(512, b"q" * 1024)
+    assert upper.read(0, 2048) == bytes(lower.read(0, 512)) + b"q" * 1024 + bytes(
+        lower.read(1536, 512)
+    )
+    assert lower.read(512, 1024) == b"q" * 1024
+    upper.remove()
+    lower.remove()
