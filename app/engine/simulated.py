@@ -61,7 +61,7 @@ class EngineResult:
     virtual clock; ``completes_at_ns`` is its end on that clock.
     """
 
-    outputs: list[bytearray]
+    outputs: list[Buffer]
     plan: CallPlan
     modelled_ns: int
     cpu_ns: int
@@ -118,8 +118,12 @@ class Engine(ABC):
         *,
         dispatch_mode: DispatchMode,
         bios: Sequence[tuple[int, int]] | None = None,
+        into: Sequence[memoryview] | None = None,
     ) -> EngineResult:
         """Encrypt or decrypt ``segments`` starting at target-relative ``sector``.
+
+        ``into``, when given, receives the output (one buffer per segment, same
+        sizes) instead of fresh buffers: reads decrypt straight into the bio pages.
 
         ``bios`` are ``(sector, nr_sectors)`` of the bios merged into the
         request, in the same frame as ``sector``; bio mode makes one bulk call
@@ -199,8 +203,11 @@ class SimulatedEngine(Engine):
         *,
         dispatch_mode: DispatchMode,
         bios: Sequence[tuple[int, int]] | None = None,
+        into: Sequence[memoryview] | None = None,
     ) -> EngineResult:
         views = [memoryview(segment).cast("B") for segment in segments]
+        if into is not None and [len(out) for out in into] != [view.nbytes for view in views]:
+            raise ValueError("output buffers must match the input segments")
         plan = self.plan(
             op,
             transform.spec,
@@ -212,15 +219,15 @@ class SimulatedEngine(Engine):
         )
         ready = self.clock.now_ns()
         if self._profile.measured:
-            outputs, durations = _run_calls(op, transform, views, plan)
+            outputs, durations = _run_calls(op, transform, views, plan, into)
             cpu_ns = 0.0
             modelled = float(sum(durations))
         else:
-            into = transform.encrypt_into if op == "encrypt" else transform.decrypt_into
-            outputs = [bytearray(view.nbytes) for view in views]
+            convert = transform.encrypt_into if op == "encrypt" else transform.decrypt_into
+            outputs = _outputs(views, into)
             position = sector
             for view, output in zip(views, outputs, strict=True):
-                into(view, position, output)
+                convert(view, position, output)
                 position += view.nbytes >> 9
             cost = plan_cost(self._profile, plan)
             durations, cpu_ns, modelled = list(cost.call_ns), cost.cpu_ns, cost.latency_ns
@@ -274,16 +281,17 @@ def _run_calls(
     transform: CryptTransformLike,
     views: list[memoryview],
     plan: CallPlan,
+    into: Sequence[memoryview] | None = None,
     clock_ns: Callable[[], int] = time.perf_counter_ns,
-) -> tuple[list[bytearray], list[float]]:
+) -> tuple[list[Buffer], list[float]]:
     """Make each planned call for real; per-unit calls get exactly one data unit."""
     many: Callable[[Sequence[Buffer], int], list[bytes]] = (
         transform.encrypt_segments if op == "encrypt" else transform.decrypt_segments
     )
     ends = list(accumulate(view.nbytes for view in views))
     starts = [0, *ends[:-1]]
-    outputs = [bytearray(view.nbytes) for view in views]
-    into = transform.encrypt_into if op == "encrypt" else transform.decrypt_into
+    outputs = _outputs(views, into)
+    convert = transform.encrypt_into if op == "encrypt" else transform.decrypt_into
     durations: list[float] = []
     for call in plan.calls:
         call_end = call.offset + call.nbytes
@@ -297,11 +305,18 @@ def _run_calls(
         began = clock_ns()
         if len(pieces) == 1:
             index, low, high = places[0]
-            into(pieces[0], call.sector, memoryview(outputs[index])[low:high])
+            convert(pieces[0], call.sector, memoryview(outputs[index])[low:high])
             durations.append(float(clock_ns() - began))
             continue
         results = many(pieces, call.sector)
         durations.append(float(clock_ns() - began))
         for (index, low, high), result in zip(places, results, strict=True):
-            outputs[index][low:high] = result
+            memoryview(outputs[index])[low:high] = result
     return outputs, durations
+
+
+def _outputs(views: list[memoryview], into: Sequence[memoryview] | None) -> list[Buffer]:
+    """The caller's buffers (a read lands straight in the bio's pages) or fresh ones."""
+    if into is not None:
+        return list(into)
+    return [bytearray(view.nbytes) for view in views]

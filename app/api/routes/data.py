@@ -41,18 +41,20 @@ def check_if_match(request: Request, volume: Volume) -> None:
         raise PreconditionFailed(f"If-Match does not match the current ETag {etag(volume)}")
 
 
-async def stream_range(volume: Volume, first: int, length: int, chunk: int) -> AsyncIterator[bytes]:
+async def stream_range(
+    volume: Volume, first: int, length: int, chunk: int
+) -> AsyncIterator[memoryview]:
     position, end = first, first + length
     while position < end:
         size = min(chunk, end - position)
         data = await anyio.to_thread.run_sync(volume.read, position, size)
-        yield bytes(data)
+        yield memoryview(data)
         position += size
 
 
 async def stream_multipart(
     volume: Volume, ranges: list[ByteRange], boundary: str, chunk: int
-) -> AsyncIterator[bytes]:
+) -> AsyncIterator[bytes | memoryview]:
     size = volume.size
     for byte_range in ranges:
         yield (
@@ -106,7 +108,7 @@ async def read_data(
         headers["Content-Length"] = str(byte_range.length)
         if byte_range.length <= chunk:
             data = await anyio.to_thread.run_sync(volume.read, byte_range.first, byte_range.length)
-            return Response(bytes(data), status_code=206, media_type=OCTETS, headers=headers)
+            return Response(memoryview(data), status_code=206, media_type=OCTETS, headers=headers)
         return StreamingResponse(
             stream_range(volume, byte_range.first, byte_range.length, chunk),
             status_code=206,

@@ -69,12 +69,3 @@ class Target(ABC):
 
     def wipe(self) -> None:  # noqa: B027 - optional hook: only crypt holds keys
         """Forget key material (remove, table swap)."""
-
-
-def scatter(request: Request, data: Buffer) -> None:
-    """Copy ``data`` into the request's destination segments in order."""
-    view = memoryview(data).cast("B")
-    position = 0
-    for segment in request.segments:
-        segment[:] = view[position : position + len(segment)]
-        position += len(segment)

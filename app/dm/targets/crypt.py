@@ -12,7 +12,6 @@ from app.dm.targets.base import (
     MapContext,
     MapResult,
     Target,
-    scatter,
 )
 from app.engine.simulated import Engine
 from app.errors import InvalidState
@@ -43,17 +42,21 @@ class CryptTarget(Target):
         bios = [(bio.sector - self.start, bio.nr_sectors) for bio in request.bios]
         result = MapResult()
         if request.op == Op.READ:
-            ciphertext = bytearray(request.nr_sectors << SECTOR_SHIFT)
-            self.device.read_into(position, memoryview(ciphertext))
+            ciphertext = memoryview(bytearray(request.nr_sectors << SECTOR_SHIFT))
+            self.device.read_into(position, ciphertext)
+            pieces, offset = [], 0
+            for segment in request.segments:
+                pieces.append(ciphertext[offset : offset + len(segment)])
+                offset += len(segment)
             done = self.engine.process(
                 "decrypt",
                 self.transform,
-                [memoryview(ciphertext)],
+                pieces,
                 relative,
                 dispatch_mode=context.dispatch_mode,
                 bios=bios,
+                into=request.segments,
             )
-            scatter(request, done.outputs[0])
             result = MapResult(done.calls, done.modelled_ns)
         elif request.op in (Op.WRITE, Op.WRITE_ZEROES):
             segments = (
