@@ -194,7 +194,7 @@ def test_bio_mode_never_merges(store: MemoryStore) -> None:
 def test_device_ref_is_resolved_per_line(store: MemoryStore) -> None:
     seen: list[DeviceRef] = []
     volume = Volume("v", "u", engine=EngineRegistry().engine("software"), limits=QueueLimits())
-    volume.load(parse_table(f"0 1024 linear pv 0\n1024 1024 linear /dev/pv 1024"))
+    volume.load(parse_table("0 1024 linear pv 0\n1024 1024 linear /dev/pv 1024"))
     volume.resume(lambda ref: seen.append(ref) or store)  # type: ignore[func-returns-value]
     assert [ref.name for ref in seen] == ["pv", "pv"]
     volume.remove()
