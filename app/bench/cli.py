@@ -260,6 +260,7 @@ def http(
         raise _fail(exc) from None
     typer.echo(
         f"{rw} bs={format_size(workload.bs)} iodepth={iodepth} numjobs={numjobs}: "
+        f"{result.nbytes} bytes in {result.ios} I/Os, {result.elapsed_s:.2f} s, "
         f"{result.mb_s:.1f} MB/s, {result.iops:.0f} IOPS, p50 {result.percentile_ms(50):.2f} ms, "
         f"p99 {result.percentile_ms(99):.2f} ms (measured, client side over HTTP)"
     )

@@ -13,7 +13,8 @@ Measured vs modelled (see ``docs/benchmarks.md``):
   engine calls) the volume's queue really produced;
 - modelled: the crypto time the engine's virtual clock charged for the calls
   this cell made (for the measured ``software`` engine: the calls' wall time),
-  plus the device model's time for the requests this cell made, combined with
+  plus what the data path's ``DeviceTimer`` charged for the device I/O this
+  cell made (one per dispatched request, plus flushes), combined with
   ``app.engine.cost``'s pipeline rule (in series at queue depth 1, overlapped
   at the bottleneck otherwise).
 """
@@ -42,7 +43,7 @@ from app.control import Control
 from app.db import models
 from app.dm.table import CryptParams, parse_table, redact
 from app.dm.volume import Volume
-from app.engine.model import DeviceModel, DeviceOp, EngineProfile, SpecLike
+from app.engine.model import EngineProfile, SpecLike
 from app.engine.registry import EngineRegistry
 from app.errors import BenchmarkNotFound, InvalidInput, ReqcryptError
 
@@ -71,8 +72,7 @@ FIGURE_KINDS: dict[str, str] = {
     "modelled_ms": MODELLED,
     "crypto_ms": MODELLED,
     "storage_ms": MODELLED,
-    "device_timer_ms": MODELLED,
-    "device_timer_ios": MEASURED,
+    "device_ios": MEASURED,
 }
 
 
@@ -224,54 +224,35 @@ class ModelledTime:
     storage_ns: float
     crypto_ns: float
     total_ns: float
-    device_time_source: str
 
 
 def modelled_time(
     *,
-    device: DeviceModel,
-    requests: Mapping[str, tuple[int, int]],
+    storage_ns: float,
+    ios: int,
     engine_busy_ns: float,
     engine_cpu_ns: float,
     channels: int,
     queue_depth: int,
-    device_busy_ns: float | None = None,
 ) -> ModelledTime:
     """End-to-end modelled time of a cell from what it really did.
 
-    ``requests`` maps ``read``/``write`` to (count, bytes) of the requests the
-    queue dispatched; each is one device I/O (``latency + bytes / bandwidth``),
-    unless ``device_busy_ns`` (a device timer's own charge) is given. Cells
-    use the per-request form: the data path's ``DeviceTimer`` charges every
-    segment a target writes and is shared by all devices of a model, while the
-    block layer hands the device one I/O per request. Stages
-    combine as ``predict_workload`` does: in series at queue depth 1;
-    otherwise the bottleneck stage plus one I/O's latency to fill the pipe.
+    ``storage_ns`` is what the data path's ``DeviceTimer`` charged over the
+    cell (one device I/O per dispatched request, plus flushes) and ``ios`` the
+    number of pipeline items (dispatched requests). Stages combine as
+    ``predict_workload`` does: in series at queue depth 1; otherwise the
+    bottleneck stage plus one item's share to fill the pipe.
     """
-    count = sum(n for n, _ in requests.values())
-    if device_busy_ns is not None:
-        storage, source = device_busy_ns, "device timer"
-    else:
-        storage = sum(
-            n * device.io_ns(op, 0) + (device.io_ns(op, nbytes) - device.io_ns(op, 0))
-            for op, (n, nbytes) in _device_ops(requests)
-        )
-        source = "device model x observed requests"
     crypto = engine_busy_ns + engine_cpu_ns
-    if count == 0:
-        return ModelledTime(storage, crypto, 0.0, source)
+    if ios == 0:
+        return ModelledTime(storage_ns, crypto, 0.0)
     if queue_depth <= 1:
-        total = storage + crypto
+        total = storage_ns + crypto
     else:
-        first = (storage + crypto) / count
-        total = first + max(storage, engine_cpu_ns, engine_busy_ns / channels) * (count - 1) / count
-    return ModelledTime(storage, crypto, total, source)
-
-
-def _device_ops(
-    requests: Mapping[str, tuple[int, int]],
-) -> list[tuple[DeviceOp, tuple[int, int]]]:
-    return [("read" if op == "read" else "write", value) for op, value in requests.items()]
+        first = (storage_ns + crypto) / ios
+        bottleneck = max(storage_ns, engine_cpu_ns, engine_busy_ns / channels)
+        total = first + bottleneck * (ios - 1) / ios
+    return ModelledTime(storage_ns, crypto, total)
 
 
 # ---------------------------------------------------------------------- machine
@@ -403,7 +384,6 @@ class CellRunner:
             )
         engine = volume.engine
         profile: EngineProfile = engine.profile
-        device = self.engines.device_model(device_model)
         timer = self.engines.device_timer(device_model)
         stats_before = volume.stats.snapshot()
         engine_before = engine.snapshot()
@@ -413,14 +393,11 @@ class CellRunner:
         timer_after = timer.snapshot()
         stats_after = volume.stats.snapshot()
         counters = _counter_delta(stats_before, stats_after)
-        requests = {
-            "read": (counters["r_ios"], counters["r_sectors"] * 512),
-            "write": (counters["w_ios"], counters["w_sectors"] * 512),
-        }
-        timer_ios = sum(timer_after["ios"].values()) - sum(timer_before["ios"].values())
+        n_requests = counters["r_ios"] + counters["w_ios"]
+        device_ios = sum(timer_after["ios"].values()) - sum(timer_before["ios"].values())
         model = modelled_time(
-            device=device,
-            requests=requests,
+            storage_ns=timer_after["busy_ns"] - timer_before["busy_ns"],
+            ios=n_requests,
             engine_busy_ns=engine_after.clock.busy_ns - engine_before.clock.busy_ns,
             engine_cpu_ns=engine_after.cpu_ns - engine_before.cpu_ns,
             channels=profile.capabilities.channels,
@@ -428,7 +405,6 @@ class CellRunner:
         )
         params = _crypt_params(volume)
         spec_like: SpecLike | None = params.cipher if params is not None else None
-        n_requests = counters["r_ios"] + counters["w_ios"]
         return {
             "n": plan.index,
             "volume": volume.name,
@@ -471,8 +447,7 @@ class CellRunner:
             ),
             "request_size_histogram": _histogram_delta(stats_before, stats_after),
             "modelled_ms": round(model.total_ns / 1e6, 3),
-            "device_timer_ios": timer_ios,
-            "device_timer_ms": round((timer_after["busy_ns"] - timer_before["busy_ns"]) / 1e6, 3),
+            "device_ios": device_ios,
             "crypto_ms": round(model.crypto_ns / 1e6, 3),
             "storage_ms": round(model.storage_ns / 1e6, 3),
             "modelled_basis": (
@@ -481,7 +456,7 @@ class CellRunner:
                     if profile.measured
                     else "engine virtual clock (cost model over this cell's calls)"
                 )
-                + f"; storage: {model.device_time_source} ({device_model})"
+                + f"; storage: the data path's {device_model} device timer"
             ),
         }
 

@@ -49,6 +49,7 @@ CSV_COLUMNS = (
     "modelled_ms",
     "crypto_ms",
     "storage_ms",
+    "device_ios",
     "modelled_basis",
 )
 
@@ -196,7 +197,10 @@ def plot_png(
     title: str = "",
     x_axis: str = "bs",
 ) -> bytes:
-    """Throughput vs ``x_axis`` (block size by default), one line per mode/engine/rw/cipher."""
+    """Throughput vs ``x_axis`` (block size by default), one line per mode/engine/rw/cipher.
+
+    Writes are dashed when the plot has both reads and writes.
+    """
     import matplotlib
 
     matplotlib.use("Agg")
@@ -214,6 +218,7 @@ def plot_png(
     categories = sorted({str(cell.get(x_axis)) for cell in cells})
     categorical = any(not isinstance(cell.get(x_axis), int | float) for cell in cells)
     series: dict[str, list[tuple[float, float]]] = {}
+    writes: set[str] = set()
     for cell in cells:
         value = cell.get(metric)
         if value is None:
@@ -222,11 +227,19 @@ def plot_png(
         raw = cell.get(x_axis)
         x = float(categories.index(str(raw))) if categorical else float(raw or 0)
         series.setdefault(label, []).append((x, float(value)))
+        if "write" in str(cell.get("rw")) and "rw" in series_axes:
+            writes.add(label)
     figure = Figure(figsize=(7.5, 4.5), dpi=100)
     axes = figure.subplots()
     for label, points in sorted(series.items()):
         points.sort()
-        axes.plot([p[0] for p in points], [p[1] for p in points], marker="o", label=label)
+        axes.plot(
+            [p[0] for p in points],
+            [p[1] for p in points],
+            marker="o",
+            linestyle="--" if label in writes else "-",
+            label=label,
+        )
     if categorical:
         axes.set_xticks(range(len(categories)), categories)
         axes.set_xlabel(x_axis)

@@ -90,6 +90,16 @@ async def test_request_mode_makes_fewer_engine_calls_for_queued_sequential_write
     assert request["engine_calls"] < bio["engine_calls"]
 
 
+async def test_storage_time_is_the_device_timers_one_io_per_request(
+    finished: dict[str, Any],
+) -> None:
+    for cell in finished["cells"]:
+        assert cell["device_ios"] == cell["requests"]
+        assert cell["storage_ms"] > 0
+        assert cell["modelled_ms"] >= cell["storage_ms"] / cell["requests"]
+    assert finished["figures"]["storage_ms"] == "modelled"
+
+
 async def test_the_run_records_machine_and_a_redacted_spec(finished: dict[str, Any]) -> None:
     assert finished["machine"]["cpu_count"] >= 1
     assert {"python", "numpy", "cryptography", "openssl"} <= set(finished["machine"])

@@ -23,12 +23,6 @@ BLOCK = 4096
 SECTORS = BLOCK // 512
 
 
-@pytest.fixture(autouse=True)
-def _only_when_selected(request):
-    if "bench" not in (request.config.getoption("markexpr") or ""):
-        pytest.skip("benchmark: run with -m bench")
-
-
 def make_queue(mode: str) -> BlockQueue:
     holder: list[BlockQueue] = []
 

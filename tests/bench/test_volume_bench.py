@@ -1,0 +1,76 @@
+"""Merging through a whole volume (crypt target, software engine), bio vs request mode.
+
+Run on demand: ``.venv/bin/pytest -m bench -s tests/bench/test_volume_bench.py``.
+16 clients write sequential 4 KiB blocks striped so that, at each step, their
+blocks are adjacent (client i writes block k*16 + i): what a request-based
+queue can merge and a bio-based one cannot.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from app.blk.limits import QueueLimits
+from app.dm.table import parse_table
+from app.dm.volume import Volume
+from app.engine.registry import EngineRegistry
+from app.storage.memory import MemoryStore
+
+pytestmark = pytest.mark.bench
+
+CLIENTS = 16
+STEPS = 256
+BLOCK = 4096
+KEY = bytes(range(64)).hex()
+PLUG_WINDOW_US = 3000
+"""Long enough to collect one write from each of the 16 clients: measured, 1000 us
+merges to 8.6 KiB on average, 3000 us to 64 KiB (at 3.2 ms w_await against 0.3 ms in
+bio mode): the plug window trades latency for merging."""
+
+
+def run(mode: str) -> dict[str, float]:
+    size = CLIENTS * STEPS * BLOCK
+    store = MemoryStore(size)
+    volume = Volume(
+        "bench",
+        "uuid",
+        engine=EngineRegistry().engine("software"),
+        limits=QueueLimits(),
+        dispatch_mode=mode,  # type: ignore[arg-type]
+        plug_window_us=PLUG_WINDOW_US,
+    )
+    volume.load(parse_table(f"0 {size // 512} crypt aes-xts-plain64 {KEY} 0 pv 0"))
+    volume.resume(lambda ref: store)
+    barrier = threading.Barrier(CLIENTS)
+    payload = bytes(BLOCK)
+
+    def client(index: int) -> None:
+        barrier.wait()
+        for step in range(STEPS):
+            volume.write((step * CLIENTS + index) * BLOCK, payload)
+
+    threads = [threading.Thread(target=client, args=(i,)) for i in range(CLIENTS)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    stats = volume.stats.snapshot()
+    volume.remove()
+    return stats
+
+
+def test_request_mode_merges_striped_concurrent_writers() -> None:
+    bio, request = run("bio"), run("request")
+    print()
+    print(
+        f"{'mode':8} {'bios':>6} {'requests':>8} {'avg KiB':>8} {'engine calls':>12} {'w_await ms':>10}"
+    )
+    for name, stats in (("bio", bio), ("request", request)):
+        print(
+            f"{name:8} {stats['w_bios']:6} {stats['w_ios']:8} {stats['wareq_sz']:8.1f} "
+            f"{stats['engine_calls']:12} {stats['w_await']:10.3f}"
+        )
+    assert request["wareq_sz"] >= 64
+    assert request["engine_calls"] * 16 <= bio["engine_calls"]
