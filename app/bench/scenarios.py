@@ -323,7 +323,7 @@ def _sector_render(runs: Sequence[Run]) -> ScenarioReport:
         ]
     )
     plot = report.plot_png(
-        _relabel(cells, lambda c: f"{c['rw']} {c['dispatch_mode']}"),
+        cells,
         metric="modelled_mb_s",
         title="mv-cesa + WD3000: data unit size",
         x_axis="sector_size",
