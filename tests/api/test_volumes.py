@@ -180,3 +180,40 @@ async def test_status_has_iostat_fields(client: httpx.AsyncClient, volume: objec
     assert body["status"] == "0 2048 crypt \n"
     for key in ("r_ios", "w_ios", "r_bios", "w_bios", "r_merges", "w_merges", "engine_calls"):
         assert key in body["stats"]
+
+
+async def test_force_remove_replaces_the_table_with_error_first(
+    client: httpx.AsyncClient, volume: object
+) -> None:
+    response = await client.delete("/v1/volumes/vol", params={"force": "true"})
+    assert response.status_code == 204
+    assert (await client.get("/v1/volumes/vol")).status_code == 404
+    assert (await client.get("/v1/devices/sda2")).json()["mapped_by"] == []
+
+
+async def test_remove_of_an_unknown_volume_is_404(client: httpx.AsyncClient) -> None:
+    response = await client.delete("/v1/volumes/nope")
+    assert response.status_code == 404
+    assert response.headers["content-type"] == "application/problem+json"
+
+
+async def test_elevator_and_queue_limits_are_retuned_live(
+    client: httpx.AsyncClient, volume: object
+) -> None:
+    response = await client.patch(
+        "/v1/volumes/vol",
+        json={"elevator": "mq-deadline", "queue_limits": {"max_sectors_kb": 256, "nomerges": 2}},
+    )
+    assert response.status_code == 200
+    body = response.json()
+    assert body["elevator"] == "mq-deadline"
+    assert body["queue_limits"]["max_sectors_kb"] == 256
+    assert body["queue_limits"]["nomerges"] == 2
+
+
+async def test_nonsense_queue_limits_are_refused(client: httpx.AsyncClient, volume: object) -> None:
+    response = await client.patch(
+        "/v1/volumes/vol", json={"queue_limits": {"logical_block_size": 1000}}
+    )
+    assert response.status_code == 422
+    assert "logical_block_size" in response.json()["detail"]

@@ -109,3 +109,29 @@ async def test_keys_are_stored_only_wrapped(database_url: str, data_dir: Path) -
     assert texts == [f"0 2048 crypt aes-xts-plain64 {'0' * 128} 0 pv 0\n"]
     assert len(blobs) == 1
     assert bytes.fromhex(XTS_KEY) not in blobs[0]
+
+
+async def test_custom_engines_and_device_models_survive_a_restart(
+    database_url: str, data_dir: Path
+) -> None:
+    settings = Settings(
+        data_dir=data_dir,
+        database_url=database_url,
+        admin_token=ADMIN_TOKEN,  # type: ignore[arg-type]
+    )
+    engine = {
+        "name": "asic",
+        "capabilities": {"bulk_ivmodes": ["plain64"], "max_bytes_per_call": 65536},
+        "cost": {"setup_ns": 2000, "encrypt_bytes_per_s": 2e8, "decrypt_bytes_per_s": 3e8},
+    }
+    async with running(settings) as client:
+        assert (await client.post("/v1/engines", json=engine)).status_code == 201
+        model = {"name": "nvme", "read_latency_ns": 80000, "write_latency_ns": 20000}
+        assert (await client.post("/v1/device-models", json=model)).status_code == 201
+        before = (await client.get("/v1/engines/asic")).json()
+    async with running(settings) as client:
+        after = (await client.get("/v1/engines/asic")).json()
+        assert after["capabilities"] == before["capabilities"]
+        assert after["cost"] == before["cost"]
+        nvme = (await client.get("/v1/device-models/nvme")).json()
+        assert nvme["read_latency_ns"] == 80000

@@ -1,0 +1,65 @@
+"""The README's run command, exactly as a new user types it."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.integration.test_deployment import free_port, wait_ready
+
+ROOT = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.e2e
+
+
+def readme_command(index: int) -> str:
+    """The n-th indented command block of the README's first lines."""
+    commands = [
+        line.strip()
+        for line in (ROOT / "README.md").read_text().splitlines()[:12]
+        if line.startswith("    ")
+    ]
+    return commands[index]
+
+
+def test_readme_test_command_is_what_ci_runs() -> None:
+    assert readme_command(1) == "scripts/test"
+    assert "exec scripts/test" in (ROOT / ".ci" / "run").read_text()
+
+
+def test_readme_run_command_serves_docs_health_and_asks_for_a_token(tmp_path: Path) -> None:
+    command = readme_command(0)
+    assert command == "scripts/run"
+    port = free_port()
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith("REQCRYPT_")},
+        "HOME": str(tmp_path),
+        "XDG_DATA_HOME": str(tmp_path / "share"),
+        "REQCRYPT_PORT": str(port),
+    }
+    log = tmp_path / "run.log"
+    with log.open("wb") as output:
+        process = subprocess.Popen(
+            [str(ROOT / command)], cwd=ROOT, env=env, stdout=output, stderr=subprocess.STDOUT
+        )
+        try:
+            base = f"http://127.0.0.1:{port}"
+            wait_ready(f"{base}/healthz", process)
+            assert httpx.get(f"{base}/docs").status_code == 200
+            assert httpx.get(f"{base}/v1/volumes").status_code == 401
+            token_file = tmp_path / "share" / "reqcrypt" / "admin.token"
+            assert oct(token_file.stat().st_mode & 0o777) == "0o600"
+            token = token_file.read_text().strip()
+            authorized = httpx.get(
+                f"{base}/v1/volumes", headers={"Authorization": f"Bearer {token}"}
+            )
+            assert authorized.status_code == 200
+        finally:
+            process.terminate()
+            process.wait(timeout=15)
+    printed = log.read_text()
+    assert f"http://localhost:{port}/docs" in printed
+    assert str(token_file) in printed
