@@ -527,8 +527,8 @@ class BenchmarkJobs:
         if spec.volume_template is not None:
             self.engines.device_model(spec.volume_template.device_model)
 
-    def submit(self, spec: JobSpec) -> str:
-        self.check(spec)
+    def _insert_run(self, spec: JobSpec) -> str:
+        """A queued ``BenchmarkRun`` row for ``spec``; returns its id."""
         with self.sessions() as session, session.begin():
             row = models.BenchmarkRun(
                 state="queued",
@@ -539,7 +539,11 @@ class BenchmarkJobs:
             )
             session.add(row)
             session.flush()
-            run_id = row.id
+            return row.id
+
+    def submit(self, spec: JobSpec) -> str:
+        self.check(spec)
+        run_id = self._insert_run(spec)
         with self._lock:
             self._live[run_id] = _Live(run_id, spec)
             if self._worker is None:
@@ -555,17 +559,7 @@ class BenchmarkJobs:
     ) -> dict[str, Any]:
         """Run a job in the calling thread (the CLI), persisted like any other; returns it."""
         self.check(spec)
-        with self.sessions() as session, session.begin():
-            row = models.BenchmarkRun(
-                state="queued",
-                spec=spec.to_dict(),
-                progress=0.0,
-                results={},
-                machine=self.machine(),
-            )
-            session.add(row)
-            session.flush()
-            run_id = row.id
+        run_id = self._insert_run(spec)
         live = _Live(run_id, spec)
         with self._lock:
             self._live[run_id] = live
