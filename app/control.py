@@ -152,10 +152,14 @@ class Control:
         with self._lock:
             if name in self.device_sizes:
                 raise AlreadyExists(f"device {name} exists")
-            with self._transaction() as session:
-                session.add(models.Device(name=name, size_bytes=size_bytes, model=model))
-                session.flush()
-                self.devices.create(name, size_bytes)
+            try:
+                with self._transaction() as session:
+                    session.add(models.Device(name=name, size_bytes=size_bytes, model=model))
+                    session.flush()
+                    self.devices.create(name, size_bytes)
+            except BaseException:
+                self.devices.remove(name)  # no row refers to the file: drop it
+                raise
             self.device_sizes[name] = size_bytes
             self.device_models[name] = model
 
@@ -210,8 +214,7 @@ class Control:
         return table_row
 
     def _volume_row(self, session: Session, name: str) -> models.Volume:
-        row = session.scalars(select(models.Volume).where(models.Volume.name == name)).one()
-        return row
+        return session.scalars(select(models.Volume).where(models.Volume.name == name)).one()
 
     def _slot_row(
         self, session: Session, row: models.Volume, slot: str

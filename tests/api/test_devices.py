@@ -1,5 +1,6 @@
 import httpx
 import pytest
+from fastapi import FastAPI
 
 from tests.factories import make_device, make_volume
 
@@ -61,3 +62,19 @@ async def test_deleted_device_is_gone(client: httpx.AsyncClient) -> None:
     await make_device(client)
     assert (await client.delete("/v1/devices/sda2")).status_code == 204
     assert (await client.get("/v1/devices/sda2")).status_code == 404
+
+
+async def test_a_failed_device_file_leaves_no_row_and_a_retry_works(
+    client: httpx.AsyncClient, app: FastAPI, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    control = app.state.reqcrypt.control
+
+    def disk_full(name: str, size: int) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(control.devices, "create", disk_full)
+    with pytest.raises(OSError, match="No space"):
+        control.create_device("d", 4096, None)
+    monkeypatch.undo()
+    assert (await client.get("/v1/devices/d")).status_code == 404
+    await make_device(client, "d", 4096)
