@@ -1,9 +1,14 @@
-"""``Annotated`` dependency aliases: the only way routes reach settings, sessions and state."""
+"""``Annotated`` dependency aliases: the only way routes reach settings, sessions and state.
+
+The non-blocking dependencies are ``async def``: FastAPI runs a sync dependency in
+its thread pool, and four thread hops per data request cost more than the I/O.
+"""
 
 from __future__ import annotations
 
 import hmac
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Annotated, Literal
 
 from fastapi import Depends, Request
@@ -17,7 +22,7 @@ from app.db.session import session_scope
 from app.state import State
 
 
-def get_state(request: Request) -> State:
+async def get_state(request: Request) -> State:
     state: State = request.app.state.reqcrypt
     return state
 
@@ -25,7 +30,7 @@ def get_state(request: Request) -> State:
 StateDep = Annotated[State, Depends(get_state)]
 
 
-def get_settings_dep(state: StateDep) -> Settings:
+async def get_settings_dep(state: StateDep) -> Settings:
     return state.settings
 
 
@@ -43,19 +48,16 @@ _bearer = HTTPBearer(auto_error=False, description="REQCRYPT_ADMIN_TOKEN or REQC
 Role = Literal["admin", "io"]
 
 
-def get_role(
-    state: StateDep,
-    credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
-) -> Role:
+def authorize(state: State, authorization: str | None) -> Role:
     """admin: everything; io: the data path and read-only status."""
     if state.settings.auth == "disabled":
         return "admin"
-    unauthorized = HTTPException(
-        401, "a bearer token is required", headers={"WWW-Authenticate": "Bearer"}
-    )
-    if credentials is None or credentials.scheme.lower() != "bearer":
-        raise unauthorized
-    token = credentials.credentials.encode()
+    scheme, _, credentials = (authorization or "").partition(" ")
+    if scheme.lower() != "bearer" or not credentials.strip():
+        raise HTTPException(
+            401, "a bearer token is required", headers={"WWW-Authenticate": "Bearer"}
+        )
+    token = credentials.strip().encode()
     if state.admin_token and hmac.compare_digest(token, state.admin_token.encode()):
         return "admin"
     if state.io_token and hmac.compare_digest(token, state.io_token.encode()):
@@ -63,10 +65,18 @@ def get_role(
     raise HTTPException(401, "invalid bearer token", headers={"WWW-Authenticate": "Bearer"})
 
 
+async def get_role(
+    request: Request,
+    state: StateDep,
+    _: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
+) -> Role:
+    return authorize(state, request.headers.get("authorization"))
+
+
 RoleDep = Annotated[Role, Depends(get_role)]
 
 
-def require_admin(role: RoleDep) -> Role:
+async def require_admin(role: RoleDep) -> Role:
     if role != "admin":
         raise HTTPException(403, "this operation needs the admin token")
     return role
@@ -75,8 +85,30 @@ def require_admin(role: RoleDep) -> Role:
 AdminDep = Annotated[Role, Depends(require_admin)]
 
 
-def get_control(state: StateDep) -> Control:
+async def get_control(state: StateDep) -> Control:
     return state.control
 
 
 ControlDep = Annotated[Control, Depends(get_control)]
+
+
+@dataclass(frozen=True, slots=True)
+class IoContext:
+    control: Control
+    settings: Settings
+    role: Role
+
+
+async def get_io_context(request: Request) -> IoContext:
+    """Everything a data route needs in one dependency: each FastAPI dependency costs
+    tens of microseconds, which a 4 KiB I/O notices."""
+    state = await get_state(request)
+    return IoContext(
+        state.control, state.settings, authorize(state, request.headers.get("authorization"))
+    )
+
+
+IoDep = Annotated[IoContext, Depends(get_io_context)]
+
+BEARER_SECURITY: dict[str, object] = {"security": [{"HTTPBearer": []}]}
+"""OpenAPI security of routes that authenticate through ``IoDep`` rather than ``RoleDep``."""

@@ -14,7 +14,7 @@ from fastapi import APIRouter, Request, Response
 from fastapi.responses import StreamingResponse
 from starlette.exceptions import HTTPException
 
-from app.api.deps import ControlDep, RoleDep, SettingsDep
+from app.api.deps import BEARER_SECURITY, IoDep
 from app.api.problems import responses
 from app.api.ranges import ByteRange, parse_content_range, parse_range
 from app.api.schemas import RangeIn
@@ -75,15 +75,14 @@ async def stream_multipart(
         304: {"description": "If-None-Match matched"},
         **responses(412, 416, 503),
     },
+    openapi_extra=BEARER_SECURITY,
 )
-async def read_data(
-    name: str, request: Request, control: ControlDep, settings: SettingsDep, _: RoleDep
-) -> Response:
+async def read_data(name: str, request: Request, io: IoDep) -> Response:
     """Read with ``Range: bytes=a-b | a- | -N`` (several ranges: multipart/byteranges).
 
     Honours If-Match (412), If-None-Match (304) and If-Range (full 200 when stale).
     """
-    volume = control.volume(name)
+    volume = io.control.volume(name)
     check_if_match(request, volume)
     tag = etag(volume)
     size = volume.size
@@ -96,7 +95,7 @@ async def read_data(
     if range_header is not None and if_range is not None and if_range.strip() != tag:
         range_header = None
     ranges = parse_range(range_header, size) if range_header is not None else None
-    chunk = settings.io_chunk_bytes
+    chunk = io.settings.io_chunk_bytes
     if ranges is None:
         headers["Content-Length"] = str(size)
         return StreamingResponse(
@@ -129,6 +128,7 @@ async def read_data(
     status_code=204,
     responses=responses(400, 411, 412, 413, 416, 503),
     openapi_extra={
+        **BEARER_SECURITY,
         "requestBody": {"content": {OCTETS: {"schema": {"type": "string", "format": "binary"}}}},
         "parameters": [
             {
@@ -140,20 +140,14 @@ async def read_data(
         ],
     },
 )
-async def write_data(
-    name: str,
-    request: Request,
-    control: ControlDep,
-    settings: SettingsDep,
-    _: RoleDep,
-    fua: bool = False,
-) -> Response:
+async def write_data(name: str, request: Request, io: IoDep, fua: bool = False) -> Response:
     """Write ``Content-Range: bytes a-b/*``; any alignment (partial units are read-modify-written).
 
     The body must be exactly b-a+1 bytes (Content-Length required). ``?fua=true``
     returns only once the data is durable. Answers 204 with the new ETag.
     """
-    volume = control.volume(name)
+    volume = io.control.volume(name)
+    settings = io.settings
     byte_range = parse_content_range(request.headers.get("content-range"), volume.size)
     declared = request.headers.get("content-length")
     if declared is None:
@@ -196,29 +190,39 @@ def _write(volume: Volume, position: int, buffer: bytearray, length: int, fua: b
     volume.write(position, memoryview(buffer)[:length], fua=fua)
 
 
-@router.post("/flush", status_code=204, responses=responses(503))
-async def flush(name: str, control: ControlDep, _: RoleDep) -> Response:
+@router.post("/flush", status_code=204, responses=responses(503), openapi_extra=BEARER_SECURITY)
+async def flush(name: str, io: IoDep) -> Response:
     """Returns once every write acknowledged before it is durable (fsync)."""
-    volume = control.volume(name)
+    volume = io.control.volume(name)
     await anyio.to_thread.run_sync(volume.flush)
     return Response(status_code=204)
 
 
-@router.post("/discard", status_code=204, responses=responses(409, 416, 422, 503))
-async def discard(name: str, body: RangeIn, control: ControlDep, _: RoleDep) -> Response:
+@router.post(
+    "/discard",
+    status_code=204,
+    responses=responses(409, 416, 422, 503),
+    openapi_extra=BEARER_SECURITY,
+)
+async def discard(name: str, body: RangeIn, io: IoDep) -> Response:
     """Deallocate whole logical blocks (crypt needs allow_discards, else 409).
 
     Discarded sectors read back as dm-crypt returns them: the decryption of zeros.
     """
-    volume = control.volume(name)
+    volume = io.control.volume(name)
     await anyio.to_thread.run_sync(volume.discard, body.offset, body.length)
     return Response(status_code=204, headers={"ETag": etag(volume)})
 
 
-@router.post("/write-zeroes", status_code=204, responses=responses(416, 422, 503))
-async def write_zeroes(name: str, body: RangeIn, control: ControlDep, _: RoleDep) -> Response:
+@router.post(
+    "/write-zeroes",
+    status_code=204,
+    responses=responses(416, 422, 503),
+    openapi_extra=BEARER_SECURITY,
+)
+async def write_zeroes(name: str, body: RangeIn, io: IoDep) -> Response:
     """Write encrypted zeros over whole logical blocks."""
-    volume = control.volume(name)
+    volume = io.control.volume(name)
     await anyio.to_thread.run_sync(volume.write_zeroes, body.offset, body.length)
     return Response(status_code=204, headers={"ETag": etag(volume)})
 
@@ -226,16 +230,20 @@ async def write_zeroes(name: str, body: RangeIn, control: ControlDep, _: RoleDep
 null_router = APIRouter(prefix="/v1/null", tags=["data"], responses=responses(401))
 
 
-@null_router.put("/data", status_code=204, responses=responses(400))
-async def null_write(request: Request, _: RoleDep) -> Response:
+@null_router.put("/data", status_code=204, responses=responses(400), openapi_extra=BEARER_SECURITY)
+async def null_write(request: Request, _: IoDep) -> Response:
     """The HTTP ceiling: consumes a body like a volume write, touches nothing."""
     async for _piece in request.stream():
         pass
     return Response(status_code=204)
 
 
-@null_router.get("/data", responses={206: {"content": {OCTETS: {}}}, **responses(416)})
-async def null_read(request: Request, _: RoleDep, size: int = 1 << 30) -> Response:
+@null_router.get(
+    "/data",
+    responses={206: {"content": {OCTETS: {}}}, **responses(416)},
+    openapi_extra=BEARER_SECURITY,
+)
+async def null_read(request: Request, _: IoDep, size: int = 1 << 30) -> Response:
     """The HTTP ceiling: answers a single Range with zeros, as a volume read would."""
     ranges = parse_range(request.headers.get("range", f"bytes=0-{size - 1}"), size) or [
         ByteRange(0, size - 1)
