@@ -25,7 +25,12 @@ pytestmark = pytest.mark.bench
 MIB = 1 << 20
 SIZE = 256 * MIB
 SCRIPT = Path(__file__).with_name("wrk_ranges.lua")
-TARGETS = {"xts": "/v1/volumes/xts/data", "linear": "/v1/volumes/lin/data", "null": "/v1/null/data"}
+TARGETS = {
+    "xts": "/v1/volumes/xts/data",
+    "linear": "/v1/volumes/lin/data",
+    "null+thread": "/v1/null/data?thread=true",
+    "null": "/v1/null/data",
+}
 WORKLOADS = {  # name: (method, bytes per I/O, pattern, connections, target share of the ceiling)
     "seq write 1 MiB": ("PUT", MIB, "seq", 4, 0.70),
     "seq read 1 MiB": ("GET", MIB, "seq", 4, 0.70),
@@ -75,12 +80,12 @@ def test_http_data_path_against_the_http_ceiling(tmp_path: Path) -> None:
     finally:
         server.stop()
     print()
-    print(f"{'workload':18} {'target':7} {'ops/s':>9} {'MB/s':>8} {'vs ceiling':>10}")
+    print(f"{'workload':18} {'target':11} {'ops/s':>9} {'MB/s':>8} {'vs ceiling':>10}")
     for (workload, target), rate in results.items():
         size = WORKLOADS[workload][1]
         ceiling = results[(workload, "null")]
         print(
-            f"{workload:18} {target:7} {rate:9.0f} {rate * size / 1e6:8.1f} {rate / ceiling:10.0%}"
+            f"{workload:18} {target:11} {rate:9.0f} {rate * size / 1e6:8.1f} {rate / ceiling:10.0%}"
         )
     misses = []
     for workload, (*_, share) in WORKLOADS.items():

@@ -231,11 +231,21 @@ null_router = APIRouter(prefix="/v1/null", tags=["data"], responses=responses(40
 
 
 @null_router.put("/data", status_code=204, responses=responses(400), openapi_extra=BEARER_SECURITY)
-async def null_write(request: Request, _: IoDep) -> Response:
-    """The HTTP ceiling: consumes a body like a volume write, touches nothing."""
+async def null_write(request: Request, _: IoDep, thread: bool = False) -> Response:
+    """The HTTP ceiling: consumes a body like a volume write, touches nothing.
+
+    ``?thread=true`` adds the one worker-thread round trip every volume I/O makes,
+    so benchmarks can tell that cost from the volume's own.
+    """
     async for _piece in request.stream():
         pass
+    if thread:
+        await anyio.to_thread.run_sync(_nothing)
     return Response(status_code=204)
+
+
+def _nothing() -> None:
+    """The work of the ceiling endpoints' thread round trip."""
 
 
 @null_router.get(
@@ -243,8 +253,13 @@ async def null_write(request: Request, _: IoDep) -> Response:
     responses={206: {"content": {OCTETS: {}}}, **responses(416)},
     openapi_extra=BEARER_SECURITY,
 )
-async def null_read(request: Request, _: IoDep, size: int = 1 << 30) -> Response:
-    """The HTTP ceiling: answers a single Range with zeros, as a volume read would."""
+async def null_read(
+    request: Request, _: IoDep, size: int = 1 << 30, thread: bool = False
+) -> Response:
+    """The HTTP ceiling: answers a single Range with zeros, as a volume read would
+    (``?thread=true``: plus one worker-thread round trip)."""
+    if thread:
+        await anyio.to_thread.run_sync(_nothing)
     ranges = parse_range(request.headers.get("range", f"bytes=0-{size - 1}"), size) or [
         ByteRange(0, size - 1)
     ]
