@@ -199,7 +199,7 @@ class Control:
         self, session: Session, row: models.Volume, slot: str, table: Table, version: int
     ) -> models.VolumeTable:
         table_row = models.VolumeTable(
-            volume_id=row.id, slot=slot, version=version, text=_storage_text(table)
+            volume_id=row.id, slot=slot, version=version, text=format_table(table)
         )
         session.add(table_row)
         session.flush()
@@ -471,14 +471,17 @@ class Control:
         table = parse_table(table_row.text)
         lines = list(table.lines)
         for index, line in enumerate(lines):
-            if isinstance(line.target, CryptParams) and line.target.key is not None:
+            params = line.target
+            if isinstance(params, CryptParams) and params.key is not None:
                 blob = keys.get((table_row.id, index))
-                key: KeyMaterial | None = None
-                if blob is not None:
-                    key = unwrap_key(
-                        self.master_key, blob, self._key_aad(row.uuid, table_row.id, index)
-                    )
-                lines[index] = replace(line, target=replace(line.target, key=key))
+                if blob is None:  # stored wiped: zeros of the wiped key's length, no blob
+                    wiped = replace(params, key=None, wiped_key_size=len(params.key))
+                    lines[index] = replace(line, target=wiped)
+                    continue
+                key = unwrap_key(
+                    self.master_key, blob, self._key_aad(row.uuid, table_row.id, index)
+                )
+                lines[index] = replace(line, target=replace(params, key=key))
         return Table(tuple(lines))
 
     def _restore_volume(
@@ -527,22 +530,3 @@ def check_engine(engine: Engine, table: Table) -> None:
     """Refuse a table the engine could never process (cipher, chain mode, data unit size)."""
     for params in table.crypt_params():
         engine.check(params.cipher, params.sector_size)
-
-
-def _storage_text(table: Table) -> str:
-    """Table text with every key zeroed; a wiped key is stored as zeros too, without a blob.
-
-    ``format_table`` prints a wiped key as ``-``, which would not parse back for a
-    cipher that needs a key; zeros of a valid length do, and the missing blob
-    restores the line as wiped.
-    """
-    lines = []
-    for line in table.lines:
-        params = line.target
-        if isinstance(params, CryptParams) and params.key is None:
-            sizes = params.cipher.valid_key_sizes
-            if sizes != (0,):
-                zeros = KeyMaterial(bytes(min(size for size in sizes if size > 0)))
-                line = replace(line, target=replace(params, key=zeros))
-        lines.append(line)
-    return format_table(Table(tuple(lines)))

@@ -127,9 +127,11 @@ class DeviceRef:
 class CryptParams:
     """``crypt`` target arguments, as ``crypt_ctr`` accepts them.
 
-    ``key`` is None for ``-`` (ciphers that take an empty key).  The boolean
-    features and ``sector_size`` are the optional parameters; ``integrity`` is
-    refused at parse time, so it has no field.
+    ``key`` is None for ``-`` (ciphers that take an empty key) and after ``key
+    wipe``; ``wiped_key_size`` then keeps the wiped key's length, because the kernel
+    keeps ``key_size`` and prints that many zero bytes.  The boolean features and
+    ``sector_size`` are the optional parameters; ``integrity`` is refused at parse
+    time, so it has no field.
     """
 
     cipher: CipherSpec
@@ -144,6 +146,7 @@ class CryptParams:
     no_write_workqueue: bool = False
     sector_size: int = SECTOR_SIZE
     iv_large_sectors: bool = False
+    wiped_key_size: int = 0
 
     def feature_args(self) -> tuple[str, ...]:
         """The optional parameters in ``crypt_status`` order, duplicates folded."""
@@ -156,7 +159,9 @@ class CryptParams:
 
     def format(self, *, show_keys: bool = False) -> str:
         """The argument string ``crypt_status`` emits for STATUSTYPE_TABLE."""
-        if self.key is None or not len(self.key):
+        if self.key is None and self.wiped_key_size:
+            key_text = "00" * self.wiped_key_size
+        elif self.key is None or not len(self.key):
             key_text = "-"
         elif show_keys:
             key_text = self.key.hex().lower()

@@ -244,17 +244,20 @@ class Volume:
         line = self.live.table.lines[index]
         if not isinstance(line.target, CryptParams):
             raise InvalidInput(f"the target at sector {sector} is {line.target_type}, not crypt")
-        key: KeyMaterial | None = None
+        params = line.target
         if words[1].lower() == "wipe":
             if len(words) != 2:
                 raise InvalidInput("'key wipe' takes no argument")
+            size = len(params.key) if params.key is not None else params.wiped_key_size
+            new_params = replace(params, key=None, wiped_key_size=size)
         else:
             if len(words) != 3:
                 raise InvalidInput("'key set' takes exactly one key")
             key = KeyMaterial.from_hex(words[2])
-            line.target.cipher.check_key(key)
+            params.cipher.check_key(key)
+            new_params = replace(params, key=key, wiped_key_size=0)
         lines = list(self.live.table.lines)
-        lines[index] = replace(line, target=replace(line.target, key=key))
+        lines[index] = replace(line, target=new_params)
         return index, Table(tuple(lines))
 
     def apply_line(self, index: int, table: Table, resolve: DeviceResolver) -> None:

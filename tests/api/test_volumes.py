@@ -122,6 +122,15 @@ async def test_resume_after_key_wipe_is_refused_until_key_set(
     assert (await client.post("/v1/volumes/vol/resume")).status_code == 200
 
 
+async def test_wiped_key_prints_as_zeros_of_its_length_like_the_kernel(
+    client: httpx.AsyncClient, volume: object
+) -> None:
+    await client.post("/v1/volumes/vol/suspend")
+    await client.post("/v1/volumes/vol/message", json={"message": "key wipe"})
+    table = await client.get("/v1/volumes/vol/table", params={"show_keys": "true"})
+    assert table.text == f"0 2048 crypt aes-xts-plain64 {'0' * 128} 0 sda2 0\n"
+
+
 async def test_key_set_with_a_wrong_length_is_refused_without_echo(
     client: httpx.AsyncClient, volume: object
 ) -> None:

@@ -159,7 +159,8 @@ class Lifecycle(RuleBasedStateMachine):
         assert volume.live is not None
         live = format_table(volume.live.table, show_keys=True)
         if self.model["wiped"]:
-            assert " - 0 pv 0" in live
+            sectors = self.model["live"].split()[1]
+            assert live == f"0 {sectors} crypt aes-xts-plain64 {'0' * 128} 0 pv 0\n"
         else:
             assert live == self.model["live"] + "\n"
         inactive = volume.inactive
