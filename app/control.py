@@ -20,7 +20,7 @@ from sqlalchemy import delete, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from app.blk.limits import QueueLimits
-from app.crypto.keys import KeyMaterial, unwrap_key, wrap_key
+from app.crypto.keys import unwrap_key, wrap_key
 from app.db import models
 from app.dm.table import (
     SECTOR_SIZE,
