@@ -5,12 +5,15 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from typing import Any
 
 from fastapi import FastAPI
+from fastapi.openapi.utils import get_openapi
 from prometheus_client import CollectorRegistry
 
 from app.api import problems
 from app.api.routes import benchmarks, data, devices, engines, health, volumes
+from app.api.schemas import Problem, TableIn
 from app.bench.jobs import BenchmarkJobs
 from app.config import Settings, get_settings
 from app.control import Control
@@ -76,6 +79,26 @@ def build_state(settings: Settings, registry: CollectorRegistry) -> State:
     )
 
 
+def install_openapi(app: FastAPI) -> None:
+    """Register the schemas that routes reference by hand (problem+json, text/plain tables)."""
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            schema = get_openapi(
+                title=app.title,
+                version=app.version,
+                description=app.description,
+                routes=app.routes,
+            )
+            components = schema.setdefault("components", {}).setdefault("schemas", {})
+            for model in (Problem, TableIn):
+                components[model.__name__] = model.model_json_schema()
+            app.openapi_schema = schema
+        return app.openapi_schema
+
+    app.openapi = openapi  # type: ignore[method-assign]
+
+
 def create_app(settings: Settings | None = None) -> FastAPI:
     settings = settings or get_settings()
     registry = CollectorRegistry()
@@ -97,6 +120,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         description=DESCRIPTION,
         lifespan=lifespan,
     )
+    install_openapi(app)
     problems.install(app)
     app.add_middleware(RequestContextMiddleware, metrics=HttpMetrics(registry))
     app.include_router(health.router)

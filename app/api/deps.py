@@ -1,4 +1,7 @@
-"""``Annotated`` dependency aliases: the only way routes reach settings, sessions and state.
+"""``Annotated`` dependency aliases: the only way routes reach state, control and auth.
+
+No route opens an SQL session itself: the control plane and the benchmark runner
+own their transactions (docs/decisions/0003).
 
 The non-blocking dependencies are ``async def``: FastAPI runs a sync dependency in
 its thread pool, and four thread hops per data request cost more than the I/O.
@@ -7,18 +10,15 @@ its thread pool, and four thread hops per data request cost more than the I/O.
 from __future__ import annotations
 
 import hmac
-from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Annotated, Literal
 
 from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
-from sqlalchemy.orm import Session
 from starlette.exceptions import HTTPException
 
 from app.config import Settings
 from app.control import Control
-from app.db.session import session_scope
 from app.state import State
 
 
@@ -29,19 +29,6 @@ async def get_state(request: Request) -> State:
 
 StateDep = Annotated[State, Depends(get_state)]
 
-
-async def get_settings_dep(state: StateDep) -> Settings:
-    return state.settings
-
-
-SettingsDep = Annotated[Settings, Depends(get_settings_dep)]
-
-
-def get_session(state: StateDep) -> Iterator[Session]:
-    yield from session_scope(state.sessions)
-
-
-SessionDep = Annotated[Session, Depends(get_session)]
 
 _bearer = HTTPBearer(auto_error=False, description="REQCRYPT_ADMIN_TOKEN or REQCRYPT_IO_TOKEN")
 

@@ -135,10 +135,6 @@ class BlockQueue:
         return self._window_ns // 1000
 
     @property
-    def held(self) -> bool:
-        return self._held
-
-    @property
     def in_flight(self) -> int:
         """Requests accepted and not yet completed (plugged, queued or dispatched)."""
         return len(self._pending)

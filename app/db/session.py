@@ -1,8 +1,7 @@
-"""Engine and session factory; one session per HTTP request, committed or rolled back by the dependency."""
+"""Engine and session factory. Callers own their transactions (``with sessions.begin()``)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 from sqlalchemy import Engine, create_engine, event
@@ -32,14 +31,3 @@ def make_engine(url: str) -> Engine:
 
 def make_sessionmaker(engine: Engine) -> sessionmaker[Session]:
     return sessionmaker(bind=engine, expire_on_commit=False)
-
-
-def session_scope(factory: sessionmaker[Session]) -> Iterator[Session]:
-    """Commit on success, roll back on error: app code never commits."""
-    with factory() as session:
-        try:
-            yield session
-            session.commit()
-        except BaseException:
-            session.rollback()
-            raise

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from itertools import accumulate
 from typing import TYPE_CHECKING, Any, Protocol
 
-from app.engine.clock import ClockSnapshot, Reservation, VirtualClock
+from app.engine.clock import ClockSnapshot, VirtualClock
 from app.engine.cost import plan_cost
 from app.engine.model import DispatchMode, EngineProfile, Op, SpecLike
 from app.engine.planner import CallPlan, plan_calls
@@ -265,15 +265,6 @@ class SimulatedEngine(Engine):
                 cpu_ns=self._cpu_ns,
                 clock=self.clock.snapshot(),
             )
-
-    def reserve_modelled(self, plan: CallPlan) -> Reservation:
-        """Charge a plan to the clock without bytes (dry runs, workload replays)."""
-        cost = plan_cost(self._profile, plan)
-        reservation = self.clock.reserve(
-            list(cost.call_ns), ready_ns=self.clock.now_ns() + int(cost.cpu_ns)
-        )
-        self._count(plan, cost.cpu_ns)
-        return reservation
 
 
 def _run_calls(

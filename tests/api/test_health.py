@@ -1,5 +1,9 @@
+from collections.abc import Iterator
+from typing import Any
+
 import httpx
 import pytest
+from openapi_spec_validator import validate
 
 from tests.factories import make_device, make_volume
 
@@ -50,3 +54,28 @@ async def test_metrics_expose_volume_queue_and_engine_counters(client: httpx.Asy
     assert 'reqcrypt_volume_bios_total{group="w",volume="vol"} 1.0' in text
     assert 'reqcrypt_volume_engine_calls_total{volume="vol"} 1.0' in text
     assert 'reqcrypt_engine_calls_total{engine="software",kind="bulk"}' in text
+
+
+async def test_openapi_document_is_valid_and_every_ref_resolves(
+    anon_client: httpx.AsyncClient,
+) -> None:
+    document = (await anon_client.get("/openapi.json")).json()
+    validate(document)
+    for ref in refs(document):
+        node = document
+        for part in ref.removeprefix("#/").split("/"):
+            node = node[part]
+    problem = document["paths"]["/v1/devices/{name}"]["get"]["responses"]["404"]
+    assert "application/problem+json" in problem["content"]
+
+
+def refs(node: Any) -> Iterator[str]:
+    if isinstance(node, dict):
+        for key, value in node.items():
+            if key == "$ref":
+                yield value
+            else:
+                yield from refs(value)
+    elif isinstance(node, list):
+        for item in node:
+            yield from refs(item)
