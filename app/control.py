@@ -234,8 +234,9 @@ class Control:
         engine: str = "software",
         limits: QueueLimits | None = None,
         elevator: Elevator = "none",
+        plug_window_us: int | None = None,
     ) -> Volume:
-        """dmsetup create: load + resume."""
+        """dmsetup create: load + resume. ``plug_window_us`` None: the service default."""
         check_name("volume", name)
         limits = limits or QueueLimits()
         limits.validate()
@@ -251,7 +252,7 @@ class Control:
                 limits=limits,
                 dispatch_mode=dispatch_mode,
                 elevator=elevator,
-                plug_window_us=self.plug_window_us,
+                plug_window_us=self.plug_window_us if plug_window_us is None else plug_window_us,
                 suspend_wait_seconds=self.suspend_wait_seconds,
             )
             volume.load(table)
@@ -265,6 +266,7 @@ class Control:
                     engine=engine,
                     elevator=elevator,
                     queue_limits=asdict(limits),
+                    plug_window_us=plug_window_us,
                     event_nr=1,
                 )
                 session.add(row)
@@ -407,6 +409,7 @@ class Control:
         engine: str | None = None,
         limits: QueueLimits | None = None,
         elevator: Elevator | None = None,
+        plug_window_us: int | None = None,
     ) -> None:
         if limits is not None:
             limits.validate()
@@ -426,8 +429,14 @@ class Control:
                     row.queue_limits = asdict(limits)
                 if elevator is not None:
                     row.elevator = elevator
+                if plug_window_us is not None:
+                    row.plug_window_us = plug_window_us
             volume.retune(
-                dispatch_mode=dispatch_mode, engine=engine_obj, limits=limits, elevator=elevator
+                dispatch_mode=dispatch_mode,
+                engine=engine_obj,
+                limits=limits,
+                elevator=elevator,
+                plug_window_us=plug_window_us,
             )
 
     # ------------------------------------------------------------------ restart
@@ -498,7 +507,9 @@ class Control:
             limits=QueueLimits(**row.queue_limits),
             dispatch_mode=row.dispatch_mode,  # type: ignore[arg-type]
             elevator=row.elevator,  # type: ignore[arg-type]
-            plug_window_us=self.plug_window_us,
+            plug_window_us=self.plug_window_us
+            if row.plug_window_us is None
+            else row.plug_window_us,
             suspend_wait_seconds=self.suspend_wait_seconds,
         )
         if live_row is not None:

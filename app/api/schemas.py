@@ -63,6 +63,12 @@ class VolumeCreate(BaseModel):
     engine: str = "software"
     elevator: ElevatorField = "none"
     queue_limits: QueueLimitsIn | None = None
+    plug_window_us: int | None = Field(
+        default=None,
+        ge=0,
+        le=1_000_000,
+        description="request mode's plug window; default: service setting",
+    )
 
 
 class VolumePatch(BaseModel):
@@ -72,6 +78,7 @@ class VolumePatch(BaseModel):
     engine: str | None = None
     elevator: ElevatorField | None = None
     queue_limits: QueueLimitsIn | None = None
+    plug_window_us: int | None = Field(default=None, ge=0, le=1_000_000)
 
 
 class TableIn(BaseModel):
@@ -120,6 +127,7 @@ class VolumeOut(BaseModel):
     engine: str
     elevator: ElevatorField
     queue_limits: QueueLimitsIn
+    plug_window_us: int
     logical_block_size: int
 
 

@@ -43,6 +43,7 @@ class Volume(Base):
     engine: Mapped[str] = mapped_column(String(64), default="software")
     elevator: Mapped[str] = mapped_column(String(16), default="none")
     queue_limits: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    plug_window_us: Mapped[int | None] = mapped_column(comment="NULL: the service default")
     event_nr: Mapped[int] = mapped_column(default=0)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(default=utcnow, onupdate=utcnow)

@@ -104,6 +104,7 @@ class VolumeInfo:
     engine: str
     elevator: str
     limits: QueueLimits
+    plug_window_us: int
     has_live: bool
     has_inactive: bool
     size_sectors: int
@@ -283,7 +284,10 @@ class Volume:
         engine: Engine | None = None,
         limits: QueueLimits | None = None,
         elevator: Literal["none", "mq-deadline"] | None = None,
+        plug_window_us: int | None = None,
     ) -> None:
+        if plug_window_us is not None:
+            self.queue.set_plug_window(plug_window_us)
         if dispatch_mode is not None:
             self.dispatch_mode = dispatch_mode
             self.queue.set_dispatch_mode(dispatch_mode)
@@ -549,6 +553,7 @@ class Volume:
             engine=self.engine.name,
             elevator=self.elevator,
             limits=self.limits,
+            plug_window_us=self.queue.plug_window_us,
             has_live=self.live is not None,
             has_inactive=self.inactive is not None,
             size_sectors=self.live.table.size_sectors if self.live else 0,

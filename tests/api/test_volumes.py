@@ -220,6 +220,14 @@ async def test_elevator_and_queue_limits_are_retuned_live(
     assert body["queue_limits"]["nomerges"] == 2
 
 
+async def test_plug_window_is_per_volume_and_retuned_live(
+    client: httpx.AsyncClient, volume: dict[str, object]
+) -> None:
+    assert volume["plug_window_us"] == 50
+    response = await client.patch("/v1/volumes/vol", json={"plug_window_us": 3000})
+    assert response.json()["plug_window_us"] == 3000
+
+
 async def test_nonsense_queue_limits_are_refused(client: httpx.AsyncClient, volume: object) -> None:
     response = await client.patch(
         "/v1/volumes/vol", json={"queue_limits": {"logical_block_size": 1000}}

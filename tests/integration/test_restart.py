@@ -59,7 +59,8 @@ async def test_restart_restores_states_tables_keys_and_data(
         assert put.status_code == 204
         essiv = f"0 2048 crypt aes-cbc-essiv:sha256 {CBC_KEY} 0 pv 2048"
         await client.post(
-            "/v1/volumes", json={"name": "held", "table": essiv, "dispatch_mode": "bio"}
+            "/v1/volumes",
+            json={"name": "held", "table": essiv, "dispatch_mode": "bio", "plug_window_us": 777},
         )
         await client.post("/v1/volumes/held/suspend")
         await client.post("/v1/volumes/held/message", json={"message": "key wipe"})
@@ -77,6 +78,8 @@ async def test_restart_restores_states_tables_keys_and_data(
             assert (await client.get(f"/v1/volumes/{name}")).json() == info
         assert before["held"]["state"] == "suspended"
         assert before["held"]["dispatch_mode"] == "bio"
+        assert before["held"]["plug_window_us"] == 777
+        assert before["live"]["plug_window_us"] == 50
         assert before["live"]["tables"] == ["LIVE", "INACTIVE"]
         live_table = await client.get("/v1/volumes/live/table", params={"show_keys": "true"})
         assert live_table.text == f"0 2048 crypt aes-xts-plain64 {XTS_KEY} 0 pv 0\n"

@@ -58,6 +58,7 @@ def volume_out(volume: Volume) -> VolumeOut:
         engine=info.engine,
         elevator=info.elevator,
         queue_limits=QueueLimitsIn(**asdict(info.limits)),
+        plug_window_us=info.plug_window_us,
         logical_block_size=info.limits.logical_block_size,
     )
 
@@ -96,6 +97,7 @@ def create_volume(body: VolumeCreate, control: ControlDep, _: AdminDep) -> Volum
         engine=body.engine,
         limits=limits_of(body.queue_limits),
         elevator=body.elevator,
+        plug_window_us=body.plug_window_us,
     )
     return volume_out(volume)
 
@@ -118,6 +120,7 @@ def patch_volume(name: str, body: VolumePatch, control: ControlDep, _: AdminDep)
         engine=body.engine,
         limits=limits_of(body.queue_limits),
         elevator=body.elevator,
+        plug_window_us=body.plug_window_us,
     )
     return volume_out(control.volume(name))
 
