@@ -1,4 +1,4 @@
-"""The ``reqcrypt`` command: serve, migrate (and, as they land, bench and a dmsetup-like client)."""
+"""The ``reqcrypt`` command: serve, migrate, bench, and a dmsetup-like client."""
 
 from __future__ import annotations
 
@@ -10,9 +10,11 @@ import typer
 
 from app.bench.cli import bench_app
 from app.config import Settings
+from app.dmsetup import dmsetup_app
 
 cli = typer.Typer(help="reqcrypt: encrypted block volumes over HTTP.", no_args_is_help=True)
 cli.add_typer(bench_app, name="bench")
+cli.add_typer(dmsetup_app, name="dmsetup")
 
 
 def tune_malloc() -> None:
