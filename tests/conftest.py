@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import uuid
 from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 import httpx
@@ -51,32 +52,32 @@ async def app(settings: Settings) -> AsyncIterator[FastAPI]:
         yield application
 
 
-@pytest.fixture
-async def client(app: FastAPI) -> AsyncIterator[httpx.AsyncClient]:
+@asynccontextmanager
+async def asgi_client(app: FastAPI, token: str | None) -> AsyncIterator[httpx.AsyncClient]:
+    """An httpx client calling ``app`` in process, with ``token`` as bearer if given."""
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
     transport = httpx.ASGITransport(app=app)
     async with httpx.AsyncClient(
-        transport=transport,
-        base_url="http://testserver",
-        headers={"Authorization": f"Bearer {ADMIN_TOKEN}"},
+        transport=transport, base_url="http://testserver", headers=headers
     ) as http:
+        yield http
+
+
+@pytest.fixture
+async def client(app: FastAPI) -> AsyncIterator[httpx.AsyncClient]:
+    async with asgi_client(app, ADMIN_TOKEN) as http:
         yield http
 
 
 @pytest.fixture
 async def anon_client(app: FastAPI) -> AsyncIterator[httpx.AsyncClient]:
-    transport = httpx.ASGITransport(app=app)
-    async with httpx.AsyncClient(transport=transport, base_url="http://testserver") as http:
+    async with asgi_client(app, None) as http:
         yield http
 
 
 @pytest.fixture
 async def io_client(app: FastAPI) -> AsyncIterator[httpx.AsyncClient]:
-    transport = httpx.ASGITransport(app=app)
-    async with httpx.AsyncClient(
-        transport=transport,
-        base_url="http://testserver",
-        headers={"Authorization": f"Bearer {IO_TOKEN}"},
-    ) as http:
+    async with asgi_client(app, IO_TOKEN) as http:
         yield http
 
 

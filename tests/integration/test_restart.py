@@ -12,7 +12,7 @@ import pytest
 
 from app.config import Settings
 from app.main import create_app
-from tests.conftest import ADMIN_TOKEN
+from tests.conftest import ADMIN_TOKEN, asgi_client
 from tests.factories import CBC_KEY, XTS_KEY, xts_table
 
 pytestmark = pytest.mark.anyio
@@ -21,14 +21,8 @@ pytestmark = pytest.mark.anyio
 @asynccontextmanager
 async def running(settings: Settings) -> AsyncIterator[httpx.AsyncClient]:
     app = create_app(settings)
-    async with app.router.lifespan_context(app):
-        transport = httpx.ASGITransport(app=app)
-        async with httpx.AsyncClient(
-            transport=transport,
-            base_url="http://t",
-            headers={"Authorization": f"Bearer {ADMIN_TOKEN}"},
-        ) as client:
-            yield client
+    async with app.router.lifespan_context(app), asgi_client(app, ADMIN_TOKEN) as client:
+        yield client
 
 
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
