@@ -237,3 +237,16 @@ async def test_io_crosses_target_boundaries_and_stacked_volumes(
         "/v1/volumes/lower/data", headers={"Range": f"bytes={first}-{first + 8191}"}
     )
     assert back.content == data
+
+
+async def test_head_gives_size_etag_and_range_without_a_body(
+    client: httpx.AsyncClient, volume: None
+) -> None:
+    whole = await client.head("/v1/volumes/vol/data")
+    assert whole.status_code == 200
+    assert whole.headers["content-length"] == str(SIZE)
+    assert whole.content == b""
+    ranged = await client.head("/v1/volumes/vol/data", headers={"Range": "bytes=10-19"})
+    assert ranged.status_code == 206
+    assert ranged.headers["content-range"] == f"bytes 10-19/{SIZE}"
+    assert ranged.headers["etag"] == whole.headers["etag"]

@@ -97,6 +97,9 @@ def test_unaligned_write_and_ranged_reads_over_real_http(server: Server) -> None
         assert back.status_code == 206
         assert back.content == data
         assert client.post("/v1/volumes/v/flush").status_code == 204
+        head = client.head("/v1/volumes/v/data")
+        assert head.headers["content-length"] == str(4 * MIB)
+        assert head.headers["etag"] == back.headers["etag"]
 
 
 def test_acknowledged_write_survives_a_killed_process(server: Server) -> None:

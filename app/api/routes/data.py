@@ -123,6 +123,22 @@ async def read_data(name: str, request: Request, io: IoDep) -> Response:
     )
 
 
+@router.head("/data", responses=responses(412, 416), openapi_extra=BEARER_SECURITY)
+async def head_data(name: str, request: Request, io: IoDep) -> Response:
+    """GET's headers without the body: size, ETag, and the Content-Range a Range would get."""
+    volume = io.control.volume(name)
+    check_if_match(request, volume)
+    size = volume.size
+    headers = {"Accept-Ranges": "bytes", "ETag": etag(volume), "Content-Length": str(size)}
+    range_header = request.headers.get("range")
+    ranges = parse_range(range_header, size) if range_header is not None else None
+    if ranges is not None and len(ranges) == 1:
+        headers["Content-Range"] = ranges[0].content_range(size)
+        headers["Content-Length"] = str(ranges[0].length)
+        return Response(status_code=206, headers=headers, media_type=OCTETS)
+    return Response(status_code=200, headers=headers, media_type=OCTETS)
+
+
 @router.put(
     "/data",
     status_code=204,
