@@ -12,6 +12,7 @@ from fastapi.openapi.utils import get_openapi
 from prometheus_client import CollectorRegistry
 
 from app.api import problems
+from app.api.executor import IoExecutor
 from app.api.routes import benchmarks, data, devices, engines, health, volumes
 from app.api.schemas import Problem, TableIn
 from app.bench.jobs import BenchmarkJobs
@@ -76,6 +77,7 @@ def build_state(settings: Settings, registry: CollectorRegistry) -> State:
         control=control,
         engines=engines,
         benchmarks=benchmarks_runner,
+        io_executor=IoExecutor(),
     )
 
 
@@ -110,6 +112,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         try:
             yield
         finally:
+            state.io_executor.shutdown()
             state.benchmarks.close()
             state.control.close()
             state.db_engine.dispose()

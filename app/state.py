@@ -8,6 +8,7 @@ from prometheus_client import CollectorRegistry
 from sqlalchemy import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
+from app.api.executor import IoExecutor
 from app.bench.jobs import BenchmarkJobs
 from app.config import Settings
 from app.control import Control
@@ -25,3 +26,4 @@ class State:
     control: Control
     engines: EngineRegistry
     benchmarks: BenchmarkJobs
+    io_executor: IoExecutor

@@ -17,6 +17,7 @@ from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from starlette.exceptions import HTTPException
 
+from app.api.executor import IoExecutor
 from app.config import Settings
 from app.control import Control
 from app.state import State
@@ -83,6 +84,7 @@ ControlDep = Annotated[Control, Depends(get_control)]
 class IoContext:
     control: Control
     settings: Settings
+    executor: IoExecutor
     role: Role
 
 
@@ -90,9 +92,8 @@ async def get_io_context(request: Request) -> IoContext:
     """Everything a data route needs in one dependency: each FastAPI dependency costs
     tens of microseconds, which a 4 KiB I/O notices."""
     state = await get_state(request)
-    return IoContext(
-        state.control, state.settings, authorize(state, request.headers.get("authorization"))
-    )
+    role = authorize(state, request.headers.get("authorization"))
+    return IoContext(state.control, state.settings, state.io_executor, role)
 
 
 IoDep = Annotated[IoContext, Depends(get_io_context)]

@@ -9,12 +9,12 @@ from __future__ import annotations
 import secrets
 from collections.abc import AsyncIterator
 
-import anyio
 from fastapi import APIRouter, Request, Response
 from fastapi.responses import StreamingResponse
 from starlette.exceptions import HTTPException
 
 from app.api.deps import BEARER_SECURITY, IoDep
+from app.api.executor import IoExecutor
 from app.api.problems import responses
 from app.api.ranges import ByteRange, parse_content_range, parse_range
 from app.api.schemas import RangeIn
@@ -42,18 +42,18 @@ def check_if_match(request: Request, volume: Volume) -> None:
 
 
 async def stream_range(
-    volume: Volume, first: int, length: int, chunk: int
+    executor: IoExecutor, volume: Volume, first: int, length: int, chunk: int
 ) -> AsyncIterator[memoryview]:
     position, end = first, first + length
     while position < end:
         size = min(chunk, end - position)
-        data = await anyio.to_thread.run_sync(volume.read, position, size)
+        data = await executor.run(volume.read, position, size)
         yield memoryview(data)
         position += size
 
 
 async def stream_multipart(
-    volume: Volume, ranges: list[ByteRange], boundary: str, chunk: int
+    executor: IoExecutor, volume: Volume, ranges: list[ByteRange], boundary: str, chunk: int
 ) -> AsyncIterator[bytes | memoryview]:
     size = volume.size
     for byte_range in ranges:
@@ -61,7 +61,9 @@ async def stream_multipart(
             f"\r\n--{boundary}\r\nContent-Type: {OCTETS}\r\n"
             f"Content-Range: {byte_range.content_range(size)}\r\n\r\n"
         ).encode()
-        async for piece in stream_range(volume, byte_range.first, byte_range.length, chunk):
+        async for piece in stream_range(
+            executor, volume, byte_range.first, byte_range.length, chunk
+        ):
             yield piece
     yield f"\r\n--{boundary}--\r\n".encode()
 
@@ -99,24 +101,24 @@ async def read_data(name: str, request: Request, io: IoDep) -> Response:
     if ranges is None:
         headers["Content-Length"] = str(size)
         return StreamingResponse(
-            stream_range(volume, 0, size, chunk), media_type=OCTETS, headers=headers
+            stream_range(io.executor, volume, 0, size, chunk), media_type=OCTETS, headers=headers
         )
     if len(ranges) == 1:
         (byte_range,) = ranges
         headers["Content-Range"] = byte_range.content_range(size)
         headers["Content-Length"] = str(byte_range.length)
         if byte_range.length <= chunk:
-            data = await anyio.to_thread.run_sync(volume.read, byte_range.first, byte_range.length)
+            data = await io.executor.run(volume.read, byte_range.first, byte_range.length)
             return Response(memoryview(data), status_code=206, media_type=OCTETS, headers=headers)
         return StreamingResponse(
-            stream_range(volume, byte_range.first, byte_range.length, chunk),
+            stream_range(io.executor, volume, byte_range.first, byte_range.length, chunk),
             status_code=206,
             media_type=OCTETS,
             headers=headers,
         )
     boundary = secrets.token_hex(12)
     return StreamingResponse(
-        stream_multipart(volume, ranges, boundary, chunk),
+        stream_multipart(io.executor, volume, ranges, boundary, chunk),
         status_code=206,
         media_type=f"multipart/byteranges; boundary={boundary}",
         headers=headers,
@@ -192,9 +194,7 @@ async def write_data(name: str, request: Request, io: IoDep, fua: bool = False) 
             view = view[take:]
             if position + filled == next_cut:
                 last = next_cut == end
-                await anyio.to_thread.run_sync(
-                    _write, volume, position, buffer, filled, fua and last
-                )
+                await io.executor.run(_write, volume, position, buffer, filled, fua and last)
                 position, filled = next_cut, 0
                 next_cut = min(end, next_cut + chunk)
     if position != end:
@@ -210,7 +210,7 @@ def _write(volume: Volume, position: int, buffer: bytearray, length: int, fua: b
 async def flush(name: str, io: IoDep) -> Response:
     """Returns once every write acknowledged before it is durable (fsync)."""
     volume = io.control.volume(name)
-    await anyio.to_thread.run_sync(volume.flush)
+    await io.executor.run(volume.flush)
     return Response(status_code=204)
 
 
@@ -226,7 +226,7 @@ async def discard(name: str, body: RangeIn, io: IoDep) -> Response:
     Discarded sectors read back as dm-crypt returns them: the decryption of zeros.
     """
     volume = io.control.volume(name)
-    await anyio.to_thread.run_sync(volume.discard, body.offset, body.length)
+    await io.executor.run(volume.discard, body.offset, body.length)
     return Response(status_code=204, headers={"ETag": etag(volume)})
 
 
@@ -239,7 +239,7 @@ async def discard(name: str, body: RangeIn, io: IoDep) -> Response:
 async def write_zeroes(name: str, body: RangeIn, io: IoDep) -> Response:
     """Write encrypted zeros over whole logical blocks."""
     volume = io.control.volume(name)
-    await anyio.to_thread.run_sync(volume.write_zeroes, body.offset, body.length)
+    await io.executor.run(volume.write_zeroes, body.offset, body.length)
     return Response(status_code=204, headers={"ETag": etag(volume)})
 
 
@@ -247,7 +247,7 @@ null_router = APIRouter(prefix="/v1/null", tags=["data"], responses=responses(40
 
 
 @null_router.put("/data", status_code=204, responses=responses(400), openapi_extra=BEARER_SECURITY)
-async def null_write(request: Request, _: IoDep, thread: bool = False) -> Response:
+async def null_write(request: Request, io: IoDep, thread: bool = False) -> Response:
     """The HTTP ceiling: consumes a body like a volume write, touches nothing.
 
     ``?thread=true`` adds the one worker-thread round trip every volume I/O makes,
@@ -256,7 +256,7 @@ async def null_write(request: Request, _: IoDep, thread: bool = False) -> Respon
     async for _piece in request.stream():
         pass
     if thread:
-        await anyio.to_thread.run_sync(_nothing)
+        await io.executor.run(_nothing)
     return Response(status_code=204)
 
 
@@ -270,12 +270,12 @@ def _nothing() -> None:
     openapi_extra=BEARER_SECURITY,
 )
 async def null_read(
-    request: Request, _: IoDep, size: int = 1 << 30, thread: bool = False
+    request: Request, io: IoDep, size: int = 1 << 30, thread: bool = False
 ) -> Response:
     """The HTTP ceiling: answers a single Range with zeros, as a volume read would
     (``?thread=true``: plus one worker-thread round trip)."""
     if thread:
-        await anyio.to_thread.run_sync(_nothing)
+        await io.executor.run(_nothing)
     ranges = parse_range(request.headers.get("range", f"bytes=0-{size - 1}"), size) or [
         ByteRange(0, size - 1)
     ]
