@@ -95,6 +95,14 @@ def install_openapi(app: FastAPI) -> None:
             components = schema.setdefault("components", {}).setdefault("schemas", {})
             for model in (Problem, TableIn):
                 components[model.__name__] = model.model_json_schema()
+            problem = {"schema": {"$ref": "#/components/schemas/Problem"}}
+            for operations in schema.get("paths", {}).values():
+                for operation in operations.values():
+                    invalid = operation.get("responses", {}).get("422")
+                    if invalid is not None:  # validation errors are problem+json too
+                        invalid["content"] = {problems.PROBLEM_JSON: problem}
+            for unused in ("HTTPValidationError", "ValidationError"):
+                components.pop(unused, None)
             app.openapi_schema = schema
         return app.openapi_schema
 

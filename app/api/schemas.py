@@ -21,7 +21,7 @@ class Problem(BaseModel):
 
 
 class DeviceCreate(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
     name: str = Field(examples=["sda2"])
     size_bytes: int = Field(gt=0, examples=[64 << 20], description="multiple of 512")
@@ -39,17 +39,17 @@ class DeviceOut(BaseModel):
 class QueueLimitsIn(BaseModel):
     """Queue limits with the kernel's defaults (sysfs names)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
-    max_sectors_kb: int = 1280
-    max_segments: int = 128
-    max_segment_size: int = 65536
-    logical_block_size: int = 512
+    max_sectors_kb: int = Field(default=1280, ge=1, le=65536)
+    max_segments: int = Field(default=128, ge=1, le=65535)
+    max_segment_size: int = Field(default=65536, ge=4096, le=1 << 31)
+    logical_block_size: Literal[512, 1024, 2048, 4096] = 512
     nomerges: Literal[0, 1, 2] = 0
 
 
 class VolumeCreate(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
     name: str = Field(examples=["secret"])
     table: str = Field(
@@ -72,7 +72,7 @@ class VolumeCreate(BaseModel):
 
 
 class VolumePatch(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
     dispatch_mode: DispatchModeField | None = None
     engine: str | None = None
@@ -82,26 +82,26 @@ class VolumePatch(BaseModel):
 
 
 class TableIn(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
     table: str
 
 
 class SuspendIn(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
     noflush: bool = False
 
 
 class MessageIn(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
     message: str = Field(examples=["key wipe"])
     sector: int = Field(default=0, ge=0, description="selects the target, as dmsetup message")
 
 
 class RenameIn(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
     new_name: str
 
@@ -132,7 +132,7 @@ class VolumeOut(BaseModel):
 
 
 class RangeIn(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
     offset: int = Field(ge=0, description="bytes; a multiple of the logical block size")
     length: int = Field(ge=0, description="bytes; a multiple of the logical block size")

@@ -250,3 +250,17 @@ async def test_head_gives_size_etag_and_range_without_a_body(
     assert ranged.status_code == 206
     assert ranged.headers["content-range"] == f"bytes 10-19/{SIZE}"
     assert ranged.headers["etag"] == whole.headers["etag"]
+
+
+async def test_whole_volume_read_of_a_suspended_volume_is_a_503_problem_not_a_cut_stream(
+    client: httpx.AsyncClient, volume: None
+) -> None:
+    await client.post("/v1/volumes/vol/suspend")
+    response = await client.get("/v1/volumes/vol/data")
+    assert response.status_code == 503
+    assert response.headers["content-type"] == "application/problem+json"
+
+
+async def test_ceiling_endpoint_refuses_a_negative_size(client: httpx.AsyncClient) -> None:
+    response = await client.get("/v1/null/data", params={"size": -327})
+    assert response.status_code == 422

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import secrets
 from collections.abc import AsyncIterator
+from typing import Annotated
 
-from fastapi import APIRouter, Request, Response
+from fastapi import APIRouter, Query, Request, Response
 from fastapi.responses import StreamingResponse
 from starlette.exceptions import HTTPException
 
@@ -50,6 +51,23 @@ async def stream_range(
         data = await executor.run(volume.read, position, size)
         yield memoryview(data)
         position += size
+
+
+async def open_stream(
+    executor: IoExecutor, volume: Volume, first: int, length: int, chunk: int
+) -> AsyncIterator[memoryview]:
+    """``stream_range`` with its first chunk read before the response starts, so a volume
+    that cannot be read (suspended too long, error target) gets a problem response, not a
+    200 cut short. A failure later in a long stream can only abort the connection."""
+    size = min(chunk, length)
+    head = await executor.run(volume.read, first, size)
+
+    async def chunks() -> AsyncIterator[memoryview]:
+        yield memoryview(head)
+        async for piece in stream_range(executor, volume, first + size, length - size, chunk):
+            yield piece
+
+    return chunks()
 
 
 async def stream_multipart(
@@ -101,7 +119,9 @@ async def read_data(name: str, request: Request, io: IoDep) -> Response:
     if ranges is None:
         headers["Content-Length"] = str(size)
         return StreamingResponse(
-            stream_range(io.executor, volume, 0, size, chunk), media_type=OCTETS, headers=headers
+            await open_stream(io.executor, volume, 0, size, chunk),
+            media_type=OCTETS,
+            headers=headers,
         )
     if len(ranges) == 1:
         (byte_range,) = ranges
@@ -111,7 +131,7 @@ async def read_data(name: str, request: Request, io: IoDep) -> Response:
             data = await io.executor.run(volume.read, byte_range.first, byte_range.length)
             return Response(memoryview(data), status_code=206, media_type=OCTETS, headers=headers)
         return StreamingResponse(
-            stream_range(io.executor, volume, byte_range.first, byte_range.length, chunk),
+            await open_stream(io.executor, volume, byte_range.first, byte_range.length, chunk),
             status_code=206,
             media_type=OCTETS,
             headers=headers,
@@ -125,7 +145,15 @@ async def read_data(name: str, request: Request, io: IoDep) -> Response:
     )
 
 
-@router.head("/data", responses=responses(412, 416), openapi_extra=BEARER_SECURITY)
+@router.head(
+    "/data",
+    responses={
+        200: {"content": {OCTETS: {}}, "description": "headers of the whole volume"},
+        206: {"content": {OCTETS: {}}, "description": "headers of one range"},
+        **responses(412, 416),
+    },
+    openapi_extra=BEARER_SECURITY,
+)
 async def head_data(name: str, request: Request, io: IoDep) -> Response:
     """GET's headers without the body: size, ETag, and the Content-Range a Range would get."""
     volume = io.control.volume(name)
@@ -270,7 +298,10 @@ def _nothing() -> None:
     openapi_extra=BEARER_SECURITY,
 )
 async def null_read(
-    request: Request, io: IoDep, size: int = 1 << 30, thread: bool = False
+    request: Request,
+    io: IoDep,
+    size: Annotated[int, Query(ge=1, le=1 << 40, description="pretended volume size")] = 1 << 30,
+    thread: bool = False,
 ) -> Response:
     """The HTTP ceiling: answers a single Range with zeros, as a volume read would
     (``?thread=true``: plus one worker-thread round trip)."""

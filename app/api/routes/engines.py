@@ -15,7 +15,7 @@ router = APIRouter(tags=["engines"], responses=responses(401, 403))
 
 
 class CapabilitiesIn(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
     ciphers: list[str] | None = Field(default=None, description="None: every cipher")
     chainmodes: list[str] | None = Field(default=None, description="None: every chain mode")
@@ -30,7 +30,7 @@ class CapabilitiesIn(BaseModel):
 
 
 class CostIn(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
     setup_ns: float = Field(description="fixed cost of one engine call")
     segment_ns: float = 0.0
@@ -39,7 +39,7 @@ class CostIn(BaseModel):
 
 
 class EngineIn(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
     name: str
     description: str = ""
@@ -49,7 +49,7 @@ class EngineIn(BaseModel):
 
 
 class DeviceModelIn(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
     name: str
     description: str = ""
