@@ -9,7 +9,6 @@ path never comes here.
 
 from __future__ import annotations
 
-import re
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -30,6 +29,7 @@ from app.dm.table import (
     Table,
     TableLine,
     format_table,
+    is_valid_name,
     parse_table,
 )
 from app.dm.targets import BlockDevice
@@ -48,12 +48,11 @@ from app.errors import (
 )
 from app.storage.registry import DeviceRegistry
 
-NAME_RE = re.compile(r"[A-Za-z0-9._-]{1,64}")
 Elevator = Literal["none", "mq-deadline"]
 
 
 def check_name(kind: str, name: str) -> None:
-    if not NAME_RE.fullmatch(name) or name in (".", ".."):
+    if not is_valid_name(name):
         raise InvalidInput(
             f"{kind} name must be 1-64 characters of letters, digits, '.', '_' or '-'"
         )
@@ -463,7 +462,7 @@ class Control:
                 needed = set()
                 for table_row in (live_row, inactive_row):
                     if table_row is not None:
-                        needed |= _stacked_names(table_row.text)
+                        needed |= parse_table(table_row.text).volume_names()
                 if needed - set(self.volumes):
                     continue
                 self._restore_volume(row, live_row, inactive_row, keys)
@@ -531,10 +530,6 @@ class Control:
                 volume.remove()
             self.volumes.clear()
             self.devices.close()
-
-
-def _stacked_names(text: str) -> set[str]:
-    return set(re.findall(r"/dev/mapper/([A-Za-z0-9._-]+)", text))
 
 
 def check_engine(engine: Engine, table: Table) -> None:

@@ -98,9 +98,14 @@ def install_openapi(app: FastAPI) -> None:
             problem = {"schema": {"$ref": "#/components/schemas/Problem"}}
             for operations in schema.get("paths", {}).values():
                 for operation in operations.values():
-                    invalid = operation.get("responses", {}).get("422")
-                    if invalid is not None:  # validation errors are problem+json too
-                        invalid["content"] = {problems.PROBLEM_JSON: problem}
+                    answers = operation.setdefault("responses", {})
+                    if "422" in answers:  # validation errors are problem+json too
+                        answers["422"]["content"] = {problems.PROBLEM_JSON: problem}
+                    if "requestBody" in operation and "400" not in answers:
+                        answers["400"] = {
+                            "description": "malformed body",
+                            "content": {problems.PROBLEM_JSON: problem},
+                        }
             for unused in ("HTTPValidationError", "ValidationError"):
                 components.pop(unused, None)
             app.openapi_schema = schema

@@ -6,6 +6,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from app.dm.table import NAME_PATTERN
+
 DispatchModeField = Literal["bio", "request"]
 ElevatorField = Literal["none", "mq-deadline"]
 
@@ -23,8 +25,8 @@ class Problem(BaseModel):
 class DeviceCreate(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
 
-    name: str = Field(examples=["sda2"])
-    size_bytes: int = Field(gt=0, examples=[64 << 20], description="multiple of 512")
+    name: str = Field(pattern=NAME_PATTERN, examples=["sda2"])
+    size_bytes: int = Field(gt=0, le=1 << 50, examples=[64 << 20], description="multiple of 512")
     model: str | None = Field(default=None, description="device timing model, e.g. sdcard-bbb")
 
 
@@ -51,7 +53,7 @@ class QueueLimitsIn(BaseModel):
 class VolumeCreate(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
 
-    name: str = Field(examples=["secret"])
+    name: str = Field(pattern=NAME_PATTERN, examples=["secret"])
     table: str = Field(
         description="dmsetup table text; devices by name, /dev/name or /dev/mapper/volume",
         examples=[
@@ -103,7 +105,7 @@ class MessageIn(BaseModel):
 class RenameIn(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
 
-    new_name: str
+    new_name: str = Field(pattern=NAME_PATTERN)
 
 
 class TargetOut(BaseModel):

@@ -35,6 +35,7 @@ from app.errors import (
 )
 
 __all__ = [
+    "NAME_PATTERN",
     "SECTOR_SIZE",
     "TARGET_TYPES",
     "CryptParams",
@@ -47,6 +48,7 @@ __all__ = [
     "TargetParams",
     "ZeroParams",
     "format_table",
+    "is_valid_name",
     "normalize",
     "parse_table",
     "redact",
@@ -59,7 +61,9 @@ TARGET_TYPES = ("crypt", "linear", "zero", "error")
 
 _U64_MAX = 2**64 - 1
 _MAX_FEATURE_ARGS = 8  # crypt_ctr_optional: {0, 8, "Invalid number of feature args"}
-_NAME_RE = re.compile(r"[A-Za-z0-9._-]{1,64}")
+NAME_PATTERN = r"^[A-Za-z0-9._-]{1,64}$"
+"""Device and volume names (also ``.`` and ``..`` are refused): no path separators."""
+_NAME_RE = re.compile(NAME_PATTERN)
 _DECIMAL_RE = re.compile(r"[0-9]{1,20}")
 _HEX_RE = re.compile(r"[0-9A-Fa-f]+")
 _HEX_RUN_RE = re.compile(r"[0-9A-Fa-f]{16,}")
@@ -644,8 +648,12 @@ def _split_device_text(text: str) -> tuple[Literal["device", "volume"], str]:
     return ("volume" if kind == "volume" else "device"), name
 
 
+def is_valid_name(name: str) -> bool:
+    return bool(_NAME_RE.fullmatch(name)) and name not in (".", "..")
+
+
 def _name_problem(name: str) -> str | None:
-    if not _NAME_RE.fullmatch(name) or name in (".", ".."):
+    if not is_valid_name(name):
         return (
             f"invalid device name {_shown(name)}: use 1 to 64 of A-Z a-z 0-9 . _ -, not '.' or '..'"
         )

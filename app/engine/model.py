@@ -22,7 +22,11 @@ __all__ = [
     "DERIVABLE_IV_MODES",
     "KEYED_IV_MODES",
     "MAX_BYTES_PER_CALL_LIMIT",
+    "MAX_CHANNELS",
+    "MAX_RATE",
+    "MAX_SEGMENTS_LIMIT",
     "MIN_BYTES_PER_CALL",
+    "NAME_PATTERN",
     "NEVER_BULK_IV_MODES",
     "SECTOR_SIZE",
     "UNKEYED_IV_MODES",
@@ -55,11 +59,12 @@ NEVER_BULK_IV_MODES = frozenset({"lmk", "tcw", "elephant", "random"})
 
 MIN_BYTES_PER_CALL = SECTOR_SIZE
 MAX_BYTES_PER_CALL_LIMIT = 1 << 30
-_MAX_SEGMENTS_LIMIT = 1 << 16
-_MAX_CHANNELS = 1024
-_MAX_RATE = 1e12  # 1 TB/s: above any real engine or device, catches unit mistakes (bits, KiB)
+MAX_SEGMENTS_LIMIT = 1 << 16
+MAX_CHANNELS = 1024
+MAX_RATE = 1e12  # 1 TB/s: above any real engine or device, catches unit mistakes (bits, KiB)
 _MAX_LATENCY_NS = 60e9
-_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9._-]{0,63}$")
+NAME_PATTERN = r"^[a-z0-9][a-z0-9._-]{0,63}$"
+_NAME_RE = re.compile(NAME_PATTERN)
 
 
 class SpecLike(Protocol):
@@ -211,9 +216,9 @@ class Capabilities:
         if min(self.data_unit_sizes) > self.max_bytes_per_call:
             raise InvalidInput("max_bytes_per_call is smaller than every supported data unit size")
         _check_int(
-            "max_segments_per_call", self.max_segments_per_call, low=1, high=_MAX_SEGMENTS_LIMIT
+            "max_segments_per_call", self.max_segments_per_call, low=1, high=MAX_SEGMENTS_LIMIT
         )
-        _check_int("channels", self.channels, low=1, high=_MAX_CHANNELS)
+        _check_int("channels", self.channels, low=1, high=MAX_CHANNELS)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -268,7 +273,7 @@ class CostModel:
             ("encrypt_bytes_per_s", self.encrypt_bytes_per_s),
             ("decrypt_bytes_per_s", self.decrypt_bytes_per_s),
         ):
-            _check_number(label, rate, low=0, high=_MAX_RATE, strict_low=True)
+            _check_number(label, rate, low=0, high=MAX_RATE, strict_low=True)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -390,7 +395,7 @@ class DeviceModel:
             ("write_bytes_per_s", self.write_bytes_per_s),
         ):
             if rate is not None:
-                _check_number(label, rate, low=0, high=_MAX_RATE, strict_low=True)
+                _check_number(label, rate, low=0, high=MAX_RATE, strict_low=True)
         if len(self.description) > 1000:
             raise InvalidInput("description must be at most 1000 characters")
 

@@ -6,6 +6,7 @@ run off the event loop. No SQL and no pydantic on payloads here.
 
 from __future__ import annotations
 
+import functools
 import secrets
 from collections.abc import AsyncIterator
 from typing import Annotated
@@ -311,9 +312,32 @@ async def null_read(
         ByteRange(0, size - 1)
     ]
     byte_range = ranges[0]
-    return Response(
-        bytes(byte_range.length),
-        status_code=206,
-        media_type=OCTETS,
-        headers={"Content-Range": byte_range.content_range(size)},
+    headers = {
+        "Content-Range": byte_range.content_range(size),
+        "Content-Length": str(byte_range.length),
+    }
+    chunk = io.settings.io_chunk_bytes
+    if byte_range.length <= chunk:
+        return Response(
+            memoryview(_zeros(chunk))[: byte_range.length],
+            status_code=206,
+            media_type=OCTETS,
+            headers=headers,
+        )
+    return StreamingResponse(
+        _zero_stream(byte_range.length, chunk), status_code=206, media_type=OCTETS, headers=headers
     )
+
+
+@functools.cache
+def _zeros(size: int) -> bytes:
+    return bytes(size)
+
+
+async def _zero_stream(length: int, chunk: int) -> AsyncIterator[memoryview]:
+    """Zeros in chunks, like a volume's streamed read: memory stays bounded."""
+    zeros = memoryview(_zeros(chunk))
+    while length:
+        size = min(chunk, length)
+        yield zeros[:size]
+        length -= size

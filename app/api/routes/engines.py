@@ -9,7 +9,15 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from app.api.deps import AdminDep, RoleDep, StateDep
 from app.api.problems import responses
-from app.engine.model import DeviceModel, EngineProfile
+from app.engine.model import (
+    MAX_BYTES_PER_CALL_LIMIT,
+    MAX_CHANNELS,
+    MAX_RATE,
+    MAX_SEGMENTS_LIMIT,
+    NAME_PATTERN,
+    DeviceModel,
+    EngineProfile,
+)
 
 router = APIRouter(tags=["engines"], responses=responses(401, 403))
 
@@ -24,40 +32,40 @@ class CapabilitiesIn(BaseModel):
     )
     keyed_iv: bool = Field(default=False, description="holds the ESSIV salt / EBOIV key")
     data_unit_sizes: list[int] = Field(default_factory=lambda: [512, 1024, 2048, 4096])
-    max_bytes_per_call: int = 1 << 20
-    max_segments_per_call: int = 128
-    channels: int = 1
+    max_bytes_per_call: int = Field(default=1 << 20, ge=512, le=MAX_BYTES_PER_CALL_LIMIT)
+    max_segments_per_call: int = Field(default=128, ge=1, le=MAX_SEGMENTS_LIMIT)
+    channels: int = Field(default=1, ge=1, le=MAX_CHANNELS)
 
 
 class CostIn(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
 
-    setup_ns: float = Field(description="fixed cost of one engine call")
-    segment_ns: float = 0.0
-    encrypt_bytes_per_s: float
-    decrypt_bytes_per_s: float
+    setup_ns: float = Field(ge=0, description="fixed cost of one engine call")
+    segment_ns: float = Field(default=0.0, ge=0)
+    encrypt_bytes_per_s: float = Field(gt=0, le=MAX_RATE)
+    decrypt_bytes_per_s: float = Field(gt=0, le=MAX_RATE)
 
 
 class EngineIn(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
 
-    name: str
+    name: str = Field(pattern=NAME_PATTERN)
     description: str = ""
     capabilities: CapabilitiesIn
     cost: CostIn
-    cpu_iv_ns: float = Field(default=0.0, description="software IV cost per data unit")
+    cpu_iv_ns: float = Field(default=0.0, ge=0, description="software IV cost per data unit")
 
 
 class DeviceModelIn(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
 
-    name: str
+    name: str = Field(pattern=NAME_PATTERN)
     description: str = ""
-    read_latency_ns: float = 0
-    read_bytes_per_s: float | None = None
-    write_latency_ns: float = 0
-    write_bytes_per_s: float | None = None
-    flush_ns: float = 0
+    read_latency_ns: float = Field(default=0, ge=0)
+    read_bytes_per_s: float | None = Field(default=None, gt=0, le=MAX_RATE)
+    write_latency_ns: float = Field(default=0, ge=0)
+    write_bytes_per_s: float | None = Field(default=None, gt=0, le=MAX_RATE)
+    flush_ns: float = Field(default=0, ge=0)
 
 
 def engine_view(state: StateDep, profile: EngineProfile) -> dict[str, Any]:
