@@ -301,7 +301,7 @@ def _nothing() -> None:
 async def null_read(
     request: Request,
     io: IoDep,
-    size: Annotated[int, Query(ge=1, le=1 << 40, description="pretended volume size")] = 1 << 30,
+    size: Annotated[int, Query(ge=1, le=1 << 30, description="pretended volume size")] = 1 << 30,
     thread: bool = False,
 ) -> Response:
     """The HTTP ceiling: answers a single Range with zeros, as a volume read would
