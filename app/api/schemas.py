@@ -26,7 +26,7 @@ class DeviceCreate(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
 
     name: str = Field(pattern=NAME_PATTERN, examples=["sda2"])
-    size_bytes: int = Field(gt=0, le=1 << 50, examples=[64 << 20], description="multiple of 512")
+    size_bytes: int = Field(gt=0, le=1 << 50, multiple_of=512, examples=[64 << 20])
     model: str | None = Field(default=None, description="device timing model, e.g. sdcard-bbb")
 
 
