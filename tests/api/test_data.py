@@ -271,3 +271,16 @@ async def test_ceiling_endpoint_streams_large_reads(client: httpx.AsyncClient) -
     assert response.status_code == 206
     assert response.headers["content-range"] == f"bytes 0-{(3 << 20) - 1}/{3 << 20}"
     assert response.content == bytes(3 << 20)
+
+
+async def test_chunked_put_without_content_length_is_411(
+    client: httpx.AsyncClient, volume: None
+) -> None:
+    async def body():  # type: ignore[no-untyped-def]
+        yield b"x" * 512
+
+    response = await client.put(
+        "/v1/volumes/vol/data", content=body(), headers={"Content-Range": "bytes 0-511/*"}
+    )
+    assert response.status_code == 411
+    assert response.headers["content-type"] == "application/problem+json"
