@@ -404,13 +404,10 @@ class Volume:
                 f"range {offset}+{length} is outside the volume ({size} bytes)", size
             )
 
-    def _submit(self, op: Op, offset: int, length: int, segments: list[memoryview]) -> None:
-        bio = Bio(op, offset // SECTOR_SIZE, length // SECTOR_SIZE, segments)
-        self.queue.submit_bio(bio)
-        bio.wait()
-
-    def _submit_flagged(self, op: Op, offset: int, data: memoryview, *, fua: bool) -> None:
-        bio = Bio(op, offset // SECTOR_SIZE, len(data) // SECTOR_SIZE, [data], fua=fua)
+    def _submit(
+        self, op: Op, offset: int, length: int, segments: list[memoryview], *, fua: bool = False
+    ) -> None:
+        bio = Bio(op, offset // SECTOR_SIZE, length // SECTOR_SIZE, segments, fua=fua)
         self.queue.submit_bio(bio)
         bio.wait()
 
@@ -484,7 +481,7 @@ class Volume:
             end = -(-(offset + length) // unit) * unit
             if start == offset and end == offset + length:
                 with self._ranges.hold(start, end, exclusive=False):
-                    self._submit_flagged(Op.WRITE, start, view, fua=fua)
+                    self._submit(Op.WRITE, start, length, [view], fua=fua)
             else:
                 with self._ranges.hold(start, end, exclusive=True):
                     merged = bytearray(end - start)
@@ -497,7 +494,7 @@ class Volume:
                             Op.READ, end - unit, unit, [memoryview(merged)[len(merged) - unit :]]
                         )
                     merged[offset - start : offset - start + length] = view
-                    self._submit_flagged(Op.WRITE, start, memoryview(merged), fua=fua)
+                    self._submit(Op.WRITE, start, len(merged), [memoryview(merged)], fua=fua)
             self.generation += 1
 
     def flush(self) -> None:
