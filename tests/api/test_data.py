@@ -284,3 +284,9 @@ async def test_chunked_put_without_content_length_is_411(
     )
     assert response.status_code == 411
     assert response.headers["content-type"] == "application/problem+json"
+
+
+async def test_head_honours_if_none_match_like_get(client: httpx.AsyncClient, volume: None) -> None:
+    tag = (await client.head("/v1/volumes/vol/data")).headers["etag"]
+    response = await client.head("/v1/volumes/vol/data", headers={"If-None-Match": tag})
+    assert response.status_code == 304

@@ -43,6 +43,24 @@ def check_if_match(request: Request, volume: Volume) -> None:
         raise PreconditionFailed(f"If-Match does not match the current ETag {etag(volume)}")
 
 
+def read_preconditions(
+    request: Request, volume: Volume
+) -> tuple[dict[str, str] | None, list[ByteRange] | None]:
+    """Shared by GET and HEAD: If-Match (412), If-None-Match (None: answer 304), If-Range
+    (a stale validator drops the Range) and the satisfiable ranges (416 when none)."""
+    check_if_match(request, volume)
+    tag = etag(volume)
+    if_none = request.headers.get("if-none-match")
+    if if_none is not None and _matches(if_none, tag):
+        return None, None
+    range_header = request.headers.get("range")
+    if_range = request.headers.get("if-range")
+    if range_header is not None and if_range is not None and if_range.strip() != tag:
+        range_header = None
+    ranges = parse_range(range_header, volume.size) if range_header is not None else None
+    return {"Accept-Ranges": "bytes", "ETag": tag}, ranges
+
+
 async def stream_range(
     executor: IoExecutor, volume: Volume, first: int, length: int, chunk: int
 ) -> AsyncIterator[memoryview]:
@@ -104,18 +122,10 @@ async def read_data(name: str, request: Request, io: IoDep) -> Response:
     Honours If-Match (412), If-None-Match (304) and If-Range (full 200 when stale).
     """
     volume = io.control.volume(name)
-    check_if_match(request, volume)
-    tag = etag(volume)
+    headers, ranges = read_preconditions(request, volume)
+    if headers is None:
+        return Response(status_code=304, headers={"Accept-Ranges": "bytes", "ETag": etag(volume)})
     size = volume.size
-    headers = {"Accept-Ranges": "bytes", "ETag": tag}
-    if_none = request.headers.get("if-none-match")
-    if if_none is not None and _matches(if_none, tag):
-        return Response(status_code=304, headers=headers)
-    range_header = request.headers.get("range")
-    if_range = request.headers.get("if-range")
-    if range_header is not None and if_range is not None and if_range.strip() != tag:
-        range_header = None
-    ranges = parse_range(range_header, size) if range_header is not None else None
     chunk = io.settings.io_chunk_bytes
     if ranges is None:
         headers["Content-Length"] = str(size)
@@ -158,11 +168,11 @@ async def read_data(name: str, request: Request, io: IoDep) -> Response:
 async def head_data(name: str, request: Request, io: IoDep) -> Response:
     """GET's headers without the body: size, ETag, and the Content-Range a Range would get."""
     volume = io.control.volume(name)
-    check_if_match(request, volume)
+    headers, ranges = read_preconditions(request, volume)
+    if headers is None:
+        return Response(status_code=304, headers={"Accept-Ranges": "bytes", "ETag": etag(volume)})
     size = volume.size
-    headers = {"Accept-Ranges": "bytes", "ETag": etag(volume), "Content-Length": str(size)}
-    range_header = request.headers.get("range")
-    ranges = parse_range(range_header, size) if range_header is not None else None
+    headers["Content-Length"] = str(size)
     if ranges is not None and len(ranges) == 1:
         headers["Content-Range"] = ranges[0].content_range(size)
         headers["Content-Length"] = str(ranges[0].length)
