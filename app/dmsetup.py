@@ -18,6 +18,8 @@ import typer
 
 from app.config import default_data_dir
 
+DEFAULT_URL = "http://127.0.0.1:8000"
+
 dmsetup_app = typer.Typer(help="dmsetup verbs against a running reqcrypt service.")
 
 UrlOption = Annotated[str, typer.Option("--url", envvar="REQCRYPT_URL", help="service base URL")]
@@ -69,7 +71,7 @@ TableFileOption = Annotated[
 @dmsetup_app.command()
 def create(
     name: str,
-    url: UrlOption = "http://127.0.0.1:8000",
+    url: UrlOption = DEFAULT_URL,
     token: TokenOption = None,
     table: TableOption = None,
     table_file: TableFileOption = None,
@@ -82,7 +84,7 @@ def create(
 @dmsetup_app.command()
 def load(
     name: str,
-    url: UrlOption = "http://127.0.0.1:8000",
+    url: UrlOption = DEFAULT_URL,
     token: TokenOption = None,
     table: TableOption = None,
     table_file: TableFileOption = None,
@@ -101,7 +103,7 @@ def load(
 @dmsetup_app.command()
 def table(
     name: str,
-    url: UrlOption = "http://127.0.0.1:8000",
+    url: UrlOption = DEFAULT_URL,
     token: TokenOption = None,
     showkeys: Annotated[bool, typer.Option("--showkeys")] = False,
     inactive: Annotated[bool, typer.Option("--inactive")] = False,
@@ -112,7 +114,7 @@ def table(
 
 
 @dmsetup_app.command()
-def status(name: str, url: UrlOption = "http://127.0.0.1:8000", token: TokenOption = None) -> None:
+def status(name: str, url: UrlOption = DEFAULT_URL, token: TokenOption = None) -> None:
     """Print dmsetup status lines, then the queue statistics."""
     body = _call(url, token, "GET", f"/v1/volumes/{name}/status").json()
     typer.echo(body["status"], nl=False)
@@ -122,7 +124,7 @@ def status(name: str, url: UrlOption = "http://127.0.0.1:8000", token: TokenOpti
 
 
 @dmsetup_app.command()
-def info(name: str, url: UrlOption = "http://127.0.0.1:8000", token: TokenOption = None) -> None:
+def info(name: str, url: UrlOption = DEFAULT_URL, token: TokenOption = None) -> None:
     """Print the volume's state the way dmsetup info does."""
     body = _call(url, token, "GET", f"/v1/volumes/{name}").json()
     state = "ACTIVE" if body["state"] == "active" else "SUSPENDED"
@@ -141,7 +143,7 @@ def info(name: str, url: UrlOption = "http://127.0.0.1:8000", token: TokenOption
 
 
 @dmsetup_app.command("ls")
-def list_volumes(url: UrlOption = "http://127.0.0.1:8000", token: TokenOption = None) -> None:
+def list_volumes(url: UrlOption = DEFAULT_URL, token: TokenOption = None) -> None:
     """List volumes."""
     volumes = _call(url, token, "GET", "/v1/volumes").json()
     if not volumes:
@@ -153,7 +155,7 @@ def list_volumes(url: UrlOption = "http://127.0.0.1:8000", token: TokenOption = 
 @dmsetup_app.command()
 def suspend(
     name: str,
-    url: UrlOption = "http://127.0.0.1:8000",
+    url: UrlOption = DEFAULT_URL,
     token: TokenOption = None,
     noflush: Annotated[bool, typer.Option("--noflush")] = False,
 ) -> None:
@@ -162,7 +164,7 @@ def suspend(
 
 
 @dmsetup_app.command()
-def resume(name: str, url: UrlOption = "http://127.0.0.1:8000", token: TokenOption = None) -> None:
+def resume(name: str, url: UrlOption = DEFAULT_URL, token: TokenOption = None) -> None:
     """Resume, swapping in the inactive table if there is one."""
     _call(url, token, "POST", f"/v1/volumes/{name}/resume")
 
@@ -172,7 +174,7 @@ def message(
     name: str,
     sector: int,
     words: list[str],
-    url: UrlOption = "http://127.0.0.1:8000",
+    url: UrlOption = DEFAULT_URL,
     token: TokenOption = None,
 ) -> None:
     """Send a target message, e.g. ``message vol 0 key wipe``."""
@@ -182,14 +184,14 @@ def message(
 
 @dmsetup_app.command()
 def rename(
-    name: str, new_name: str, url: UrlOption = "http://127.0.0.1:8000", token: TokenOption = None
+    name: str, new_name: str, url: UrlOption = DEFAULT_URL, token: TokenOption = None
 ) -> None:
     """Rename a volume."""
     _call(url, token, "POST", f"/v1/volumes/{name}/rename", json={"new_name": new_name})
 
 
 @dmsetup_app.command()
-def clear(name: str, url: UrlOption = "http://127.0.0.1:8000", token: TokenOption = None) -> None:
+def clear(name: str, url: UrlOption = DEFAULT_URL, token: TokenOption = None) -> None:
     """Drop the inactive table."""
     _call(url, token, "DELETE", f"/v1/volumes/{name}/table")
 
@@ -197,7 +199,7 @@ def clear(name: str, url: UrlOption = "http://127.0.0.1:8000", token: TokenOptio
 @dmsetup_app.command()
 def remove(
     name: str,
-    url: UrlOption = "http://127.0.0.1:8000",
+    url: UrlOption = DEFAULT_URL,
     token: TokenOption = None,
     force: Annotated[bool, typer.Option("--force")] = False,
 ) -> None:
