@@ -431,8 +431,11 @@ class Volume:
 
     def readv_into(self, offset: int, buffers: Sequence[memoryview]) -> None:
         """Stacked use: a whole request of the volume above becomes one bio here."""
+        if len(buffers) == 1:
+            self.read_into(offset, buffers[0])
+            return
         length = sum(len(buffer) for buffer in buffers)
-        if len(buffers) == 1 or not self._aligned(offset, [len(b) for b in buffers]):
+        if not self._aligned(offset, [len(b) for b in buffers]):
             super_buffer = bytearray(length)
             self.read_into(offset, memoryview(super_buffer))
             position = 0
@@ -446,8 +449,11 @@ class Volume:
 
     def writev(self, offset: int, buffers: Sequence[Buffer]) -> None:
         views = [memoryview(buffer).cast("B") for buffer in buffers]
+        if len(views) == 1:
+            self.write(offset, views[0])
+            return
         length = sum(len(view) for view in views)
-        if len(views) == 1 or not self._aligned(offset, [len(view) for view in views]):
+        if not self._aligned(offset, [len(view) for view in views]):
             self.write(offset, b"".join(views))
             return
         self.check_range(offset, length)
