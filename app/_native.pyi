@@ -1,0 +1,9 @@
+from typing import Any
+
+from numpy.typing import NDArray
+from typing_extensions import Buffer
+
+_Bytes = Buffer | NDArray[Any]
+
+def whiten(dst: _Bytes, src: _Bytes, first_tweaks: _Bytes, unit_bytes: int, /) -> None: ...
+def gather(dst: _Bytes, pieces: list[memoryview], /) -> None: ...

@@ -1,0 +1,84 @@
+"""The C inner loops: XTS whitening against GF(2^128) arithmetic in Python ints, and gather."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from app import _native
+
+MASK128 = (1 << 128) - 1
+
+
+def whiten_by_ints(data: bytes, first: bytes, unit_bytes: int) -> bytes:
+    """IEEE 1619: block j of unit u is XORed with first[u] * x^j (little-endian 128-bit)."""
+    out = bytearray()
+    for unit in range(len(data) // unit_bytes):
+        tweak = int.from_bytes(first[16 * unit : 16 * unit + 16], "little")
+        for block in range(unit_bytes // 16):
+            start = unit * unit_bytes + 16 * block
+            value = int.from_bytes(data[start : start + 16], "little") ^ tweak
+            out += value.to_bytes(16, "little")
+            tweak = ((tweak << 1) & MASK128) ^ (0x87 if tweak >> 127 else 0)
+    return bytes(out)
+
+
+@pytest.mark.parametrize("unit_bytes", [16, 512, 4096])
+def test_whiten_xors_each_block_with_its_tweak_times_x_to_the_j(unit_bytes: int) -> None:
+    data = os.urandom(3 * unit_bytes)
+    first = os.urandom(48)
+    out = bytearray(len(data))
+    _native.whiten(out, data, first, unit_bytes)
+    assert bytes(out) == whiten_by_ints(data, first, unit_bytes)
+
+
+def test_whiten_carries_the_top_bit_into_the_reduction() -> None:
+    first = (1 << 127 | 1).to_bytes(16, "little")
+    out = bytearray(512)
+    _native.whiten(out, bytes(512), first, 512)
+    assert bytes(out) == whiten_by_ints(bytes(512), first, 512)
+    assert int.from_bytes(out[16:32], "little") == 0x87 ^ 0b10
+
+
+def test_whiten_in_place_equals_out_of_place() -> None:
+    data, first = os.urandom(1024), os.urandom(32)
+    buffer = bytearray(data)
+    _native.whiten(buffer, buffer, first, 512)
+    assert bytes(buffer) == whiten_by_ints(data, first, 512)
+
+
+@pytest.mark.parametrize(
+    ("dst", "src", "first", "unit_bytes", "message"),
+    [
+        (512, 512, 16, 24, "multiple of 16"),
+        (512, 1024, 32, 512, "same whole number of units"),
+        (768, 768, 32, 512, "same whole number of units"),
+        (1024, 1024, 16, 512, "16 bytes per data unit"),
+    ],
+)
+def test_whiten_refuses_inconsistent_sizes(
+    dst: int, src: int, first: int, unit_bytes: int, message: str
+) -> None:
+    with pytest.raises(ValueError, match=message):
+        _native.whiten(bytearray(dst), bytes(src), bytes(first), unit_bytes)
+
+
+def test_whiten_needs_a_writable_destination() -> None:
+    with pytest.raises(TypeError):
+        _native.whiten(bytes(512), bytes(512), bytes(16), 512)
+
+
+def test_gather_copies_pieces_back_to_back() -> None:
+    pieces = [memoryview(b"abc"), memoryview(b""), memoryview(bytearray(b"defg"))[1:]]
+    out = bytearray(6)
+    _native.gather(out, pieces)
+    assert out == b"abcefg"
+
+
+@pytest.mark.parametrize("size", [5, 7])
+def test_gather_refuses_pieces_that_do_not_fill_the_destination_exactly(size: int) -> None:
+    out = bytearray(size)
+    with pytest.raises(ValueError, match="pieces hold 6 bytes"):
+        _native.gather(out, [memoryview(b"abcdef")])
+    assert out == bytes(size)
