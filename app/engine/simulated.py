@@ -24,6 +24,8 @@ from dataclasses import dataclass
 from itertools import accumulate
 from typing import TYPE_CHECKING, Any, Protocol
 
+import numpy as np
+
 from app.engine.clock import ClockSnapshot, VirtualClock
 from app.engine.cost import plan_cost
 from app.engine.model import DispatchMode, EngineProfile, Op, SpecLike
@@ -307,7 +309,8 @@ def _run_calls(
 
 
 def _outputs(views: list[memoryview], into: Sequence[memoryview] | None) -> list[Buffer]:
-    """The caller's buffers (a read lands straight in the bio's pages) or fresh ones."""
+    """The caller's buffers (a read lands straight in the bio's pages) or fresh ones,
+    uninitialized: every byte is about to be written, zeroing would be a wasted pass."""
     if into is not None:
         return list(into)
-    return [bytearray(view.nbytes) for view in views]
+    return [np.empty(view.nbytes, dtype=np.uint8).data for view in views]

@@ -8,13 +8,16 @@ from __future__ import annotations
 
 import functools
 import secrets
+import threading
 from collections.abc import AsyncIterator
 from typing import Annotated
 
+import numpy as np
 from fastapi import APIRouter, Query, Request, Response
 from fastapi.responses import StreamingResponse
 from starlette.exceptions import HTTPException
 
+from app import _native
 from app.api.deps import BEARER_SECURITY, IoDep
 from app.api.executor import IoExecutor
 from app.api.problems import responses
@@ -67,8 +70,8 @@ async def stream_range(
     position, end = first, first + length
     while position < end:
         size = min(chunk, end - position)
-        data = await executor.run(volume.read, position, size)
-        yield memoryview(data)
+        data = await executor.run(_read, volume, position, size)
+        yield data
         position += size
 
 
@@ -79,10 +82,10 @@ async def open_stream(
     that cannot be read (suspended too long, error target) gets a problem response, not a
     200 cut short. A failure later in a long stream can only abort the connection."""
     size = min(chunk, length)
-    head = await executor.run(volume.read, first, size)
+    head = await executor.run(_read, volume, first, size)
 
     async def chunks() -> AsyncIterator[memoryview]:
-        yield memoryview(head)
+        yield head
         async for piece in stream_range(executor, volume, first + size, length - size, chunk):
             yield piece
 
@@ -139,8 +142,8 @@ async def read_data(name: str, request: Request, io: IoDep) -> Response:
         headers["Content-Range"] = byte_range.content_range(size)
         headers["Content-Length"] = str(byte_range.length)
         if byte_range.length <= chunk:
-            data = await io.executor.run(volume.read, byte_range.first, byte_range.length)
-            return Response(memoryview(data), status_code=206, media_type=OCTETS, headers=headers)
+            data = await io.executor.run(_read, volume, byte_range.first, byte_range.length)
+            return Response(data, status_code=206, media_type=OCTETS, headers=headers)
         return StreamingResponse(
             await open_stream(io.executor, volume, byte_range.first, byte_range.length, chunk),
             status_code=206,
@@ -217,7 +220,7 @@ async def write_data(name: str, request: Request, io: IoDep, fua: bool = False) 
         )
     check_if_match(request, volume)
     chunk = settings.io_chunk_bytes
-    buffer = bytearray(min(chunk, byte_range.length))
+    pieces: list[memoryview] = []
     filled = 0
     position = byte_range.first
     end = byte_range.last + 1
@@ -228,21 +231,46 @@ async def write_data(name: str, request: Request, io: IoDep, fua: bool = False) 
             take = min(len(view), next_cut - position - filled)
             if take <= 0:
                 raise InvalidRange(f"body is longer than Content-Range's {byte_range.length}")
-            buffer[filled : filled + take] = view[:take]
+            pieces.append(view[:take])
             filled += take
             view = view[take:]
             if position + filled == next_cut:
                 last = next_cut == end
-                await io.executor.run(_write, volume, position, buffer, filled, fua and last)
-                position, filled = next_cut, 0
+                await io.executor.run(_write, volume, position, pieces, filled, fua and last)
+                pieces, position, filled = [], next_cut, 0
                 next_cut = min(end, next_cut + chunk)
     if position != end:
         raise InvalidRange(f"body ended at byte {position - byte_range.first + filled}")
     return Response(status_code=204, headers={"ETag": etag(volume)})
 
 
-def _write(volume: Volume, position: int, buffer: bytearray, length: int, fua: bool) -> None:
-    volume.write(position, memoryview(buffer)[:length], fua=fua)
+def _read(volume: Volume, offset: int, length: int) -> memoryview:
+    """A response body: uninitialized (every byte is read into it), not a zeroed bytearray."""
+    buffer = np.empty(length, dtype=np.uint8).data
+    volume.read_into(offset, buffer)
+    return buffer
+
+
+class _Scratch(threading.local):
+    """One reusable write buffer per worker thread: a body chunk is gathered into it
+    and written before the thread takes another job."""
+
+    buffer = np.empty(0, dtype=np.uint8)
+
+
+_scratch = _Scratch()
+
+
+def _write(volume: Volume, position: int, pieces: list[memoryview], length: int, fua: bool) -> None:
+    """Gather the body's pieces (copied off the event loop, without the GIL) and write."""
+    if len(pieces) == 1:
+        volume.write(position, pieces[0], fua=fua)
+        return
+    if len(_scratch.buffer) < length:
+        _scratch.buffer = np.empty(length, dtype=np.uint8)
+    data = _scratch.buffer.data[:length]
+    _native.gather(data, pieces)
+    volume.write(position, data, fua=fua)
 
 
 @router.post("/flush", status_code=204, responses=responses(503), openapi_extra=BEARER_SECURITY)

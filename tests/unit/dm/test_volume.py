@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections.abc import Iterator
@@ -198,6 +199,29 @@ def test_device_ref_is_resolved_per_line(store: MemoryStore) -> None:
     volume.resume(lambda ref: seen.append(ref) or store)  # type: ignore[func-returns-value]
     assert [ref.name for ref in seen] == ["pv", "pv"]
     volume.remove()
+
+
+def test_crypt_stacked_on_two_crypt_targets_reads_back_across_their_boundary(
+    store: MemoryStore,
+) -> None:
+    half = SECTORS // 2
+    lower = make_volume(
+        store,
+        f"0 {half} crypt aes-xts-plain64 {KEY} 0 pv 0\n"
+        f"{half} {half} crypt aes-cbc-essiv:sha256 {KEY[:64]} 0 pv {half}",
+    )
+    upper = Volume("upper", "u2", engine=EngineRegistry().engine("software"), limits=QueueLimits())
+    upper_key = bytes(range(64, 128)).hex()
+    upper.load(parse_table(f"0 {SECTORS} crypt aes-xts-plain64 {upper_key} 0 /dev/mapper/v 0"))
+    upper.resume(lambda ref: lower)
+    data = os.urandom(64 * 1024)
+    offset = half * 512 - 32 * 1024
+    upper.write(offset, data)
+    for _ in range(2):  # the second read reuses the thread's ciphertext buffers
+        assert upper.read(offset, len(data)) == data
+    assert lower.read(offset, len(data)) != data
+    upper.remove()
+    lower.remove()
 
 
 def test_stacked_volume_over_4096_byte_units_reads_and_writes_through(store: MemoryStore) -> None:
