@@ -56,3 +56,32 @@ async def test_many_concurrent_jobs_all_complete() -> None:
             group.start_soon(one, value)
     assert sorted(results) == list(range(500))
     executor.shutdown()
+
+
+async def test_one_job_at_a_time_keeps_running_on_the_same_thread() -> None:
+    executor = IoExecutor()
+    threads = set()
+    for _ in range(20):
+        threads.add(await executor.run(threading.get_ident))
+        await anyio.sleep(0.001)
+    assert len(threads) == 1
+    executor.shutdown()
+
+
+async def test_the_last_idle_thread_is_the_first_woken() -> None:
+    executor = IoExecutor()
+    release = threading.Event()
+
+    async def blocked() -> None:
+        await executor.run(release.wait, 5)
+
+    async with anyio.create_task_group() as group:
+        for _ in range(3):
+            group.start_soon(blocked)
+        await anyio.sleep(0.05)
+        release.set()
+    await anyio.sleep(0.05)
+    first = await executor.run(threading.get_ident)
+    await anyio.sleep(0.01)
+    assert await executor.run(threading.get_ident) == first
+    executor.shutdown()
