@@ -59,7 +59,7 @@ PyDoc_STRVAR(whiten_doc,
              "dst[u][j] = src[u][j] ^ first_tweaks[u] * x^j, per 16-byte block j of data unit u\n"
              "(GF(2^128), IEEE 1619 order). dst may be src; the GIL is released.");
 
-static PyObject *xts_whiten(PyObject *module, PyObject *args)
+static PyObject *native_whiten(PyObject *module, PyObject *args)
 {
     Py_buffer dst, src, first;
     Py_ssize_t unit_bytes;
@@ -128,7 +128,7 @@ done:
 }
 
 static PyMethodDef methods[] = {
-    {"whiten", xts_whiten, METH_VARARGS, whiten_doc},
+    {"whiten", native_whiten, METH_VARARGS, whiten_doc},
     {"gather", native_gather, METH_VARARGS, gather_doc},
     {NULL, NULL, 0, NULL},
 };
