@@ -1,24 +1,19 @@
 # reqcrypt service image: slim Python, non-root, migrations applied on start.
-# A build stage compiles the C extension (app/_native.c): the wheel (dependencies,
-# console script) and the source tree with the extension built in place, which the
-# service runs from (PYTHONPATH) so that alembic.ini and migrations/ sit beside it.
+# A build stage compiles the C extension (app/_native.c) into the wheel; the
+# runtime image has no compiler. Migrations ship inside the package.
 FROM python:3.11-slim AS build
 RUN apt-get update && apt-get install -y --no-install-recommends gcc libc6-dev \
     && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
-COPY pyproject.toml README.md alembic.ini ./
+COPY pyproject.toml README.md ./
 COPY app ./app
-COPY migrations ./migrations
-RUN pip install --no-cache-dir "setuptools>=77" \
-    && pip wheel --no-cache-dir --no-deps --wheel-dir /wheels . \
-    && python -c "from setuptools import setup; setup()" build_ext --inplace
+RUN pip wheel --no-cache-dir --no-deps --wheel-dir /wheels .
 
 FROM python:3.11-slim
 
 ENV PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
     PIP_NO_CACHE_DIR=1 \
-    PYTHONPATH=/app \
     REQCRYPT_DATA_DIR=/var/lib/reqcrypt \
     REQCRYPT_HOST=0.0.0.0 \
     REQCRYPT_PORT=8000 \
@@ -31,9 +26,6 @@ WORKDIR /app
 COPY --from=build /wheels /tmp/wheels
 RUN pip install /tmp/wheels/*.whl && rm -rf /tmp/wheels \
     && mkdir -p /var/lib/reqcrypt && chown reqcrypt:reqcrypt /var/lib/reqcrypt
-COPY --from=build /src/alembic.ini ./
-COPY --from=build /src/migrations ./migrations
-COPY --from=build /src/app ./app
 
 USER reqcrypt
 VOLUME ["/var/lib/reqcrypt"]

@@ -10,12 +10,15 @@ from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import Engine
 
-ROOT = Path(__file__).resolve().parents[2]
+MIGRATIONS = Path(__file__).resolve().with_name("migrations")
+"""Shipped inside the package, so an installed service (the image) migrates without
+the source tree; the repository's alembic.ini points there too, for ``alembic revision``."""
 
 
 def alembic_config(url: str) -> Config:
-    config = Config(str(ROOT / "alembic.ini"))
-    config.set_main_option("script_location", str(ROOT / "migrations"))
+    config = Config()
+    config.set_main_option("script_location", str(MIGRATIONS))
+    config.set_main_option("path_separator", "os")
     config.set_main_option("sqlalchemy.url", url.replace("%", "%%"))
     return config
 
