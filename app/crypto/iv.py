@@ -114,9 +114,9 @@ class Plain64Iv(IvGenerator):
         return struct.pack("<Q", iv_sector & _MASK64).ljust(self.iv_size, b"\0")
 
     def generate_many(self, iv_sectors: U64, key_index: int = 0) -> U8:
-        out = np.zeros((len(iv_sectors), self.iv_size), dtype=np.uint8)
-        out[:, :8] = iv_sectors.astype("<u8").view(np.uint8).reshape(-1, 8)
-        return out
+        words = np.zeros((len(iv_sectors), self.iv_size // 8), dtype="<u8")
+        words[:, 0] = iv_sectors
+        return words.view(np.uint8)
 
 
 class Plain64BeIv(IvGenerator):

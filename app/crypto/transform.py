@@ -308,6 +308,10 @@ class BulkTransform(CryptTransform):
         )
         self._min_units = min_units
         self._units_per_chunk = max(1, chunk_bytes // sector_size)
+        step = sector_size >> SECTOR_SHIFT
+        self._unit_steps = np.arange(self._units_per_chunk, dtype=np.uint64) * np.uint64(step)
+        """``cc_sector - cc_first`` of each unit of a chunk (uint64: the sum wraps like the
+        kernel's sector_t)."""
         self._state = _BulkState()
 
     def wipe(self) -> None:
@@ -392,11 +396,10 @@ class BulkTransform(CryptTransform):
         units = len(view) // size
         source = np.frombuffer(view, dtype=np.uint8).reshape(units, size)
         out = flat_out.reshape(units, size)
-        step = np.uint64(size >> SECTOR_SHIFT)
         for first in range(0, units, self._units_per_chunk):
             last = min(units, first + self._units_per_chunk)
             cc_first = np.uint64(self._cc_sector(sector, first))
-            cc_sectors = cc_first + np.arange(last - first, dtype=np.uint64) * step
+            cc_sectors = self._unit_steps[: last - first] + cc_first
             self._convert_chunk(source[first:last], out[first:last], cc_sectors, encrypt)
 
     def _convert_segments(self, views: list[memoryview], sector: int, encrypt: bool) -> list[bytes]:
