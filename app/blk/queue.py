@@ -105,7 +105,7 @@ class BlockQueue:
         self._pending: dict[Request, None] = {}
         self._dispatching = 0
         self._held = False
-        self._waiters = 0
+        self._waiters = 0  # threads in _cond.wait (drain, the plug flusher): notify only then
 
     # ---------------------------------------------------------------- tuning
 
@@ -458,7 +458,8 @@ class BlockQueue:
         for rq in self._plug.finish_plug():
             rq.state = RqState.QUEUED
             self._elevator.insert(rq, now)
-        self._cond.notify_all()
+        if self._waiters:
+            self._cond.notify_all()
         return True
 
     # ---------------------------------------------------------------- unplug
@@ -484,7 +485,11 @@ class BlockQueue:
                         plug.flusher = False
                         return
                     timeout = min(timeout, left)
-                self._cond.wait(timeout)
+                self._waiters += 1
+                try:
+                    self._cond.wait(timeout)
+                finally:
+                    self._waiters -= 1
             self._flush_plug_locked()
         self._run_queue()
 

@@ -16,6 +16,7 @@ class RangeLock:
     def __init__(self) -> None:
         self._cond = threading.Condition()
         self._held: list[tuple[int, int, bool]] = []
+        self._waiting = 0
 
     def _conflicts(self, start: int, end: int, exclusive: bool) -> bool:
         for held_start, held_end, held_exclusive in self._held:
@@ -28,11 +29,16 @@ class RangeLock:
         entry = (start, end, exclusive)
         with self._cond:
             while self._conflicts(start, end, exclusive):
-                self._cond.wait()
+                self._waiting += 1
+                try:
+                    self._cond.wait()
+                finally:
+                    self._waiting -= 1
             self._held.append(entry)
         try:
             yield
         finally:
             with self._cond:
                 self._held.remove(entry)
-                self._cond.notify_all()
+                if self._waiting:  # Condition.notify_all costs microseconds even unheard
+                    self._cond.notify_all()

@@ -152,6 +152,8 @@ class Volume:
         self._ranges = RangeLock()
         self._gate = threading.Condition()
         self._in_flight = 0
+        self._draining = 0
+        """Threads in ``drain``: the last I/O out wakes only them, and only if any."""
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -219,7 +221,11 @@ class Volume:
                     raise Unavailable(
                         f"volume {self.name} still has {self._in_flight} I/Os in flight"
                     )
-                self._gate.wait(remaining)
+                self._draining += 1
+                try:
+                    self._gate.wait(remaining)
+                finally:
+                    self._draining -= 1
 
     @property
     def in_flight(self) -> int:
@@ -394,7 +400,7 @@ class Volume:
         finally:
             with self._gate:
                 self._in_flight -= 1
-                if self._in_flight == 0:
+                if self._in_flight == 0 and self._draining:
                     self._gate.notify_all()
 
     def check_range(self, offset: int, length: int) -> None:
