@@ -13,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
 
+from app.blk.wait import Completion
 from app.errors import InvalidInput
 
 SECTOR_SIZE = 512
@@ -40,39 +41,6 @@ _CHAIN_LOCK = threading.Lock()
 #: sleeps so that the plug holding the bio gets flushed (the kernel flushes a
 #: task's plug when the task schedules).
 UnplugHook = Callable[["Bio", float | None], None]
-
-
-class Completion:
-    """``struct completion``: set once, any number of waiters.
-
-    A lock held until completion, rather than a ``threading.Event``: an Event is a
-    Condition in Python, a few microseconds to create and to set, once per bio.
-    """
-
-    __slots__ = ("_done", "_latch")
-
-    def __init__(self) -> None:
-        self._latch = threading.Lock()
-        self._latch.acquire()
-        self._done = False
-
-    def is_set(self) -> bool:
-        return self._done
-
-    def set(self) -> None:
-        """Complete; called once per bio (``bio_endio`` of its last piece)."""
-        if not self._done:
-            self._done = True
-            self._latch.release()
-
-    def wait(self, timeout: float | None = None) -> bool:
-        """True once completed; False if ``timeout`` seconds passed first."""
-        if self._done:
-            return True
-        if self._latch.acquire(timeout=-1 if timeout is None else timeout):
-            self._latch.release()  # let the next waiter through
-            return True
-        return self._done
 
 
 @dataclass(slots=True, eq=False)

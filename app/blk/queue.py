@@ -52,6 +52,7 @@ from app.blk.merge import (
 from app.blk.plug import Plug
 from app.blk.request import Request, RqState, count_phys_segments
 from app.blk.stats import QueueStats
+from app.blk.wait import WaitQueue
 from app.errors import InvalidInput
 
 DispatchMode = Literal["bio", "request"]
@@ -94,7 +95,7 @@ class BlockQueue:
         self._window_ns = plug_window_us * 1000
         self.stats = stats if stats is not None else QueueStats()
         self._lock = threading.Lock()
-        self._cond = threading.Condition(self._lock)
+        self._cond = WaitQueue(self._lock)
         self._plug = Plug()
         # Merge candidates by (op, end sector) and (op, start sector) — the rq hash.
         self._by_end: dict[tuple[Op, int], Request] = {}
@@ -105,7 +106,6 @@ class BlockQueue:
         self._pending: dict[Request, None] = {}
         self._dispatching = 0
         self._held = False
-        self._waiters = 0  # threads in _cond.wait (drain, the plug flusher): notify only then
 
     # ---------------------------------------------------------------- tuning
 
@@ -458,8 +458,7 @@ class BlockQueue:
         for rq in self._plug.finish_plug():
             rq.state = RqState.QUEUED
             self._elevator.insert(rq, now)
-        if self._waiters:
-            self._cond.notify_all()
+        self._cond.notify_all()
         return True
 
     # ---------------------------------------------------------------- unplug
@@ -485,11 +484,7 @@ class BlockQueue:
                         plug.flusher = False
                         return
                     timeout = min(timeout, left)
-                self._waiters += 1
-                try:
-                    self._cond.wait(timeout)
-                finally:
-                    self._waiters -= 1
+                self._cond.wait(timeout)
             self._flush_plug_locked()
         self._run_queue()
 
@@ -538,8 +533,7 @@ class BlockQueue:
                 for dependent in rq.dependents:
                     dependent.wait_count -= 1
                 rq.dependents = []
-                if self._waiters:
-                    self._cond.notify_all()
+                self._cond.notify_all()
         finally:
             lock.release()
 
@@ -571,16 +565,12 @@ class BlockQueue:
         if not self._held:
             self.finish_plug()
         with self._lock:
-            self._waiters += 1
-            try:
-                while self._dispatching if self._held else self._pending:
-                    if deadline is None:
-                        self._cond.wait()
-                        continue
-                    left = deadline - time.monotonic()
-                    if left <= 0:
-                        return False
-                    self._cond.wait(left)
-                return True
-            finally:
-                self._waiters -= 1
+            while self._dispatching if self._held else self._pending:
+                if deadline is None:
+                    self._cond.wait()
+                    continue
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                self._cond.wait(left)
+            return True

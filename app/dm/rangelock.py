@@ -7,16 +7,16 @@ read and the write (Ceph RBD's rule for unaligned writes).
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
+
+from app.blk.wait import WaitQueue
 
 
 class RangeLock:
     def __init__(self) -> None:
-        self._cond = threading.Condition()
+        self._cond = WaitQueue()
         self._held: list[tuple[int, int, bool]] = []
-        self._waiting = 0
 
     def _conflicts(self, start: int, end: int, exclusive: bool) -> bool:
         for held_start, held_end, held_exclusive in self._held:
@@ -29,16 +29,11 @@ class RangeLock:
         entry = (start, end, exclusive)
         with self._cond:
             while self._conflicts(start, end, exclusive):
-                self._waiting += 1
-                try:
-                    self._cond.wait()
-                finally:
-                    self._waiting -= 1
+                self._cond.wait()
             self._held.append(entry)
         try:
             yield
         finally:
             with self._cond:
                 self._held.remove(entry)
-                if self._waiting:  # Condition.notify_all costs microseconds even unheard
-                    self._cond.notify_all()
+                self._cond.notify_all()

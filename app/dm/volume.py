@@ -26,6 +26,7 @@ from app.blk.limits import QueueLimits
 from app.blk.queue import BlockQueue
 from app.blk.request import Request
 from app.blk.stats import QueueStats
+from app.blk.wait import WaitQueue
 from app.crypto.keys import KeyMaterial
 from app.crypto.transform import make_transform
 from app.dm.rangelock import RangeLock
@@ -150,10 +151,8 @@ class Volume:
             stats=self.stats,
         )
         self._ranges = RangeLock()
-        self._gate = threading.Condition()
+        self._gate = WaitQueue()
         self._in_flight = 0
-        self._draining = 0
-        """Threads in ``drain``: the last I/O out wakes only them, and only if any."""
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -221,11 +220,7 @@ class Volume:
                     raise Unavailable(
                         f"volume {self.name} still has {self._in_flight} I/Os in flight"
                     )
-                self._draining += 1
-                try:
-                    self._gate.wait(remaining)
-                finally:
-                    self._draining -= 1
+                self._gate.wait(remaining)
 
     @property
     def in_flight(self) -> int:
@@ -400,7 +395,7 @@ class Volume:
         finally:
             with self._gate:
                 self._in_flight -= 1
-                if self._in_flight == 0 and self._draining:
+                if self._in_flight == 0:
                     self._gate.notify_all()
 
     def check_range(self, offset: int, length: int) -> None:

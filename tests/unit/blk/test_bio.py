@@ -1,9 +1,6 @@
-import threading
-
 import pytest
 
 from app.blk import Bio, Op, bio_endio, bio_split
-from app.blk.bio import Completion
 from app.errors import InvalidInput, TargetIOError
 
 from .helpers import write_bio
@@ -59,25 +56,3 @@ def test_split_outside_the_bio_is_refused():
 def test_wait_times_out():
     with pytest.raises(TimeoutError):
         write_bio(0, 1).wait(0.001)
-
-
-def test_completion_wakes_every_waiter_once_set():
-    completion = Completion()
-    woken = []
-    waiters = [threading.Thread(target=lambda: woken.append(completion.wait(5))) for _ in range(3)]
-    for waiter in waiters:
-        waiter.start()
-    completion.set()
-    completion.set()  # a second set changes nothing
-    for waiter in waiters:
-        waiter.join()
-    assert woken == [True, True, True]
-    assert completion.is_set()
-    assert completion.wait(0)
-
-
-def test_completion_wait_times_out_while_not_set():
-    completion = Completion()
-    assert not completion.wait(0)
-    assert not completion.wait(0.01)
-    assert not completion.is_set()
