@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import functools
 import secrets
-import threading
 from collections.abc import AsyncIterator
 from typing import Annotated
 
@@ -23,6 +22,7 @@ from app.api.executor import IoExecutor
 from app.api.problems import responses
 from app.api.ranges import ByteRange, parse_content_range, parse_range
 from app.api.schemas import RangeIn
+from app.blk import mempool
 from app.dm.volume import Volume
 from app.errors import InvalidRange, PayloadTooLarge, PreconditionFailed
 
@@ -251,26 +251,14 @@ def _read(volume: Volume, offset: int, length: int) -> memoryview:
     return buffer
 
 
-class _Scratch(threading.local):
-    """One reusable write buffer per worker thread: a body chunk is gathered into it
-    and written before the thread takes another job."""
-
-    buffer = np.empty(0, dtype=np.uint8)
-
-
-_scratch = _Scratch()
-
-
 def _write(volume: Volume, position: int, pieces: list[memoryview], length: int, fua: bool) -> None:
     """Gather the body's pieces (copied off the event loop, without the GIL) and write."""
     if len(pieces) == 1:
         volume.write(position, pieces[0], fua=fua)
         return
-    if len(_scratch.buffer) < length:
-        _scratch.buffer = np.empty(length, dtype=np.uint8)
-    data = _scratch.buffer.data[:length]
-    _native.gather(data, pieces)
-    volume.write(position, data, fua=fua)
+    with mempool.borrow(length) as data:
+        _native.gather(data, pieces)
+        volume.write(position, data, fua=fua)
 
 
 @router.post("/flush", status_code=204, responses=responses(503), openapi_extra=BEARER_SECURITY)

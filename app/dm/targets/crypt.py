@@ -2,13 +2,7 @@
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
-
-import numpy as np
-import numpy.typing as npt
-
+from app.blk import mempool
 from app.blk.bio import Op
 from app.blk.request import Request
 from app.crypto.transform import CryptTransform
@@ -22,30 +16,6 @@ from app.dm.targets.base import (
 )
 from app.engine.simulated import Engine
 from app.errors import InvalidState
-
-
-class _Scratch(threading.local):
-    """Per-thread free list of ciphertext buffers: a read's ciphertext lands in one before
-    it is decrypted into the bio's pages. A list, not one buffer, because a crypt volume
-    stacked on another crypt volume maps the lower read on the same thread."""
-
-    def __init__(self) -> None:
-        self.free: list[npt.NDArray[np.uint8]] = []
-
-
-_scratch = _Scratch()
-
-
-@contextmanager
-def _ciphertext_buffer(size: int) -> Iterator[memoryview]:
-    free = _scratch.free
-    buffer = free.pop() if free else np.empty(0, dtype=np.uint8)
-    if len(buffer) < size:
-        buffer = np.empty(size, dtype=np.uint8)
-    try:
-        yield buffer.data[:size]
-    finally:
-        free.append(buffer)
 
 
 class CryptTarget(Target):
@@ -73,7 +43,8 @@ class CryptTarget(Target):
         bios = [(bio.sector - self.start, bio.nr_sectors) for bio in request.bios]
         result = MapResult()
         if request.op == Op.READ:
-            with _ciphertext_buffer(request.nr_sectors << SECTOR_SHIFT) as ciphertext:
+            # The ciphertext lands in a reused buffer, then is decrypted into the bio's pages.
+            with mempool.borrow(request.nr_sectors << SECTOR_SHIFT) as ciphertext:
                 self.device.read_into(position, ciphertext)
                 pieces, offset = [], 0
                 for segment in request.segments:
