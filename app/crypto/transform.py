@@ -308,10 +308,9 @@ class BulkTransform(CryptTransform):
         )
         self._min_units = min_units
         self._units_per_chunk = max(1, chunk_bytes // sector_size)
+        # cc_sector - cc_first of each unit of a chunk (uint64: the sum wraps like sector_t).
         step = sector_size >> SECTOR_SHIFT
         self._unit_steps = np.arange(self._units_per_chunk, dtype=np.uint64) * np.uint64(step)
-        """``cc_sector - cc_first`` of each unit of a chunk (uint64: the sum wraps like the
-        kernel's sector_t)."""
         self._state = _BulkState()
 
     def wipe(self) -> None:
