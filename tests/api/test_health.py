@@ -44,6 +44,35 @@ async def test_every_response_carries_a_request_id(anon_client: httpx.AsyncClien
     assert response.headers["x-request-id"] == "abc-123"
 
 
+async def test_generated_request_ids_are_128_bit_hex_and_distinct(
+    anon_client: httpx.AsyncClient,
+) -> None:
+    ids = {(await anon_client.get("/healthz")).headers["x-request-id"] for _ in range(50)}
+    assert len(ids) == 50
+    assert all(len(value) == 32 and int(value, 16) >= 0 for value in ids)
+
+
+async def test_the_data_routes_are_matched_before_the_control_plane(
+    anon_client: httpx.AsyncClient,
+) -> None:
+    """The document lists paths in routing order, the order FastAPI tries them in."""
+    paths = list((await anon_client.get("/openapi.json")).json()["paths"])
+    assert paths[0] == "/v1/volumes/{name}/data"
+    assert paths.index("/v1/null/data") < paths.index("/healthz")
+
+
+async def test_the_docs_list_tags_control_plane_first(anon_client: httpx.AsyncClient) -> None:
+    document = (await anon_client.get("/openapi.json")).json()
+    assert [tag["name"] for tag in document["tags"]] == [
+        "health",
+        "devices",
+        "volumes",
+        "data",
+        "benchmarks",
+        "engines",
+    ]
+
+
 async def test_metrics_expose_volume_queue_and_engine_counters(client: httpx.AsyncClient) -> None:
     await make_device(client)
     await make_volume(client)
