@@ -21,6 +21,7 @@ from typing import Literal
 
 from typing_extensions import Buffer
 
+from app.blk import mempool
 from app.blk.bio import Bio, Op
 from app.blk.limits import QueueLimits
 from app.blk.queue import BlockQueue
@@ -426,9 +427,9 @@ class Volume:
                 if start == offset and end == offset + length:
                     self._submit(Op.READ, start, length, [buffer])
                 else:
-                    scratch = bytearray(end - start)
-                    self._submit(Op.READ, start, end - start, [memoryview(scratch)])
-                    buffer[:] = memoryview(scratch)[offset - start : offset - start + length]
+                    with mempool.borrow(end - start) as scratch:
+                        self._submit(Op.READ, start, end - start, [scratch])
+                        buffer[:] = scratch[offset - start : offset - start + length]
 
     def readv_into(self, offset: int, buffers: Sequence[memoryview]) -> None:
         """Stacked use: a whole request of the volume above becomes one bio here."""
@@ -490,18 +491,18 @@ class Volume:
                 with self._ranges.hold(start, end, exclusive=False):
                     self._submit(Op.WRITE, start, length, [view], fua=fua)
             else:
-                with self._ranges.hold(start, end, exclusive=True):
-                    merged = bytearray(end - start)
+                with (
+                    self._ranges.hold(start, end, exclusive=True),
+                    mempool.borrow(end - start) as merged,
+                ):
                     head_partial = offset != start
                     tail_partial = (offset + length) != end
                     if head_partial:
-                        self._submit(Op.READ, start, unit, [memoryview(merged)[:unit]])
+                        self._submit(Op.READ, start, unit, [merged[:unit]])
                     if tail_partial and not (head_partial and end - start == unit):
-                        self._submit(
-                            Op.READ, end - unit, unit, [memoryview(merged)[len(merged) - unit :]]
-                        )
+                        self._submit(Op.READ, end - unit, unit, [merged[len(merged) - unit :]])
                     merged[offset - start : offset - start + length] = view
-                    self._submit(Op.WRITE, start, len(merged), [memoryview(merged)], fua=fua)
+                    self._submit(Op.WRITE, start, len(merged), [merged], fua=fua)
             self.generation += 1
 
     def flush(self) -> None:

@@ -11,7 +11,6 @@ import secrets
 from collections.abc import AsyncIterator
 from typing import Annotated
 
-import numpy as np
 from fastapi import APIRouter, Query, Request, Response
 from fastapi.responses import StreamingResponse
 from starlette.exceptions import HTTPException
@@ -245,8 +244,9 @@ async def write_data(name: str, request: Request, io: IoDep, fua: bool = False) 
 
 
 def _read(volume: Volume, offset: int, length: int) -> memoryview:
-    """A response body: uninitialized (every byte is read into it), not a zeroed bytearray."""
-    buffer = np.empty(length, dtype=np.uint8).data
+    """A response body: uninitialized (every byte is read into it), not a zeroed bytearray,
+    and page-aligned, as the device reads straight into it (``mempool.page_aligned``)."""
+    buffer = mempool.page_aligned(length).data
     volume.read_into(offset, buffer)
     return buffer
 

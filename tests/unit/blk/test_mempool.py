@@ -25,3 +25,14 @@ def test_a_later_borrow_reuses_the_returned_buffer():
     with mempool.borrow(4096) as second:
         assert len(second) == 4096
         assert address(second) == kept
+
+
+def test_buffers_start_on_a_page_boundary():
+    """The kernel copies into them (pread); off a cache line that ran 4x slower."""
+    for size in (1, 4096, 1 << 20, 3 * 4096 + 17):
+        buffer = mempool.page_aligned(size)
+        assert len(buffer) == size
+        assert buffer.ctypes.data % mempool.PAGE == 0
+    with mempool.borrow(1 << 20) as borrowed, mempool.borrow(512) as small:
+        assert address(borrowed) % mempool.PAGE == 0
+        assert address(small) % mempool.PAGE == 0
