@@ -244,8 +244,8 @@ static PyObject *native_xts(PyObject *module, PyObject *args)
         PyErr_SetString(PyExc_ValueError, "key must be 32, 48 or 64 bytes");
         goto done;
     }
-    if (unit_bytes <= 0 || unit_bytes % 16) {
-        PyErr_SetString(PyExc_ValueError, "unit_bytes must be a positive multiple of 16");
+    if (unit_bytes <= 0 || unit_bytes % 16 || unit_bytes > (1 << 20)) {
+        PyErr_SetString(PyExc_ValueError, "unit_bytes must be a multiple of 16, at most 1 MiB");
         goto done;
     }
     if (dst.len != src.len || src.len % unit_bytes) {

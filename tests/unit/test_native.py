@@ -123,6 +123,7 @@ def test_xts_accepts_aes_192_keys_and_works_in_place() -> None:
     [
         (512, 16, 40, 512, "32, 48 or 64 bytes"),
         (512, 16, 64, 24, "multiple of 16"),
+        (4 << 20, 64, 64, 2 << 20, "at most 1 MiB"),
         (768, 32, 64, 512, "same whole number of units"),
         (1024, 16, 64, 512, "16 bytes per data unit"),
     ],
