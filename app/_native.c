@@ -63,6 +63,14 @@ static inline void store_le64(uint8_t *p, uint64_t v)
     memcpy(p, &v, 8);
 }
 
+/* The next block's tweak: multiply by x in GF(2^128), IEEE 1619's little-endian order. */
+static inline void mul_x(uint64_t *lo, uint64_t *hi)
+{
+    uint64_t carry = *hi >> 63;
+    *hi = *hi << 1 | *lo >> 63;
+    *lo = *lo << 1 ^ (0x87 & (0 - carry));
+}
+
 static void whiten(uint8_t *dst, const uint8_t *src, const uint8_t *first, Py_ssize_t units,
                    Py_ssize_t blocks)
 {
@@ -73,9 +81,7 @@ static void whiten(uint8_t *dst, const uint8_t *src, const uint8_t *first, Py_ss
             store_le64(dst + 8, load_le64(src + 8) ^ hi);
             src += 16;
             dst += 16;
-            uint64_t carry = hi >> 63;
-            hi = hi << 1 | lo >> 63;
-            lo = lo << 1 ^ (0x87 & (0 - carry));
+            mul_x(&lo, &hi);
         }
     }
 }
@@ -164,9 +170,7 @@ static void fill_tweaks(uint8_t *tweaks, const uint8_t *first, Py_ssize_t units,
             store_le64(tweaks, lo);
             store_le64(tweaks + 8, hi);
             tweaks += 16;
-            uint64_t carry = hi >> 63;
-            hi = hi << 1 | lo >> 63;
-            lo = lo << 1 ^ (0x87 & (0 - carry));
+            mul_x(&lo, &hi);
         }
     }
 }
@@ -187,7 +191,7 @@ static void xor_into(uint8_t *dst, const uint8_t *a, const uint8_t *b, Py_ssize_
 typedef struct {
     EVP_CIPHER_CTX *data, *tweak;
     uint8_t *tweaks, *first;
-    Py_ssize_t chunk;
+    Py_ssize_t chunk, first_bytes;
 } XtsJob;
 
 /* 0 on success, -1 if OpenSSL failed. dst may be src. */
@@ -236,7 +240,7 @@ static PyObject *native_xts(PyObject *module, PyObject *args)
     Py_ssize_t unit_bytes;
     int encrypt;
     PyObject *result = NULL;
-    XtsJob job = {NULL, NULL, NULL, NULL, 0};
+    XtsJob job = {NULL, NULL, NULL, NULL, 0, 0};
     if (!PyArg_ParseTuple(args, "w*y*y*y*np:xts", &dst, &src, &ivs, &key, &unit_bytes, &encrypt))
         return NULL;
     const EVP_CIPHER *cipher = aes_ecb(key.len / 2);
@@ -259,8 +263,10 @@ static PyObject *native_xts(PyObject *module, PyObject *args)
     job.chunk = unit_bytes >= XTS_CHUNK ? unit_bytes : XTS_CHUNK / unit_bytes * unit_bytes;
     job.data = EVP_CIPHER_CTX_new();
     job.tweak = EVP_CIPHER_CTX_new();
+    /* One first tweak per unit of a chunk, plus the block of slack EVP_EncryptUpdate asks for. */
+    job.first_bytes = 16 * (job.chunk / unit_bytes) + 16;
     job.tweaks = PyMem_Malloc((size_t)job.chunk);
-    job.first = PyMem_Malloc((size_t)(16 * (job.chunk / unit_bytes) + 16));
+    job.first = PyMem_Malloc((size_t)job.first_bytes);
     if (job.data == NULL || job.tweak == NULL || job.tweaks == NULL || job.first == NULL) {
         PyErr_NoMemory();
         goto done;
@@ -286,7 +292,7 @@ done:
         PyMem_Free(job.tweaks);
     }
     if (job.first != NULL) {
-        OPENSSL_cleanse(job.first, (size_t)(16 * (job.chunk / unit_bytes) + 16));
+        OPENSSL_cleanse(job.first, (size_t)job.first_bytes);
         PyMem_Free(job.first);
     }
     EVP_CIPHER_CTX_free(job.data);
