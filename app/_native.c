@@ -16,6 +16,7 @@
  * buffer, XORed in, encrypted in place, XORed again. Through pyca it was five
  * calls (tweak ECB, whiten, two data ECB, whiten), each a GIL round trip, over
  * 1 MiB buffers that left the cache between passes: 530 µs per MiB against 300.
+ * On CPUs with VAES, AES-128/256-XTS runs on those instructions instead (below).
  *
  * gather: an HTTP body arrives in pieces of arbitrary length; the block layer
  * wants one contiguous buffer of whole data units.
@@ -214,6 +215,185 @@ static int xts_run(XtsJob *job, uint8_t *dst, const uint8_t *src, const uint8_t 
     return 0;
 }
 
+#if defined(__x86_64__) && defined(__GNUC__)
+/*
+ * AES-XTS with VAES (AVX-512): four blocks per instruction, four registers in
+ * flight, the tweak sequence advanced four blocks at a time in registers. The
+ * key schedule is FIPS-197's, computed with AES-NI; the rounds are the CPU's own
+ * instructions. OpenSSL 3.0 (the system library here) has no VAES path for XTS,
+ * and its per-call overhead dominates 512-byte data units: 238 µs per MiB
+ * through its ECB, 325 through one EVP XTS call per unit, 100 here. Chosen at
+ * run time (``VAES``); other CPUs take the OpenSSL path below.
+ */
+#define VAES_PATH 1
+#include <immintrin.h>
+
+#define VAES_TARGET __attribute__((target("aes,avx2,avx512f,avx512bw,vaes")))
+
+typedef struct {
+    __m128i enc[15], dec[15];
+    int rounds;
+} AesSchedule;
+
+VAES_TARGET static inline __m128i expand_step(__m128i key, __m128i gen)
+{
+    key = _mm_xor_si128(key, _mm_slli_si128(key, 4));
+    key = _mm_xor_si128(key, _mm_slli_si128(key, 4));
+    key = _mm_xor_si128(key, _mm_slli_si128(key, 4));
+    return _mm_xor_si128(key, gen);
+}
+
+/* aeskeygenassist needs its round constant as an immediate: one macro use per round key. */
+#define ASSIST(key, rcon, lane) _mm_shuffle_epi32(_mm_aeskeygenassist_si128(key, rcon), lane)
+#define EXPAND128(i, rcon) rk[i] = expand_step(rk[i - 1], ASSIST(rk[i - 1], rcon, 0xff))
+
+#define EXPAND256(i, rcon)                                                                     \
+    rk[i] = expand_step(rk[i - 2], ASSIST(rk[i - 1], rcon, 0xff));                             \
+    if (i + 1 < 15)                                                                            \
+        rk[i + 1] = expand_step(rk[i - 1], ASSIST(rk[i], 0, 0xaa))
+
+/* FIPS-197 key expansion for 16- or 32-byte keys, plus the equivalent inverse cipher's schedule. */
+VAES_TARGET static void aes_schedule(AesSchedule *s, const uint8_t *key, int key_bytes)
+{
+    __m128i *rk = s->enc;
+    rk[0] = _mm_loadu_si128((const __m128i *)key);
+    if (key_bytes == 16) {
+        s->rounds = 10;
+        EXPAND128(1, 0x01); EXPAND128(2, 0x02); EXPAND128(3, 0x04); EXPAND128(4, 0x08);
+        EXPAND128(5, 0x10); EXPAND128(6, 0x20); EXPAND128(7, 0x40); EXPAND128(8, 0x80);
+        EXPAND128(9, 0x1b); EXPAND128(10, 0x36);
+    } else {
+        s->rounds = 14;
+        rk[1] = _mm_loadu_si128((const __m128i *)(key + 16));
+        EXPAND256(2, 0x01); EXPAND256(4, 0x02); EXPAND256(6, 0x04); EXPAND256(8, 0x08);
+        EXPAND256(10, 0x10); EXPAND256(12, 0x20); EXPAND256(14, 0x40);
+    }
+    s->dec[0] = rk[s->rounds];
+    for (int i = 1; i < s->rounds; i++)
+        s->dec[i] = _mm_aesimc_si128(rk[s->rounds - i]);
+    s->dec[s->rounds] = rk[0];
+}
+
+/* Lane i of t times x^k[i] (k[i] <= 4, the same in both halves of a lane): IEEE 1619's
+ * little-endian GF(2^128); the bits shifted out of the top are reduced by x^7 + x^2 + x + 1. */
+VAES_TARGET static inline __m512i mul_x_lanes(__m512i t, __m512i k)
+{
+    __m512i top = _mm512_srlv_epi64(t, _mm512_sub_epi64(_mm512_set1_epi64(64), k));
+    __m512i c = _mm512_bsrli_epi128(top, 8);
+    __m512i reduce = _mm512_xor_si512(_mm512_slli_epi64(c, 7), _mm512_slli_epi64(c, 2));
+    reduce = _mm512_xor_si512(reduce, _mm512_xor_si512(_mm512_slli_epi64(c, 1), c));
+    __m512i shifted = _mm512_xor_si512(_mm512_sllv_epi64(t, k), _mm512_bslli_epi128(top, 8));
+    return _mm512_xor_si512(shifted, reduce);
+}
+
+#define MUL_X4(t) mul_x_lanes(t, _mm512_set1_epi64(4))
+
+static inline __m128i mul_x_block(__m128i t)
+{
+    uint64_t q[2];
+    memcpy(q, &t, 16);
+    mul_x(&q[0], &q[1]);
+    memcpy(&t, q, 16);
+    return t;
+}
+
+#define ROUNDS4(op, opl, keys, rounds, a, b, c, d)                                             \
+    do {                                                                                       \
+        a = _mm512_xor_si512(a, keys[0]); b = _mm512_xor_si512(b, keys[0]);                     \
+        c = _mm512_xor_si512(c, keys[0]); d = _mm512_xor_si512(d, keys[0]);                     \
+        for (int r = 1; r < rounds; r++) {                                                     \
+            a = op(a, keys[r]); b = op(b, keys[r]); c = op(c, keys[r]); d = op(d, keys[r]);     \
+        }                                                                                      \
+        a = opl(a, keys[rounds]); b = opl(b, keys[rounds]);                                     \
+        c = opl(c, keys[rounds]); d = opl(d, keys[rounds]);                                     \
+    } while (0)
+
+VAES_TARGET static inline __m128i aes_block(const __m128i *keys, int rounds, __m128i x, int encrypt)
+{
+    x = _mm_xor_si128(x, keys[0]);
+    for (int r = 1; r < rounds; r++)
+        x = encrypt ? _mm_aesenc_si128(x, keys[r]) : _mm_aesdec_si128(x, keys[r]);
+    return encrypt ? _mm_aesenclast_si128(x, keys[rounds]) : _mm_aesdeclast_si128(x, keys[rounds]);
+}
+
+#define GROUP 16 /* units whose first tweaks are encrypted together: 4 registers */
+
+/* AES-XTS of len bytes, whole units of unit_bytes (a multiple of 16); dst may be src. */
+VAES_TARGET static void xts_vaes(const AesSchedule *data, const AesSchedule *tweak, uint8_t *dst,
+                                 const uint8_t *src, const uint8_t *ivs, size_t len,
+                                 size_t unit_bytes, int encrypt)
+{
+    __m512i dk[15], tk[15];
+    const __m128i *dkeys = encrypt ? data->enc : data->dec;
+    int rounds = data->rounds;
+    for (int r = 0; r <= rounds; r++) {
+        dk[r] = _mm512_broadcast_i32x4(dkeys[r]);
+        tk[r] = _mm512_broadcast_i32x4(tweak->enc[r]);
+    }
+    size_t units = len / unit_bytes, blocks = unit_bytes / 16;
+    const __m512i lane_powers = _mm512_set_epi64(3, 3, 2, 2, 1, 1, 0, 0);
+    __m512i first[GROUP / 4];
+    for (size_t u0 = 0; u0 < units; u0 += GROUP) {
+        size_t n = units - u0 < GROUP ? units - u0 : GROUP;
+        for (size_t g = 0; g < GROUP / 4; g++) {
+            /* Two 64-bit lanes per IV; past the last unit, zeros. */
+            size_t lanes = 4 * g >= n ? 0 : (n - 4 * g >= 4 ? 8 : 2 * (n - 4 * g));
+            __mmask8 mask = (__mmask8)((1u << lanes) - 1);
+            first[g] = _mm512_maskz_loadu_epi64(mask, ivs + 16 * (u0 + 4 * g));
+        }
+        ROUNDS4(_mm512_aesenc_epi128, _mm512_aesenclast_epi128, tk, rounds, first[0], first[1],
+                first[2], first[3]);
+        const __m128i *firsts = (const __m128i *)first;
+        for (size_t u = 0; u < n; u++) {
+            const uint8_t *in = src + (u0 + u) * unit_bytes;
+            uint8_t *out = dst + (u0 + u) * unit_bytes;
+            __m128i t = _mm_loadu_si128(firsts + u);
+            __m512i t0 = mul_x_lanes(_mm512_broadcast_i32x4(t), lane_powers);
+            size_t j = 0;
+            for (; j + 16 <= blocks; j += 16) {
+                __m512i ta = t0, tb = MUL_X4(ta), tc = MUL_X4(tb), td = MUL_X4(tc);
+                __m512i a = _mm512_xor_si512(_mm512_loadu_si512(in + 16 * j), ta);
+                __m512i b = _mm512_xor_si512(_mm512_loadu_si512(in + 16 * j + 64), tb);
+                __m512i c = _mm512_xor_si512(_mm512_loadu_si512(in + 16 * j + 128), tc);
+                __m512i d = _mm512_xor_si512(_mm512_loadu_si512(in + 16 * j + 192), td);
+                if (encrypt)
+                    ROUNDS4(_mm512_aesenc_epi128, _mm512_aesenclast_epi128, dk, rounds, a, b, c, d);
+                else
+                    ROUNDS4(_mm512_aesdec_epi128, _mm512_aesdeclast_epi128, dk, rounds, a, b, c, d);
+                _mm512_storeu_si512(out + 16 * j, _mm512_xor_si512(a, ta));
+                _mm512_storeu_si512(out + 16 * j + 64, _mm512_xor_si512(b, tb));
+                _mm512_storeu_si512(out + 16 * j + 128, _mm512_xor_si512(c, tc));
+                _mm512_storeu_si512(out + 16 * j + 192, _mm512_xor_si512(d, td));
+                t0 = MUL_X4(td);
+            }
+            t = _mm512_castsi512_si128(t0);
+            for (; j < blocks; j++) {
+                __m128i x = _mm_xor_si128(_mm_loadu_si128((const __m128i *)(in + 16 * j)), t);
+                x = aes_block(dkeys, rounds, x, encrypt);
+                _mm_storeu_si128((__m128i *)(out + 16 * j), _mm_xor_si128(x, t));
+                t = mul_x_block(t);
+            }
+        }
+    }
+    OPENSSL_cleanse(dk, sizeof dk);
+    OPENSSL_cleanse(tk, sizeof tk);
+    OPENSSL_cleanse(first, sizeof first);
+}
+
+static int vaes_usable(void)
+{
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("aes") && __builtin_cpu_supports("avx512f") &&
+           __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("vaes");
+}
+#else
+#define VAES_PATH 0
+static int vaes_usable(void)
+{
+    return 0;
+}
+#endif
+
 static const EVP_CIPHER *aes_ecb(Py_ssize_t key_bytes)
 {
     switch (key_bytes) {
@@ -229,19 +409,23 @@ static const EVP_CIPHER *aes_ecb(Py_ssize_t key_bytes)
 }
 
 PyDoc_STRVAR(xts_doc,
-             "xts(dst, src, ivs, key, unit_bytes, encrypt)\n--\n\n"
+             "xts(dst, src, ivs, key, unit_bytes, encrypt, vaes=True)\n--\n\n"
              "AES-XTS (IEEE 1619) of src into dst (which may be src), data unit by data unit:\n"
              "unit u uses the 16-byte tweak ivs[u]; key is the data key then the tweak key\n"
-             "(32, 48 or 64 bytes), as in dm-crypt's aes-xts tables.");
+             "(32, 48 or 64 bytes), as in dm-crypt's aes-xts tables. AES-128 and AES-256 use\n"
+             "VAES where the CPU has it (module attribute VAES) unless vaes is false.");
+
+static int vaes_available;
 
 static PyObject *native_xts(PyObject *module, PyObject *args)
 {
     Py_buffer dst, src, ivs, key;
     Py_ssize_t unit_bytes;
-    int encrypt;
+    int encrypt, vaes = 1;
     PyObject *result = NULL;
     XtsJob job = {NULL, NULL, NULL, NULL, 0, 0};
-    if (!PyArg_ParseTuple(args, "w*y*y*y*np:xts", &dst, &src, &ivs, &key, &unit_bytes, &encrypt))
+    if (!PyArg_ParseTuple(args, "w*y*y*y*np|p:xts", &dst, &src, &ivs, &key, &unit_bytes, &encrypt,
+                          &vaes))
         return NULL;
     const EVP_CIPHER *cipher = aes_ecb(key.len / 2);
     if (key.len % 2 || cipher == NULL) {
@@ -260,6 +444,19 @@ static PyObject *native_xts(PyObject *module, PyObject *args)
         PyErr_SetString(PyExc_ValueError, "ivs needs 16 bytes per data unit");
         goto done;
     }
+#if VAES_PATH
+    if (vaes && vaes_available && key.len != 48) {
+        AesSchedule schedules[2];
+        aes_schedule(&schedules[0], key.buf, (int)key.len / 2);
+        aes_schedule(&schedules[1], (const uint8_t *)key.buf + key.len / 2, (int)key.len / 2);
+        RUN_RELEASING_ABOVE(src.len, xts_vaes(&schedules[0], &schedules[1], dst.buf, src.buf,
+                                              ivs.buf, (size_t)src.len, (size_t)unit_bytes,
+                                              encrypt));
+        OPENSSL_cleanse(schedules, sizeof schedules);
+        result = Py_NewRef(Py_None);
+        goto done;
+    }
+#endif
     job.chunk = unit_bytes >= XTS_CHUNK ? unit_bytes : XTS_CHUNK / unit_bytes * unit_bytes;
     job.data = EVP_CIPHER_CTX_new();
     job.tweak = EVP_CIPHER_CTX_new();
@@ -317,5 +514,9 @@ static struct PyModuleDef module = {
 
 PyMODINIT_FUNC PyInit__native(void)
 {
-    return PyModule_Create(&module);
+    PyObject *m = PyModule_Create(&module);
+    vaes_available = vaes_usable();
+    if (m != NULL && PyModule_AddObjectRef(m, "VAES", vaes_available ? Py_True : Py_False) < 0)
+        Py_CLEAR(m);
+    return m;
 }

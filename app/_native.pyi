@@ -5,8 +5,17 @@ from typing_extensions import Buffer
 
 _Bytes = Buffer | NDArray[Any]
 
+VAES: bool
+
 def whiten(dst: _Bytes, src: _Bytes, first_tweaks: _Bytes, unit_bytes: int, /) -> None: ...
 def gather(dst: _Bytes, pieces: list[memoryview], /) -> None: ...
 def xts(
-    dst: _Bytes, src: _Bytes, ivs: _Bytes, key: bytes, unit_bytes: int, encrypt: bool, /
+    dst: _Bytes,
+    src: _Bytes,
+    ivs: _Bytes,
+    key: bytes,
+    unit_bytes: int,
+    encrypt: bool,
+    vaes: bool = True,
+    /,
 ) -> None: ...
