@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from app.blk import mempool
 from app.blk.bio import Op
 from app.blk.request import Request
 from app.crypto.transform import CryptTransform
@@ -43,22 +42,17 @@ class CryptTarget(Target):
         bios = [(bio.sector - self.start, bio.nr_sectors) for bio in request.bios]
         result = MapResult()
         if request.op == Op.READ:
-            # The ciphertext lands in a reused buffer, then is decrypted into the bio's pages.
-            with mempool.borrow(request.nr_sectors << SECTOR_SHIFT) as ciphertext:
-                self.device.read_into(position, ciphertext)
-                pieces, offset = [], 0
-                for segment in request.segments:
-                    pieces.append(ciphertext[offset : offset + len(segment)])
-                    offset += len(segment)
-                done = self.engine.process(
-                    "decrypt",
-                    self.transform,
-                    pieces,
-                    relative,
-                    dispatch_mode=context.dispatch_mode,
-                    bios=bios,
-                    into=request.segments,
-                )
+            # The ciphertext lands in the bio's pages and is decrypted there, in place.
+            self.device.readv_into(position, request.segments)
+            done = self.engine.process(
+                "decrypt",
+                self.transform,
+                request.segments,
+                relative,
+                dispatch_mode=context.dispatch_mode,
+                bios=bios,
+                into=request.segments,
+            )
             result = MapResult(done.calls, done.modelled_ns)
         elif request.op in (Op.WRITE, Op.WRITE_ZEROES):
             segments = (
