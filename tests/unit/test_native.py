@@ -99,18 +99,30 @@ def xts_by_pyca(data: bytes, ivs: bytes, key: bytes, unit_bytes: int, encrypt: b
 @pytest.mark.parametrize("vaes", [True, False], ids=["vaes", "openssl"])
 @pytest.mark.parametrize("key_bytes", [32, 64])
 @pytest.mark.parametrize(
-    ("unit_bytes", "units"), [(512, 1), (512, 37), (4096, 5), (16384, 2), (16, 5), (272, 19)]
+    ("unit_bytes", "units"), [(512, 1), (512, 37), (4096, 5), (16384, 2), (48, 5), (304, 19)]
 )
 @pytest.mark.parametrize("encrypt", [True, False])
 def test_xts_equals_pyca_aes_xts_unit_by_unit(
     vaes: bool, key_bytes: int, unit_bytes: int, units: int, encrypt: bool
 ) -> None:
     """37 units of 512 B cross 8 KiB chunk edges mid-request and groups of 16 first tweaks;
-    16 KiB units exceed a chunk; 16- and 272-byte units end off a 16-block stride."""
+    16 KiB units exceed a chunk; 48- and 304-byte units end 3 blocks past a 16-block stride."""
     data, ivs, key = os.urandom(units * unit_bytes), os.urandom(16 * units), os.urandom(key_bytes)
     out = bytearray(len(data))
     _native.xts(out, data, ivs, key, unit_bytes, encrypt, vaes)
     assert bytes(out) == xts_by_pyca(data, ivs, key, unit_bytes, encrypt)
+
+
+@pytest.mark.parametrize("vaes", [True, False], ids=["vaes", "openssl"])
+@pytest.mark.parametrize("encrypt", [True, False])
+def test_xts_in_place_equals_xts_into_another_buffer(vaes: bool, encrypt: bool) -> None:
+    """Reads decrypt in place in the bio's pages."""
+    data, ivs, key = os.urandom(19 * 4096), os.urandom(16 * 19), os.urandom(64)
+    out = bytearray(len(data))
+    _native.xts(out, data, ivs, key, 4096, encrypt, vaes)
+    buffer = bytearray(data)
+    _native.xts(buffer, buffer, ivs, key, 4096, encrypt, vaes)
+    assert buffer == out
 
 
 def cpu_flags() -> set[str]:
