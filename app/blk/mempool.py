@@ -40,8 +40,8 @@ def page_aligned(size: int) -> npt.NDArray[np.uint8]:
 def borrow(size: int) -> Iterator[memoryview]:
     """An uninitialized writable buffer of ``size`` bytes for the ``with`` block.
 
-    A free list, not one buffer per thread: borrows nest (a crypt volume stacked on
-    another maps the lower read on the same thread), and each gets its own.
+    A free list, not one buffer per thread: borrows nest (an unaligned write gathered
+    into a borrowed buffer borrows again for its read-modify-write), and each gets its own.
     """
     free = _free.buffers
     buffer = free.pop() if free else page_aligned(0)

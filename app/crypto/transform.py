@@ -455,8 +455,9 @@ class BulkTransform(CryptTransform):
         """``out = E(P ^ T) ^ T`` computed in ``out`` itself: no intermediate buffers, so a
         1 MiB request touches 2 MiB of memory, not 4 (the event loop shares the cache).
 
-        AES goes through one native call (OpenSSL from C, chunk by chunk in cache);
-        the other ciphers through pyca's ECB around the native whitening."""
+        AES goes through one native call (VAES where the CPU has it, else OpenSSL's ECB
+        from C, chunk by chunk in cache); the other ciphers through pyca's ECB around the
+        native whitening."""
         if self._spec.cipher == "aes":
             _native.xts(out, source, ivs, self._subkeys[key_index], self._sector_size, encrypt)
             return
