@@ -6,10 +6,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from app.dm.table import NAME_PATTERN
-
-DispatchModeField = Literal["bio", "request"]
-ElevatorField = Literal["none", "mq-deadline"]
+from app.vocab import NAME_PATTERN, DispatchMode, ElevatorName
 
 
 class Problem(BaseModel):
@@ -61,9 +58,9 @@ class VolumeCreate(BaseModel):
             "000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f 0 sda2 0"
         ],
     )
-    dispatch_mode: DispatchModeField = "request"
+    dispatch_mode: DispatchMode = "request"
     engine: str = "software"
-    elevator: ElevatorField = "none"
+    elevator: ElevatorName = "none"
     queue_limits: QueueLimitsIn | None = None
     plug_window_us: int | None = Field(
         default=None,
@@ -76,9 +73,9 @@ class VolumeCreate(BaseModel):
 class VolumePatch(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
 
-    dispatch_mode: DispatchModeField | None = None
+    dispatch_mode: DispatchMode | None = None
     engine: str | None = None
-    elevator: ElevatorField | None = None
+    elevator: ElevatorName | None = None
     queue_limits: QueueLimitsIn | None = None
     plug_window_us: int | None = Field(default=None, ge=0, le=1_000_000)
 
@@ -125,9 +122,9 @@ class VolumeOut(BaseModel):
     event_nr: int
     tables: list[Literal["LIVE", "INACTIVE"]]
     targets: list[TargetOut]
-    dispatch_mode: DispatchModeField
+    dispatch_mode: DispatchMode
     engine: str
-    elevator: ElevatorField
+    elevator: ElevatorName
     queue_limits: QueueLimitsIn
     plug_window_us: int
     logical_block_size: int

@@ -46,6 +46,7 @@ from app.dm.volume import Volume
 from app.engine.model import EngineProfile, SpecLike
 from app.engine.registry import EngineRegistry
 from app.errors import BenchmarkNotFound, InvalidInput, ReqcryptError
+from app.vocab import DISPATCH_MODES
 
 log = logging.getLogger("reqcrypt.bench")
 
@@ -131,7 +132,7 @@ class JobSpec:
         if "table" in sweep and template is None:
             raise InvalidInput("sweep.table needs a volume_template")
         for mode in sweep.get("dispatch_mode", []):
-            if mode not in ("bio", "request"):
+            if mode not in DISPATCH_MODES:
                 raise InvalidInput("sweep.dispatch_mode values are bio and request")
         for rw in sweep.get("rw", []):
             if rw not in RW_MODES:

@@ -36,10 +36,9 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Sequence
-from typing import Literal
 
-from app.blk.bio import DATA_OPS, SECTOR_SHIFT, WRITE_OPS, Bio, Op, bio_split
-from app.blk.elevator import Elevator, ElevatorName, make_elevator
+from app.blk.bio import DATA_OPS, WRITE_OPS, Bio, bio_split
+from app.blk.elevator import Elevator, make_elevator
 from app.blk.limits import QueueLimits
 from app.blk.merge import (
     MergeStatus,
@@ -54,8 +53,8 @@ from app.blk.request import Request, RqState, count_phys_segments
 from app.blk.stats import QueueStats
 from app.blk.wait import WaitQueue
 from app.errors import InvalidInput
+from app.vocab import DISPATCH_MODES, SECTOR_SHIFT, DispatchMode, ElevatorName, Op
 
-DispatchMode = Literal["bio", "request"]
 Dispatch = Callable[[Request], None]
 
 #: Overlap index granularity: 2^11 sectors = 1 MiB per bucket.
@@ -111,7 +110,7 @@ class BlockQueue:
 
     @staticmethod
     def _check_mode(mode: str) -> None:
-        if mode not in ("bio", "request"):
+        if mode not in DISPATCH_MODES:
             raise InvalidInput("dispatch_mode must be 'bio' or 'request'")
 
     @property

@@ -5,7 +5,8 @@ from __future__ import annotations
 import itertools
 from enum import IntEnum
 
-from app.blk.bio import SECTOR_SHIFT, Bio, Op, bio_endio
+from app.blk.bio import Bio, bio_endio
+from app.vocab import SECTOR_SHIFT, Op
 
 _serials = itertools.count()
 

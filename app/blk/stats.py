@@ -12,8 +12,9 @@ import threading
 import time
 from typing import Any
 
-from app.blk.bio import WRITE_OPS, Op
+from app.blk.bio import WRITE_OPS
 from app.blk.request import Request
+from app.vocab import Op
 
 _GROUPS = ("r", "w", "d", "f")
 

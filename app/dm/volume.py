@@ -22,7 +22,7 @@ from typing import Literal
 from typing_extensions import Buffer
 
 from app.blk import mempool
-from app.blk.bio import Bio, Op
+from app.blk.bio import Bio
 from app.blk.limits import QueueLimits
 from app.blk.queue import BlockQueue
 from app.blk.request import Request
@@ -32,7 +32,6 @@ from app.crypto.keys import KeyMaterial
 from app.crypto.transform import make_transform
 from app.dm.rangelock import RangeLock
 from app.dm.table import (
-    SECTOR_SIZE,
     CryptParams,
     DeviceRef,
     ErrorParams,
@@ -58,8 +57,8 @@ from app.errors import (
     RangeNotSatisfiable,
     Unavailable,
 )
+from app.vocab import SECTOR_SIZE, DispatchMode, ElevatorName, Op
 
-DispatchMode = Literal["bio", "request"]
 DeviceResolver = Callable[[DeviceRef], BlockDevice]
 
 
@@ -124,7 +123,7 @@ class Volume:
         engine: Engine,
         limits: QueueLimits,
         dispatch_mode: DispatchMode = "request",
-        elevator: Literal["none", "mq-deadline"] = "none",
+        elevator: ElevatorName = "none",
         plug_window_us: int = 50,
         suspend_wait_seconds: float = 30.0,
     ) -> None:
@@ -133,7 +132,7 @@ class Volume:
         self.lock = threading.RLock()
         self.engine = engine
         self.dispatch_mode: DispatchMode = dispatch_mode
-        self.elevator: Literal["none", "mq-deadline"] = elevator
+        self.elevator: ElevatorName = elevator
         self.suspend_wait_seconds = suspend_wait_seconds
         self.state: Literal["active", "suspended"] = "suspended"
         self.live: LiveMap | None = None
@@ -285,7 +284,7 @@ class Volume:
         dispatch_mode: DispatchMode | None = None,
         engine: Engine | None = None,
         limits: QueueLimits | None = None,
-        elevator: Literal["none", "mq-deadline"] | None = None,
+        elevator: ElevatorName | None = None,
         plug_window_us: int | None = None,
     ) -> None:
         if plug_window_us is not None:

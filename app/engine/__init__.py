@@ -9,15 +9,13 @@ contracts structurally and ``app.errors``; never fastapi, sqlalchemy,
 """
 
 from app.engine.clock import ClockSnapshot, DeviceTimer, Reservation, VirtualClock
-from app.engine.cost import PlanCost, Prediction, Workload, plan_cost, predict_workload
+from app.engine.cost import ModelledWorkload, PlanCost, Prediction, plan_cost, predict_workload
 from app.engine.model import (
     Capabilities,
     CostModel,
     DeviceModel,
-    DispatchMode,
     EngineProfile,
     ModelSpec,
-    Op,
     SpecLike,
 )
 from app.engine.planner import CallPlan, EngineCall, plan_calls
@@ -41,7 +39,6 @@ __all__ = [
     "CryptTransformLike",
     "DeviceModel",
     "DeviceTimer",
-    "DispatchMode",
     "Engine",
     "EngineCall",
     "EngineProfile",
@@ -49,7 +46,7 @@ __all__ = [
     "EngineResult",
     "EngineStats",
     "ModelSpec",
-    "Op",
+    "ModelledWorkload",
     "PlanCost",
     "Prediction",
     "RegistryStore",
@@ -57,7 +54,6 @@ __all__ = [
     "SimulatedEngine",
     "SpecLike",
     "VirtualClock",
-    "Workload",
     "plan_calls",
     "plan_cost",
     "predict_workload",

@@ -21,18 +21,19 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from app.engine.model import (
-    SECTOR_SIZE,
-    DeviceModel,
-    DispatchMode,
-    EngineProfile,
-    ModelSpec,
-    SpecLike,
-)
+from app.engine.model import DeviceModel, EngineProfile, ModelSpec, SpecLike
 from app.engine.planner import CallPlan, plan_calls
 from app.errors import InvalidInput
+from app.vocab import SECTOR_SIZE, CipherOp, DispatchMode
 
-__all__ = ["PlanCost", "Prediction", "Workload", "makespan_ns", "plan_cost", "predict_workload"]
+__all__ = [
+    "ModelledWorkload",
+    "PlanCost",
+    "Prediction",
+    "makespan_ns",
+    "plan_cost",
+    "predict_workload",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,7 +73,7 @@ def plan_cost(profile: EngineProfile, plan: CallPlan) -> PlanCost:
 
 
 @dataclass(frozen=True, slots=True)
-class Workload:
+class ModelledWorkload:
     """``count`` sequential I/Os of ``io_bytes``, dd/fio style.
 
     Each I/O's user buffer gives ``segment_bytes`` segments (4 KiB pages). In
@@ -104,7 +105,7 @@ class Workload:
 class Prediction:
     """Modelled times for a workload; all ``*_ns`` except ``total_ns`` are per I/O."""
 
-    workload: Workload
+    workload: ModelledWorkload
     storage_ns: float
     cpu_ns: float
     engine_busy_ns: float
@@ -129,13 +130,13 @@ def _segments(nbytes: int, segment_bytes: int) -> list[int]:
 def predict_workload(
     profile: EngineProfile | None,
     device: DeviceModel,
-    workload: Workload,
+    workload: ModelledWorkload,
     spec: SpecLike | None = None,
 ) -> Prediction:
     """End-to-end modelled time of ``workload``; ``profile=None`` is the raw device."""
     workload.validate()
     spec = spec if spec is not None else ModelSpec()
-    op: Literal["encrypt", "decrypt"] = "decrypt" if workload.op == "read" else "encrypt"
+    op: CipherOp = "decrypt" if workload.op == "read" else "encrypt"
     if workload.dispatch_mode == "bio":
         requests = [workload.io_bytes]
     else:

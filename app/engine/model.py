@@ -10,15 +10,14 @@ workload can be modelled without a key and without ``app.crypto``.
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol, TypeAlias
 
 from app.errors import InvalidInput
+from app.vocab import DATA_UNIT_SIZES, SECTOR_SIZE, CipherOp, is_valid_model_name
 
 __all__ = [
-    "DATA_UNIT_SIZES",
     "DERIVABLE_IV_MODES",
     "KEYED_IV_MODES",
     "MAX_BYTES_PER_CALL_LIMIT",
@@ -26,28 +25,19 @@ __all__ = [
     "MAX_RATE",
     "MAX_SEGMENTS_LIMIT",
     "MIN_BYTES_PER_CALL",
-    "NAME_PATTERN",
     "NEVER_BULK_IV_MODES",
-    "SECTOR_SIZE",
     "UNKEYED_IV_MODES",
     "Capabilities",
     "CostModel",
     "DeviceModel",
     "DeviceOp",
-    "DispatchMode",
     "EngineProfile",
     "ModelSpec",
-    "Op",
     "SpecLike",
 ]
 
-Op: TypeAlias = Literal["encrypt", "decrypt"]
 DeviceOp: TypeAlias = Literal["read", "write", "flush"]
-DispatchMode: TypeAlias = Literal["bio", "request"]
 
-SECTOR_SIZE = 512
-DATA_UNIT_SIZES = frozenset({512, 1024, 2048, 4096})
-"""dm-crypt's ``sector_size`` choices: powers of two from 512 to 4096."""
 
 UNKEYED_IV_MODES = frozenset({"plain", "plain64", "plain64be", "null", "benbi"})
 """IVs an engine computes from the sector number alone: always derivable in bulk."""
@@ -63,8 +53,6 @@ MAX_SEGMENTS_LIMIT = 1 << 16
 MAX_CHANNELS = 1024
 MAX_RATE = 1e12  # 1 TB/s: above any real engine or device, catches unit mistakes (bits, KiB)
 _MAX_LATENCY_NS = 60e9
-NAME_PATTERN = r"^[a-z0-9][a-z0-9._-]{0,63}$"
-_NAME_RE = re.compile(NAME_PATTERN)
 
 
 class SpecLike(Protocol):
@@ -91,7 +79,7 @@ class ModelSpec:
 
 
 def _check_name(kind: str, name: str) -> None:
-    if not _NAME_RE.match(name):
+    if not is_valid_model_name(name):
         raise InvalidInput(
             f"{kind} name {name!r} must be 1-64 characters of a-z, 0-9, '.', '_', '-' "
             "starting with a letter or digit"
@@ -203,7 +191,7 @@ class Capabilities:
                 f"got {sorted(self.data_unit_sizes)}"
             )
         for label, names in (("ciphers", self.ciphers), ("chainmodes", self.chainmodes)):
-            if names is not None and (not names or not all(_NAME_RE.match(n) for n in names)):
+            if names is not None and (not names or not all(is_valid_model_name(n) for n in names)):
                 raise InvalidInput(f"{label} must be null (any) or a non-empty list of names")
         _check_int(
             "max_bytes_per_call",
@@ -262,7 +250,7 @@ class CostModel:
     encrypt_bytes_per_s: float
     decrypt_bytes_per_s: float
 
-    def call_ns(self, op: Op, nbytes: int, nr_segments: int = 1) -> float:
+    def call_ns(self, op: CipherOp, nbytes: int, nr_segments: int = 1) -> float:
         rate = self.encrypt_bytes_per_s if op == "encrypt" else self.decrypt_bytes_per_s
         return self.setup_ns + nr_segments * self.segment_ns + nbytes * 1e9 / rate
 

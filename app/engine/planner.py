@@ -18,8 +18,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import accumulate
 
-from app.engine.model import SECTOR_SIZE, Capabilities, DispatchMode, Op, SpecLike
+from app.engine.model import Capabilities, SpecLike
 from app.errors import InvalidInput
+from app.vocab import SECTOR_SIZE, CipherOp, DispatchMode
 
 __all__ = ["CallPlan", "EngineCall", "plan_calls"]
 
@@ -46,7 +47,7 @@ class EngineCall:
 class CallPlan:
     """The calls for one request, in order, and why they are bulk or not."""
 
-    op: Op
+    op: CipherOp
     dispatch_mode: DispatchMode
     data_unit_size: int
     nbytes: int
@@ -76,7 +77,7 @@ def plan_calls(
     spec: SpecLike,
     segments: Sequence[int],
     *,
-    op: Op,
+    op: CipherOp,
     data_unit_size: int,
     dispatch_mode: DispatchMode,
     sector: int = 0,

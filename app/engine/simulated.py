@@ -28,9 +28,10 @@ import numpy as np
 
 from app.engine.clock import ClockSnapshot, VirtualClock
 from app.engine.cost import plan_cost
-from app.engine.model import DispatchMode, EngineProfile, Op, SpecLike
+from app.engine.model import EngineProfile, SpecLike
 from app.engine.planner import CallPlan, plan_calls
 from app.errors import InvalidInput
+from app.vocab import CipherOp, DispatchMode
 
 if TYPE_CHECKING:
     from typing_extensions import Buffer
@@ -113,7 +114,7 @@ class Engine(ABC):
     @abstractmethod
     def process(
         self,
-        op: Op,
+        op: CipherOp,
         transform: CryptTransformLike,
         segments: Sequence[Buffer],
         sector: int,
@@ -176,7 +177,7 @@ class SimulatedEngine(Engine):
 
     def plan(
         self,
-        op: Op,
+        op: CipherOp,
         spec: SpecLike,
         segment_sizes: Sequence[int],
         sector: int,
@@ -198,7 +199,7 @@ class SimulatedEngine(Engine):
 
     def process(
         self,
-        op: Op,
+        op: CipherOp,
         transform: CryptTransformLike,
         segments: Sequence[Buffer],
         sector: int,
@@ -270,7 +271,7 @@ class SimulatedEngine(Engine):
 
 
 def _run_calls(
-    op: Op,
+    op: CipherOp,
     transform: CryptTransformLike,
     views: list[memoryview],
     plan: CallPlan,

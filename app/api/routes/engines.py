@@ -14,10 +14,10 @@ from app.engine.model import (
     MAX_CHANNELS,
     MAX_RATE,
     MAX_SEGMENTS_LIMIT,
-    NAME_PATTERN,
     DeviceModel,
     EngineProfile,
 )
+from app.vocab import MODEL_NAME_PATTERN
 
 router = APIRouter(tags=["engines"], responses=responses(401, 403))
 
@@ -49,7 +49,7 @@ class CostIn(BaseModel):
 class EngineIn(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
 
-    name: str = Field(pattern=NAME_PATTERN)
+    name: str = Field(pattern=MODEL_NAME_PATTERN)
     description: str = ""
     capabilities: CapabilitiesIn
     cost: CostIn
@@ -59,7 +59,7 @@ class EngineIn(BaseModel):
 class DeviceModelIn(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
 
-    name: str = Field(pattern=NAME_PATTERN)
+    name: str = Field(pattern=MODEL_NAME_PATTERN)
     description: str = ""
     read_latency_ns: float = Field(default=0, ge=0)
     read_bytes_per_s: float | None = Field(default=None, gt=0, le=MAX_RATE)

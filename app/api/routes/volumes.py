@@ -24,8 +24,9 @@ from app.api.schemas import (
     VolumePatch,
 )
 from app.blk.limits import QueueLimits
-from app.dm.table import SECTOR_SIZE, format_table
+from app.dm.table import format_table
 from app.dm.volume import Volume
+from app.vocab import SECTOR_SIZE
 
 router = APIRouter(prefix="/v1/volumes", tags=["volumes"], responses=responses(401, 403))
 

@@ -2,19 +2,13 @@
 
 from __future__ import annotations
 
-from app.blk.bio import Op
 from app.blk.request import Request
 from app.crypto.transform import CryptTransform
 from app.dm.table import CryptParams
-from app.dm.targets.base import (
-    SECTOR_SHIFT,
-    BlockDevice,
-    MapContext,
-    MapResult,
-    Target,
-)
+from app.dm.targets.base import BlockDevice, MapContext, MapResult, Target
 from app.engine.simulated import Engine
 from app.errors import InvalidState
+from app.vocab import SECTOR_SHIFT, Op
 
 
 class CryptTarget(Target):

@@ -1,6 +1,6 @@
 import pytest
 
-from app.engine.cost import Workload, makespan_ns, plan_cost, predict_workload
+from app.engine.cost import ModelledWorkload, makespan_ns, plan_cost, predict_workload
 from app.engine.model import Capabilities, CostModel, DeviceModel, EngineProfile, ModelSpec
 from app.engine.planner import plan_calls
 
@@ -67,7 +67,7 @@ def test_plan_cost_charges_cpu_ivs_only_on_the_fallback_path():
 
 
 def test_queue_depth_one_is_storage_and_crypto_in_series():
-    workload = Workload(op="write", io_bytes=8192, count=3, segment_bytes=4096)
+    workload = ModelledWorkload(op="write", io_bytes=8192, count=3, segment_bytes=4096)
     result = predict_workload(profile(), DEVICE, workload)
     storage = 20_000 + 8192 * 2
     crypto = 1000 + 2 * 100 + 8192
@@ -79,7 +79,7 @@ def test_queue_depth_one_is_storage_and_crypto_in_series():
 
 
 def test_deeper_queue_overlaps_crypto_with_storage():
-    workload = Workload(op="read", io_bytes=8192, count=10, queue_depth=4)
+    workload = ModelledWorkload(op="read", io_bytes=8192, count=10, queue_depth=4)
     result = predict_workload(profile(), DEVICE, workload)
     storage = 10_000 + 8192.0
     crypto = 1000 + 2 * 100 + 8192 * 2
@@ -88,7 +88,7 @@ def test_deeper_queue_overlaps_crypto_with_storage():
 
 
 def test_channels_divide_the_engine_stage_when_the_queue_is_deep():
-    workload = Workload(op="read", io_bytes=4096, count=100, queue_depth=8)
+    workload = ModelledWorkload(op="read", io_bytes=4096, count=100, queue_depth=8)
     instant = DeviceModel(name="none")
     one = predict_workload(profile(channels=1), instant, workload)
     four = predict_workload(profile(channels=4), instant, workload)
@@ -96,21 +96,21 @@ def test_channels_divide_the_engine_stage_when_the_queue_is_deep():
 
 
 def test_bio_mode_without_bulk_makes_one_call_per_unit():
-    workload = Workload(op="write", io_bytes=512 * 1024, dispatch_mode="bio")
+    workload = ModelledWorkload(op="write", io_bytes=512 * 1024, dispatch_mode="bio")
     result = predict_workload(profile(bulk=False), DEVICE, workload)
     assert result.calls_per_io == 1024
     assert not result.bulk
 
 
 def test_request_mode_splits_io_above_max_request_bytes():
-    workload = Workload(op="read", io_bytes=1 << 20, max_request_bytes=256 * 1024)
+    workload = ModelledWorkload(op="read", io_bytes=1 << 20, max_request_bytes=256 * 1024)
     result = predict_workload(profile(), DEVICE, workload)
     assert result.calls_per_io == 4
     assert result.storage_ns == pytest.approx(4 * 10_000 + (1 << 20))
 
 
 def test_raw_device_has_no_crypto():
-    workload = Workload(op="read", io_bytes=65536, encrypted=False)
+    workload = ModelledWorkload(op="read", io_bytes=65536, encrypted=False)
     result = predict_workload(profile(), DEVICE, workload)
     assert result.crypto_ns == 0
     assert result.mb_per_s == pytest.approx(65536 / (10_000 + 65536) * 1e3)
