@@ -14,9 +14,9 @@ Measured vs modelled (see ``docs/benchmarks.md``):
 - modelled: the crypto time the engine's virtual clock charged for the calls
   this cell made (for the measured ``software`` engine: the calls' wall time),
   plus what the data path's ``DeviceTimer`` charged for the device I/O this
-  cell made (one per dispatched request, plus flushes), combined with
-  ``app.engine.cost``'s pipeline rule (in series at queue depth 1, overlapped
-  at the bottleneck otherwise).
+  cell made (one per dispatched request, plus flushes), combined by
+  ``app.engine.cost.pipeline_time``, the predictor's rule, over the cell's
+  mean request.
 """
 
 from __future__ import annotations
@@ -43,6 +43,7 @@ from app.control import Control
 from app.db import models
 from app.dm.table import CryptParams, parse_table, redact
 from app.dm.volume import Volume
+from app.engine.cost import StageTimes, pipeline_time
 from app.engine.model import EngineProfile, SpecLike
 from app.engine.registry import EngineRegistry
 from app.errors import BenchmarkNotFound, InvalidInput, ReqcryptError
@@ -217,45 +218,6 @@ class CellPlan:
     workload: Workload
 
 
-# ---------------------------------------------------------------------- model
-
-
-@dataclass(frozen=True, slots=True)
-class ModelledTime:
-    storage_ns: float
-    crypto_ns: float
-    total_ns: float
-
-
-def modelled_time(
-    *,
-    storage_ns: float,
-    ios: int,
-    engine_busy_ns: float,
-    engine_cpu_ns: float,
-    channels: int,
-    queue_depth: int,
-) -> ModelledTime:
-    """End-to-end modelled time of a cell from what it really did.
-
-    ``storage_ns`` is what the data path's ``DeviceTimer`` charged over the
-    cell (one device I/O per dispatched request, plus flushes) and ``ios`` the
-    number of pipeline items (dispatched requests). Stages combine as
-    ``predict_workload`` does: in series at queue depth 1; otherwise the
-    bottleneck stage plus one item's share to fill the pipe.
-    """
-    crypto = engine_busy_ns + engine_cpu_ns
-    if ios == 0:
-        return ModelledTime(storage_ns, crypto, 0.0)
-    if queue_depth <= 1:
-        total = storage_ns + crypto
-    else:
-        first = (storage_ns + crypto) / ios
-        bottleneck = max(storage_ns, engine_cpu_ns, engine_busy_ns / channels)
-        total = first + bottleneck * (ios - 1) / ios
-    return ModelledTime(storage_ns, crypto, total)
-
-
 # ---------------------------------------------------------------------- machine
 
 
@@ -396,13 +358,22 @@ class CellRunner:
         counters = _counter_delta(stats_before, stats_after)
         n_requests = counters["r_ios"] + counters["w_ios"]
         device_ios = sum(timer_after["ios"].values()) - sum(timer_before["ios"].values())
-        model = modelled_time(
-            storage_ns=timer_after["busy_ns"] - timer_before["busy_ns"],
-            ios=n_requests,
-            engine_busy_ns=engine_after.clock.busy_ns - engine_before.clock.busy_ns,
-            engine_cpu_ns=engine_after.cpu_ns - engine_before.cpu_ns,
-            channels=profile.capabilities.channels,
+        storage_ns = timer_after["busy_ns"] - timer_before["busy_ns"]
+        engine_busy_ns = engine_after.clock.busy_ns - engine_before.clock.busy_ns
+        engine_cpu_ns = engine_after.cpu_ns - engine_before.cpu_ns
+        crypto_ns = engine_busy_ns + engine_cpu_ns
+        model = pipeline_time(
+            StageTimes.mean(
+                n_requests,
+                storage_ns=storage_ns,
+                cpu_ns=engine_cpu_ns,
+                engine_busy_ns=engine_busy_ns,
+                crypto_ns=crypto_ns,
+                calls=counters["engine_calls"],
+            ),
+            count=n_requests,
             queue_depth=workload.concurrency,
+            channels=profile.capabilities.channels,
         )
         params = _crypt_params(volume)
         spec_like: SpecLike | None = params.cipher if params is not None else None
@@ -449,8 +420,8 @@ class CellRunner:
             "request_size_histogram": _histogram_delta(stats_before, stats_after),
             "modelled_ms": round(model.total_ns / 1e6, 3),
             "device_ios": device_ios,
-            "crypto_ms": round(model.crypto_ns / 1e6, 3),
-            "storage_ms": round(model.storage_ns / 1e6, 3),
+            "crypto_ms": round(crypto_ns / 1e6, 3),
+            "storage_ms": round(storage_ns / 1e6, 3),
             "modelled_basis": (
                 (
                     "software engine: measured call times"
