@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from app.bench.jobs import JobSpec
+from app.bench.spec import JobSpec
 from app.errors import InvalidInput
 
 TABLE = "0 8192 crypt aes-cbc-plain64 " + "11" * 16 + " 0 {dev} 0"
