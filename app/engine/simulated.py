@@ -130,7 +130,7 @@ def _run_calls(
     outputs = request.outputs(views)
     convert = transform.encrypt_into if encrypt else transform.decrypt_into
     if len(plan.calls) == 1 and len(views) == 1:
-        # The common request: one call over one segment (a bio's buffer).
+        # One call over one segment (a lone bio) needs no slicing into call pieces.
         began = clock_ns()
         convert(views[0], plan.calls[0].sector, outputs[0])
         return outputs, [float(clock_ns() - began)]
