@@ -33,8 +33,8 @@ from app.dm.table import (
 from app.dm.targets import BlockDevice
 from app.dm.timed import TimedDevice
 from app.dm.volume import Volume
+from app.engine.base import Engine
 from app.engine.registry import EngineRegistry
-from app.engine.simulated import Engine
 from app.errors import (
     AlreadyExists,
     DeviceBusy,

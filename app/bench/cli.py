@@ -102,7 +102,7 @@ def run(
     ] = None,
 ) -> None:
     """Run one benchmark job in-process and print the bio vs request table."""
-    from app.bench.jobs import JobSpec
+    from app.bench.spec import JobSpec
 
     job: dict[str, Any] = {
         "engine": engine,

@@ -1,7 +1,8 @@
 """Results as the kernel thread showed them: tables with % change, CSV, JSON and plots.
 
-Pure functions over cell dicts (as ``jobs`` produces and SQL stores them), so
-the API, the CLI and the docs render the same numbers the same way. Plots use
+Pure functions over cells as mappings (``cells.CellResult`` is one; SQL stores
+them as dicts), so the API, the CLI and the docs render the same numbers the
+same way. Plots use
 matplotlib's Agg backend, imported lazily: headless and no start-up cost.
 """
 

@@ -49,7 +49,7 @@ from app.dm.targets import (
     Target,
     ZeroTarget,
 )
-from app.engine.simulated import Engine
+from app.engine.base import Engine
 from app.errors import (
     InvalidInput,
     InvalidState,

@@ -2,14 +2,17 @@
 
 Owns what an engine can do (``model``), which calls a request becomes
 (``planner``), what they cost (``cost``), virtual clocks and pacing
-(``clock``), the engine object (``simulated``), presets and their registry
-(``presets``, ``registry``) and the calibration fits (``fit``). Imports ``app.crypto``
-contracts structurally and ``app.errors``; never fastapi, sqlalchemy,
-``app.blk`` or ``app.dm``.
+(``clock``), the one-request interface (``base``), the engine object
+(``simulated``) and a scriptable one for tests (``mock``), presets and their
+registry (``presets``, ``registry``) and the calibration fits (``fit``).
+Imports ``app.crypto`` contracts structurally and ``app.errors``; never
+fastapi, sqlalchemy, ``app.blk`` or ``app.dm``.
 """
 
+from app.engine.base import CryptTransformLike, Engine, EngineRequest, EngineResult, EngineStats
 from app.engine.clock import ClockSnapshot, DeviceTimer, Reservation, VirtualClock
 from app.engine.cost import ModelledWorkload, PlanCost, Prediction, plan_cost, predict_workload
+from app.engine.mock import MockEngine
 from app.engine.model import (
     Capabilities,
     CostModel,
@@ -21,13 +24,7 @@ from app.engine.model import (
 from app.engine.planner import CallPlan, EngineCall, plan_calls
 from app.engine.presets import DEVICE_MODELS, ENGINES
 from app.engine.registry import EngineRegistry, RegistryStore
-from app.engine.simulated import (
-    CryptTransformLike,
-    Engine,
-    EngineResult,
-    EngineStats,
-    SimulatedEngine,
-)
+from app.engine.simulated import SimulatedEngine
 
 __all__ = [
     "DEVICE_MODELS",
@@ -43,8 +40,10 @@ __all__ = [
     "EngineCall",
     "EngineProfile",
     "EngineRegistry",
+    "EngineRequest",
     "EngineResult",
     "EngineStats",
+    "MockEngine",
     "ModelSpec",
     "ModelledWorkload",
     "PlanCost",

@@ -20,13 +20,7 @@ import numpy as np
 
 from app.engine import presets
 from app.engine.cost import ModelledWorkload, predict_workload
-from app.engine.model import (
-    CostModel,
-    DeviceModel,
-    EngineProfile,
-    ModelSpec,
-    SpecLike,
-)
+from app.engine.model import CostModel, DeviceModel, EngineProfile, ModelSpec, SpecLike
 from app.errors import InvalidInput
 
 __all__ = [

@@ -168,8 +168,7 @@ def _bulk_calls(
         last_allowed = first + max_segments - 1
         if last_allowed < len(ends) - 1:
             by_segments = offset + (ends[last_allowed] - offset) // unit * unit
-            # One data unit spread over more segments than allowed still goes alone:
-            # the driver would bounce it; there is no smaller call to make.
+            # A unit over more segments than allowed still goes alone: there is no smaller call.
             stop = min(stop, max(by_segments, offset + unit))
         _, count = _segments_touched(ends, offset, stop)
         length = stop - offset

@@ -12,6 +12,7 @@ import pytest
 from app.crypto.keys import KeyMaterial
 from app.crypto.spec import parse_cipher_spec
 from app.crypto.transform import make_transform
+from app.engine.base import EngineRequest
 from app.engine.cost import ModelledWorkload, predict_workload
 from app.engine.fit import CALIBRATIONS, residuals
 from app.engine.model import ModelSpec
@@ -57,8 +58,8 @@ def test_dd_512k_bio_vs_request_on_am335x_sdcard():
 def _measure(engine, transform, payload, repeat):
     began = time.perf_counter()
     for index in range(repeat):
-        engine.process("encrypt", transform, [payload], index * len(payload) // 512,
-                       dispatch_mode="request")  # fmt: skip
+        engine.process(EngineRequest("encrypt", transform, [payload], index * len(payload) // 512,
+                       dispatch_mode="request"))  # fmt: skip
     return len(payload) * repeat / (time.perf_counter() - began) / 1e6
 
 

@@ -10,7 +10,8 @@ from pydantic import BaseModel, ConfigDict, Field
 from app.api.deps import AdminDep, RoleDep, StateDep
 from app.api.problems import responses
 from app.bench import report
-from app.bench.jobs import BenchmarkJobs, JobSpec
+from app.bench.jobs import BenchmarkJobs
+from app.bench.spec import JobSpec
 from app.vocab import DispatchMode
 
 router = APIRouter(prefix="/v1/benchmarks", tags=["benchmarks"], responses=responses(401, 403))

@@ -1,6 +1,13 @@
 import pytest
 
-from app.engine.cost import ModelledWorkload, makespan_ns, plan_cost, predict_workload
+from app.engine.cost import (
+    ModelledWorkload,
+    StageTimes,
+    makespan_ns,
+    pipeline_time,
+    plan_cost,
+    predict_workload,
+)
 from app.engine.model import Capabilities, CostModel, DeviceModel, EngineProfile, ModelSpec
 from app.engine.planner import plan_calls
 
@@ -114,3 +121,33 @@ def test_raw_device_has_no_crypto():
     result = predict_workload(profile(), DEVICE, workload)
     assert result.crypto_ns == 0
     assert result.mb_per_s == pytest.approx(65536 / (10_000 + 65536) * 1e3)
+
+
+def test_queue_depth_bounds_the_channels_that_overlap():
+    """Two one-call I/Os in flight keep two of four channels busy, not four."""
+    stages = StageTimes(storage_ns=0.0, cpu_ns=0.0, engine_busy_ns=10e3, crypto_ns=10e3, calls=1)
+    pipeline = pipeline_time(stages, count=10, queue_depth=2, channels=4)
+    assert pipeline.period_ns == pytest.approx(5e3)
+    assert pipeline.total_ns == pytest.approx(10e3 + 9 * 5e3)
+
+
+def test_queue_depth_one_adds_storage_and_crypto():
+    stages = StageTimes.mean(
+        2, storage_ns=30e6, cpu_ns=1e6, engine_busy_ns=10e6, crypto_ns=11e6, calls=2
+    )
+    assert pipeline_time(stages, count=2, queue_depth=1, channels=1).total_ns == pytest.approx(41e6)
+
+
+def test_measured_totals_overlap_at_the_bottleneck_after_the_first_item():
+    stages = StageTimes.mean(
+        4, storage_ns=8e6, cpu_ns=0.0, engine_busy_ns=100e6, crypto_ns=100e6, calls=4
+    )
+    pipeline = pipeline_time(stages, count=4, queue_depth=8, channels=2)
+    assert pipeline.total_ns == pytest.approx((8e6 + 100e6) / 4 + 3 * 100e6 / 4 / 2)
+
+
+def test_no_items_is_no_time():
+    stages = StageTimes.mean(
+        0, storage_ns=0.0, cpu_ns=0.0, engine_busy_ns=0.0, crypto_ns=0.0, calls=0
+    )
+    assert pipeline_time(stages, count=0, queue_depth=4, channels=1).total_ns == 0.0
