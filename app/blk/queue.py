@@ -302,6 +302,27 @@ class BlockQueue:
         if run:
             self._run_queue()
 
+    def submit_bios(self, bios: Sequence[Bio]) -> None:
+        """Queue several bios at once, then flush the plug (io_submit under one plug).
+
+        Raises InvalidInput before queueing anything if any bio is malformed.
+        """
+        for bio in bios:
+            self._validate(bio)
+        now = time.perf_counter_ns()
+        with self._lock:
+            for bio in bios:
+                if not bio.submit_time:
+                    bio.submit_time = now
+                pieces = self._split_to_limits(bio)
+                for piece in pieces:
+                    piece.unplug = self._unplug
+                    self._queue_bio(piece, now)
+                if len(pieces) > 1:
+                    bio.unplug = self._unplug
+            self._flush_plug_locked(now)
+        self._run_queue()
+
     def submit_and_wait(self, bio: Bio, timeout: float | None = None) -> None:
         """Submit and block until done; raises the bio's error or TimeoutError."""
         self.submit_bio(bio)

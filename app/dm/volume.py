@@ -12,7 +12,6 @@ cross a target boundary).
 
 from __future__ import annotations
 
-import contextlib
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -61,17 +60,6 @@ from app.errors import (
 from app.vocab import SECTOR_SIZE, DispatchMode, ElevatorName, Op
 
 DeviceResolver = Callable[[DeviceRef], BlockDevice]
-
-
-def _union(spans: Iterator[tuple[int, int]]) -> list[tuple[int, int]]:
-    """Sorted disjoint cover of ``[start, end)`` spans: one range lock per run, taken in order."""
-    merged: list[tuple[int, int]] = []
-    for start, end in sorted(spans):
-        if merged and start <= merged[-1][1]:
-            merged[-1] = (merged[-1][0], max(merged[-1][1], end))
-        else:
-            merged.append((start, end))
-    return merged
 
 
 @dataclass(slots=True)
@@ -530,16 +518,17 @@ class Volume:
     ) -> list[BaseException | None]:
         """Aligned I/Os as bios under one plug (io_submit): adjacent ones merge into one
         request, overlapping writes reach the device in order. Returns each one's error."""
-        with contextlib.ExitStack() as held:
-            for start, end in _union((offset, offset + len(buffer)) for offset, buffer in ios):
-                held.enter_context(self._ranges.hold(start, end, exclusive=False))
+        if not ios:
+            return []
+        start = min(offset for offset, _ in ios)
+        end = max(offset + len(buffer) for offset, buffer in ios)
+        # One shared hold over the batch's span: it only excludes read-modify-writes.
+        with self._ranges.hold(start, end, exclusive=False):
             bios = [
                 Bio(op, offset // SECTOR_SIZE, len(buffer) // SECTOR_SIZE, [buffer])
                 for offset, buffer in ios
             ]
-            for bio in bios:
-                self.queue.submit_bio(bio)
-            self.queue.finish_plug()
+            self.queue.submit_bios(bios)
             errors: list[BaseException | None] = []
             for bio in bios:
                 try:
