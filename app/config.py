@@ -45,6 +45,14 @@ class Settings(BaseSettings):
     log_level: str = "info"
     max_body_bytes: int = Field(default=1 << 30, ge=512)
     io_chunk_bytes: int = Field(default=1 << 20, ge=4096, le=64 << 20)
+    max_ranges: int = Field(
+        default=256, ge=1, le=65536, description="ranges in one GET, parts in one batched PUT"
+    )
+    max_batch_bytes: int = Field(
+        default=64 << 20,
+        ge=4096,
+        description="bytes of a multi-range GET or a multipart PUT, held in memory at once",
+    )
     suspend_wait_seconds: float = Field(default=30.0, ge=0)
     plug_window_us: int = Field(default=50, ge=0, le=1_000_000)
     pacing: float | None = Field(

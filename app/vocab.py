@@ -42,6 +42,11 @@ ElevatorName: TypeAlias = Literal["none", "mq-deadline"]
 """I/O scheduler names, as in ``/sys/block/*/queue/scheduler``."""
 ELEVATOR_NAMES: tuple[ElevatorName, ...] = get_args(ElevatorName)
 
+DEFAULT_QUEUE_DEPTH = 32
+"""Hardware tags of a device whose model does not say (SATA NCQ's depth)."""
+MAX_QUEUE_DEPTH = 1023
+"""NVMe's deepest queue: the largest ``queue_depth`` a model may ask for."""
+
 NAME_PATTERN = r"^[A-Za-z0-9._-]{1,64}$"
 """Device and volume names (``.`` and ``..`` are refused too): no path separators."""
 _NAME_RE = re.compile(NAME_PATTERN)

@@ -6,6 +6,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from app.blk.limits import DEFAULT_NR_REQUESTS, MAX_NR_REQUESTS
 from app.vocab import NAME_PATTERN, DispatchMode, ElevatorName
 
 
@@ -45,6 +46,12 @@ class QueueLimitsIn(BaseModel):
     max_segment_size: int = Field(default=65536, ge=4096, le=1 << 31)
     logical_block_size: Literal[512, 1024, 2048, 4096] = 512
     nomerges: Literal[0, 1, 2] = 0
+    nr_requests: int = Field(
+        default=DEFAULT_NR_REQUESTS,
+        ge=1,
+        le=MAX_NR_REQUESTS,
+        description="requests the scheduler holds waiting for a device tag (sysfs nr_requests)",
+    )
 
 
 class VolumeCreate(BaseModel):

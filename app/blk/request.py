@@ -47,6 +47,7 @@ class Request:
     __slots__ = (
         "bios",
         "dependents",
+        "dispatch_time",
         "fifo_deadline",
         "fua",
         "no_merge",
@@ -87,6 +88,7 @@ class Request:
         self.preflush = preflush
         self.no_merge = no_merge
         self.start_time = start_time
+        self.dispatch_time = 0
         self.serial = next(_serials)
         self.state = RqState.PLUGGED
         self.wait_count = 0

@@ -490,19 +490,125 @@ class Volume:
                 with self._ranges.hold(start, end, exclusive=False):
                     self._submit(Op.WRITE, start, length, [view], fua=fua)
             else:
-                with (
-                    self._ranges.hold(start, end, exclusive=True),
-                    mempool.borrow(end - start) as merged,
-                ):
-                    head_partial = offset != start
-                    tail_partial = (offset + length) != end
-                    if head_partial:
-                        self._submit(Op.READ, start, unit, [merged[:unit]])
-                    if tail_partial and not (head_partial and end - start == unit):
-                        self._submit(Op.READ, end - unit, unit, [merged[len(merged) - unit :]])
-                    merged[offset - start : offset - start + length] = view
-                    self._submit(Op.WRITE, start, len(merged), [merged], fua=fua)
+                self._read_modify_write(unit, offset, view, fua=fua)
             self.generation += 1
+
+    def _read_modify_write(self, unit: int, offset: int, view: memoryview, *, fua: bool) -> None:
+        """A write with partial edge units, holding them exclusive from read to write."""
+        length = len(view)
+        start = offset - offset % unit
+        end = -(-(offset + length) // unit) * unit
+        with (
+            self._ranges.hold(start, end, exclusive=True),
+            mempool.borrow(end - start) as merged,
+        ):
+            head_partial = offset != start
+            tail_partial = (offset + length) != end
+            if head_partial:
+                self._submit(Op.READ, start, unit, [merged[:unit]])
+            if tail_partial and not (head_partial and end - start == unit):
+                self._submit(Op.READ, end - unit, unit, [merged[len(merged) - unit :]])
+            merged[offset - start : offset - start + length] = view
+            self._submit(Op.WRITE, start, len(merged), [merged], fua=fua)
+
+    # ------------------------------------------------------------- batched I/O
+
+    def _submit_together(
+        self, op: Op, ios: Sequence[tuple[int, memoryview]]
+    ) -> list[BaseException | None]:
+        """Aligned I/Os as bios under one plug (io_submit): adjacent ones merge into one
+        request, overlapping writes reach the device in order. Returns each one's error."""
+        if not ios:
+            return []
+        start = min(offset for offset, _ in ios)
+        end = max(offset + len(buffer) for offset, buffer in ios)
+        # One shared hold over the batch's span: it only excludes read-modify-writes.
+        with self._ranges.hold(start, end, exclusive=False):
+            bios = [
+                Bio(op, offset // SECTOR_SIZE, len(buffer) // SECTOR_SIZE, [buffer])
+                for offset, buffer in ios
+            ]
+            self.queue.submit_bios(bios)
+            errors: list[BaseException | None] = []
+            for bio in bios:
+                try:
+                    bio.wait()
+                    errors.append(None)
+                except Exception as error:
+                    errors.append(error)
+            return errors
+
+    def _write_run(
+        self,
+        ios: Sequence[tuple[int, memoryview]],
+        run: list[int],
+        errors: list[BaseException | None],
+    ) -> None:
+        if run:
+            for index, error in zip(
+                run, self._submit_together(Op.WRITE, [ios[i] for i in run]), strict=True
+            ):
+                errors[index] = error
+
+    def read_batch(self, ios: Sequence[tuple[int, memoryview]]) -> None:
+        """Fill each ``(offset, buffer)``, any alignment, all bios submitted together."""
+        for offset, buffer in ios:
+            self.check_range(offset, len(buffer))
+        with self._io() as live:
+            unit = live.logical_block_size
+            aligned: list[tuple[int, memoryview]] = []
+            copies: list[tuple[memoryview, memoryview]] = []
+            for offset, buffer in ios:
+                if not buffer:
+                    continue
+                start = offset - offset % unit
+                end = -(-(offset + len(buffer)) // unit) * unit
+                if start == offset and end == offset + len(buffer):
+                    aligned.append((offset, buffer))
+                    continue
+                whole = memoryview(bytearray(end - start))
+                aligned.append((start, whole))
+                copies.append((buffer, whole[offset - start : offset - start + len(buffer)]))
+            for error in self._submit_together(Op.READ, aligned):
+                if error is not None:
+                    raise error
+            for buffer, source in copies:
+                buffer[:] = source
+
+    def write_batch(
+        self, ios: Sequence[tuple[int, memoryview]], *, fua: bool = False
+    ) -> list[BaseException | None]:
+        """Independent writes issued together, applied in order where they overlap.
+
+        Runs of aligned writes go to the queue together; a write with partial
+        edge units is read-modify-written after the run before it completes.
+        Returns each write's error (None: written); ``fua`` makes every
+        successful write durable before returning.
+        """
+        for offset, buffer in ios:
+            self.check_range(offset, len(buffer))
+        errors: list[BaseException | None] = [None] * len(ios)
+        with self._io() as live:
+            unit = live.logical_block_size
+            run: list[int] = []
+            for index, (offset, buffer) in enumerate(ios):
+                if offset % unit == 0 and len(buffer) % unit == 0:
+                    if buffer:
+                        run.append(index)
+                    continue
+                self._write_run(ios, run, errors)
+                run = []
+                try:
+                    self._read_modify_write(unit, offset, buffer, fua=False)
+                except Exception as error:
+                    errors[index] = error
+            self._write_run(ios, run, errors)
+            self.generation += 1
+            if fua and any(error is None for error in errors):
+                bio = Bio(Op.FLUSH, 0, 0, [], preflush=True)
+                self.queue.submit_bio(bio)
+                bio.wait()
+        return errors
 
     def flush(self) -> None:
         """Returns once every write completed before it is durable."""

@@ -181,6 +181,7 @@ async def test_queue_limits_are_the_kernel_defaults(volume: dict[str, object]) -
         "max_segment_size": 65536,
         "logical_block_size": 512,
         "nomerges": 0,
+        "nr_requests": 128,
     }
 
 
