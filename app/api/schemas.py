@@ -134,6 +134,7 @@ class VolumeOut(BaseModel):
     elevator: ElevatorName
     queue_limits: QueueLimitsIn
     plug_window_us: int
+    queue_depth: int = Field(description="hardware tags, from the device model (sdcard-bbb: 1)")
     logical_block_size: int
 
 

@@ -49,6 +49,7 @@ from app.dm.targets import (
     Target,
     ZeroTarget,
 )
+from app.dm.timed import TimedDevice
 from app.engine.base import Engine
 from app.errors import (
     InvalidInput,
@@ -57,7 +58,7 @@ from app.errors import (
     RangeNotSatisfiable,
     Unavailable,
 )
-from app.vocab import SECTOR_SIZE, DispatchMode, ElevatorName, Op
+from app.vocab import DEFAULT_QUEUE_DEPTH, SECTOR_SIZE, DispatchMode, ElevatorName, Op
 
 DeviceResolver = Callable[[DeviceRef], BlockDevice]
 
@@ -69,6 +70,8 @@ class LiveMap:
     table: Table
     targets: list[Target]
     logical_block_size: int
+    queue_depth: int = DEFAULT_QUEUE_DEPTH
+    """The fewest hardware tags among the modelled devices it maps onto."""
 
     @property
     def size_bytes(self) -> int:
@@ -106,6 +109,7 @@ class VolumeInfo:
     elevator: str
     limits: QueueLimits
     plug_window_us: int
+    queue_depth: int
     has_live: bool
     has_inactive: bool
     size_sectors: int
@@ -189,6 +193,7 @@ class Volume:
             self.live = new_live
             self.inactive = None
             self.queue.set_boundaries([target.start for target in new_live.targets[1:]])
+            self.queue.set_queue_depth(new_live.queue_depth)
             self._apply_block_size(new_live.logical_block_size)
             if old is not None:
                 replaced = old.table
@@ -268,13 +273,14 @@ class Volume:
         targets = list(self.live.targets)
         targets[index].wipe()
         targets[index] = self._target(table.lines[index], resolve)
-        self.live = LiveMap(table, targets, self.live.logical_block_size)
+        self.live = replace(self.live, table=table, targets=targets)
         self.event_nr += 1
 
     def install_suspended(self, table: Table, resolve: DeviceResolver) -> None:
         """Restore a live table at startup without letting I/O flow (its key may be wiped)."""
         self.live = self._build(table, resolve)
         self.queue.set_boundaries([target.start for target in self.live.targets[1:]])
+        self.queue.set_queue_depth(self.live.queue_depth)
         self._apply_block_size(self.live.logical_block_size)
         self.queue.hold()
 
@@ -322,14 +328,23 @@ class Volume:
 
     def _build(self, table: Table, resolve: DeviceResolver) -> LiveMap:
         targets: list[Target] = []
+        depths: list[int] = []
+
+        def resolve_noting_depth(ref: DeviceRef) -> BlockDevice:
+            device = resolve(ref)
+            if isinstance(device, TimedDevice):
+                depths.append(device.queue_depth)
+            return device
+
         try:
             for line in table.lines:
-                targets.append(self._target(line, resolve))
+                targets.append(self._target(line, resolve_noting_depth))
         except BaseException:
             for target in targets:
                 target.wipe()
             raise
-        return LiveMap(table, targets, table.logical_block_size)
+        depth = min(depths, default=DEFAULT_QUEUE_DEPTH)
+        return LiveMap(table, targets, table.logical_block_size, depth)
 
     def _target(self, line: TableLine, resolve: DeviceResolver) -> Target:
         params = line.target
@@ -664,6 +679,7 @@ class Volume:
             elevator=self.elevator,
             limits=self.limits,
             plug_window_us=self.queue.plug_window_us,
+            queue_depth=self.queue.queue_depth,
             has_live=self.live is not None,
             has_inactive=self.inactive is not None,
             size_sectors=self.live.table.size_sectors if self.live else 0,

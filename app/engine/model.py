@@ -26,7 +26,14 @@ from pydantic import (
 )
 
 from app.errors import InvalidInput
-from app.vocab import DATA_UNIT_SIZES, MODEL_NAME_PATTERN, SECTOR_SIZE, CipherOp
+from app.vocab import (
+    DATA_UNIT_SIZES,
+    DEFAULT_QUEUE_DEPTH,
+    MAX_QUEUE_DEPTH,
+    MODEL_NAME_PATTERN,
+    SECTOR_SIZE,
+    CipherOp,
+)
 
 __all__ = [
     "DERIVABLE_IV_MODES",
@@ -309,6 +316,8 @@ class DeviceModel(_Schema):
     The per-I/O latency is what makes a 512 KiB write faster per byte than a
     64 KiB one (the SD card figures need it). A bandwidth of ``None`` is
     unlimited: with zero latencies that is the ``none`` model of a plain file.
+    ``queue_depth`` is the device's tags: how many requests a volume on it may
+    have on the device at once; the others wait in its elevator, and merge.
     """
 
     _kind: ClassVar[str] = "device model"
@@ -320,6 +329,15 @@ class DeviceModel(_Schema):
     write_latency_ns: Nanoseconds = 0.0
     write_bytes_per_s: Annotated[BytesPerSecond | None, Field(description="null: unlimited")] = None
     flush_ns: Nanoseconds = 0.0
+    queue_depth: Annotated[
+        int,
+        Field(
+            strict=True,
+            ge=1,
+            le=MAX_QUEUE_DEPTH,
+            description="hardware tags (mmc 1, SATA NCQ 32, NVMe up to 1023)",
+        ),
+    ] = DEFAULT_QUEUE_DEPTH
 
     @property
     def instant(self) -> bool:

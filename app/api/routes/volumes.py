@@ -60,6 +60,7 @@ def volume_out(volume: Volume) -> VolumeOut:
         elevator=info.elevator,
         queue_limits=QueueLimitsIn(**asdict(info.limits)),
         plug_window_us=info.plug_window_us,
+        queue_depth=info.queue_depth,
         logical_block_size=info.limits.logical_block_size,
     )
 
