@@ -1,4 +1,4 @@
-"""The ``reqcrypt`` command: serve, migrate, bench, and a dmsetup-like client."""
+"""The ``reqcrypt`` command: serve, migrate, bench, and clients (dmsetup, dev, io, iostat, engines)."""
 
 from __future__ import annotations
 
@@ -11,12 +11,20 @@ import typer
 from pydantic import ValidationError
 
 from app.bench.cli import bench_app
+from app.commands.dev import dev_app
+from app.commands.engines import engines
+from app.commands.io import io_app
+from app.commands.iostat import iostat
 from app.config import Settings, describe
 from app.dmsetup import dmsetup_app
 
 cli = typer.Typer(help="reqcrypt: encrypted block volumes over HTTP.", no_args_is_help=True)
 cli.add_typer(bench_app, name="bench")
 cli.add_typer(dmsetup_app, name="dmsetup")
+cli.add_typer(dev_app, name="dev")
+cli.add_typer(io_app, name="io")
+cli.command()(iostat)
+cli.command()(engines)
 
 
 def tune_malloc() -> None:
