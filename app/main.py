@@ -11,7 +11,7 @@ from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 from prometheus_client import CollectorRegistry
 
-from app.api import docs, problems
+from app.api import docs, manual, problems
 from app.api.executor import IoExecutor
 from app.api.routes import benchmarks, data, devices, engines, health, volumes
 from app.api.schemas import Problem, TableIn
@@ -109,6 +109,7 @@ def install_openapi(app: FastAPI) -> None:
                             "description": "malformed body",
                             "content": {problems.PROBLEM_JSON: problem},
                         }
+            manual.apply(schema, problem)
             for unused in ("HTTPValidationError", "ValidationError"):
                 components.pop(unused, None)
             app.openapi_schema = schema
