@@ -19,12 +19,6 @@ from app.config import Settings, describe
 from app.dmsetup import dmsetup_app
 
 cli = typer.Typer(help="reqcrypt: encrypted block volumes over HTTP.", no_args_is_help=True)
-cli.add_typer(bench_app, name="bench")
-cli.add_typer(dmsetup_app, name="dmsetup")
-cli.add_typer(dev_app, name="dev")
-cli.add_typer(io_app, name="io")
-cli.command()(iostat)
-cli.command()(engines)
 
 
 def tune_malloc() -> None:
@@ -107,6 +101,14 @@ def migrate(
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     migrations.upgrade(settings.resolved_database_url, revision)
     typer.echo(f"reqcrypt: database at {revision}")
+
+
+cli.add_typer(dev_app, name="dev")
+cli.add_typer(dmsetup_app, name="dmsetup")
+cli.add_typer(io_app, name="io")
+cli.command()(iostat)
+cli.command()(engines)
+cli.add_typer(bench_app, name="bench")
 
 
 def main() -> None:

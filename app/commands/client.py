@@ -28,7 +28,7 @@ TokenOption = Annotated[
     typer.Option(
         "--token",
         envvar="REQCRYPT_TOKEN",
-        help="bearer token [default: the local service's admin token file]",
+        help="bearer token (else the admin token file of a local service)",
         show_envvar=True,
     ),
 ]

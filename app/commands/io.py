@@ -32,7 +32,13 @@ CHUNK = 4 << 20
 io_app = typer.Typer(help="Write and read a volume's bytes.", no_args_is_help=True)
 
 OffsetOption = Annotated[
-    int, typer.Option("--offset", parser=size, metavar="BYTES", help="byte offset in the volume")
+    int,
+    typer.Option(
+        "--offset",
+        parser=size,
+        metavar="BYTES",
+        help="byte offset in the volume (4k, 64M, 1G or bytes)",
+    ),
 ]
 
 
@@ -121,7 +127,10 @@ def read(
     length: Annotated[
         int | None,
         typer.Option(
-            "--length", parser=size, metavar="BYTES", help="bytes to read [default: to the end]"
+            "--length",
+            parser=size,
+            metavar="BYTES",
+            help="bytes to read (default: to the end of the volume)",
         ),
     ] = None,
     output: Annotated[
