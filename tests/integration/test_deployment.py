@@ -56,6 +56,21 @@ def test_secrets_come_from_the_env_file_not_the_image() -> None:
     assert "HEALTHCHECK" in dockerfile
 
 
+def test_the_image_builds_the_wheel_from_what_the_wheel_test_builds_it_from() -> None:
+    """No docker here: the build stage must copy every input the tested wheel build uses."""
+    from tests.integration.test_migrations import BUILD_INPUTS
+
+    build_stage = (ROOT / "Dockerfile").read_text().split("FROM ")[1]
+    copied = {
+        word.rstrip("/")
+        for line in build_stage.splitlines()
+        if line.startswith("COPY ")
+        for word in line.split()[1:-1]
+    }
+    assert copied == set(BUILD_INPUTS)
+    assert "pip wheel" in build_stage
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))

@@ -16,6 +16,8 @@ from sqlalchemy import create_engine, inspect
 from app.db import migrate
 
 ROOT = Path(__file__).resolve().parents[2]
+#: What the wheel is built from: the image's build stage copies exactly these.
+BUILD_INPUTS = ("pyproject.toml", "setup.py", "README.md", "app", "migrations")
 EXPECTED_TABLES = {
     "alembic_version",
     "benchmark_runs",
@@ -87,11 +89,12 @@ def test_an_installed_wheel_migrates_without_the_source_tree(tmp_path: Path) -> 
     """The image installs the wheel only: its `reqcrypt migrate` must find the migrations."""
     source = tmp_path / "src"
     source.mkdir()
-    for name in ("pyproject.toml", "setup.py", "README.md"):
-        shutil.copy(ROOT / name, source / name)
     ignore = shutil.ignore_patterns("__pycache__", "*.so")
-    for name in ("app", "migrations"):
-        shutil.copytree(ROOT / name, source / name, ignore=ignore)
+    for name in BUILD_INPUTS:
+        if (ROOT / name).is_dir():
+            shutil.copytree(ROOT / name, source / name, ignore=ignore)
+        else:
+            shutil.copy(ROOT / name, source / name)
     pip = [sys.executable, "-m", "pip", "-qq"]
     quiet = {**os.environ, "PYTHONWARNINGS": "ignore"}
     subprocess.run(
