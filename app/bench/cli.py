@@ -19,6 +19,7 @@ import typer
 
 from app.bench import report
 from app.bench.workload import Workload, format_size, parse_size
+from app.commands.client import DEFAULT_URL, TokenOption, UrlOption, resolve_token
 from app.errors import ReqcryptError
 
 bench_app = typer.Typer(help="Benchmarks: fio-like workloads, sweeps and built-in scenarios.")
@@ -223,8 +224,8 @@ def list_scenarios() -> None:
 
 @bench_app.command("http")
 def http(
-    url: Annotated[str, typer.Option(help="service base URL")] = "http://127.0.0.1:8000",
-    token: Annotated[str | None, typer.Option(envvar="REQCRYPT_TOKEN", help="bearer token")] = None,
+    url: UrlOption = DEFAULT_URL,
+    token: TokenOption = None,
     volume: Annotated[str, typer.Option(help="volume name")] = "vol",
     rw: Annotated[str, typer.Option(help="fio rw")] = "read",
     bs: Annotated[str, typer.Option(help="block size")] = "64k",
@@ -251,7 +252,9 @@ def http(
             runtime=runtime,
             seed=seed,
         ).validate()
-        target = HttpTarget(url, volume, token=token, concurrency=workload.concurrency)
+        target = HttpTarget(
+            url, volume, token=resolve_token(token), concurrency=workload.concurrency
+        )
         try:
             result = run_workload(target, workload, measure_cpu=False)
         finally:

@@ -41,6 +41,19 @@ PUBLISHED_DD = {
 PUBLISHED_SECTOR = {512: 12.9, 4096: 40.5}
 
 
+def _published_dd(x: Any = None) -> list[report.Published]:
+    """PUBLISHED_DD as plot markers: bio beside stock dm-crypt, request beside the bulk engine."""
+
+    def stock(cell: Cell) -> bool:
+        return bool(cell["engine"] == STOCK_ENGINE)
+
+    def request_mode(cell: Cell) -> bool:
+        return cell["engine"] != STOCK_ENGINE and str(cell["dispatch_mode"]).startswith("request")
+
+    where = {"bio": stock, "request": request_mode}
+    return [report.Published(rw, mb_s, where[mode], x) for (rw, mode), mb_s in PUBLISHED_DD.items()]
+
+
 def custom_engines() -> list[EngineProfile]:
     """Profiles derived from the AM335x preset (same cost model, other capabilities)."""
     caps = OMAP_AES_AM335X.capabilities
@@ -194,6 +207,7 @@ def _dd_render(runs: Sequence[Run]) -> ScenarioReport:
         metric="modelled_mb_s",
         title="dd 512k direct, AM335x + SD",
         x_axis="rw",
+        published=_published_dd(),
     )
     return ScenarioReport(markdown, plot, cells)
 
@@ -257,7 +271,10 @@ def _bs_render(runs: Sequence[Run]) -> ScenarioReport:
         ]
     )
     plot = report.plot_png(
-        _relabel(cells, _kernel_label), metric="modelled_mb_s", title="AM335x + SD, dd direct"
+        _relabel(cells, _kernel_label),
+        metric="modelled_mb_s",
+        title="AM335x + SD, dd direct",
+        published=_published_dd(512 << 10),
     )
     return ScenarioReport(markdown, plot, cells)
 
@@ -330,6 +347,10 @@ def _sector_render(runs: Sequence[Run]) -> ScenarioReport:
         metric="modelled_mb_s",
         title="mv-cesa + WD3000: data unit size",
         x_axis="sector_size",
+        published=[
+            report.Published("write", mb_s, lambda cell: cell["dispatch_mode"] == "bio", size)
+            for size, mb_s in PUBLISHED_SECTOR.items()
+        ],
     )
     return ScenarioReport(markdown, plot, cells)
 

@@ -147,6 +147,9 @@ class QueueStats:
                 result[f"{group}areq_sz"] = self._sectors[group] / 2 / ios if ios else 0.0
                 result[f"{group}_await"] = self._bio_wait_ns[group] / done / 1e6 if done else 0.0
                 result[f"{group}_d2c"] = self._d2c_ns[group] / ios / 1e6 if ios else 0.0
+                # Cumulative totals (/proc/diskstats' rd_ticks…), so a client can take deltas.
+                result[f"{group}_bios_done"] = done
+                result[f"{group}_ticks_ms"] = self._bio_wait_ns[group] / 1e6
             total_ios = sum(self._ios.values())
             result.update(
                 front_merges=self.front_merges,
@@ -159,6 +162,8 @@ class QueueStats:
                 aqu_sz=self._weighted_ns / elapsed_ns,
                 util=self._busy_ns / elapsed_ns,
                 svctm=self._busy_ns / total_ios / 1e6 if total_ios else 0.0,
+                io_ticks_ms=self._busy_ns / 1e6,
+                time_in_queue_ms=self._weighted_ns / 1e6,
                 elapsed_s=elapsed_ns / 1e9,
                 request_size_histogram=dict(sorted(self.histogram.items())),
             )
