@@ -234,11 +234,18 @@ def http(
     numjobs: Annotated[int, typer.Option(help="jobs")] = 1,
     runtime: Annotated[float | None, typer.Option(help="seconds, time-based")] = None,
     seed: Annotated[int, typer.Option(help="random offsets seed")] = 0,
+    batch: Annotated[
+        bool,
+        typer.Option(
+            help="hand each job's iodepth I/Os to the service as one batched request "
+            "(fio's iodepth_batch); --no-batch: one request per I/O from iodepth threads"
+        ),
+    ] = True,
 ) -> None:
     """Run a workload over HTTP against a running service (client-side figures, measured).
 
-    httpx saturates near 1.6k requests/s (DESIGN.md): for small blocks this
-    measures the client as much as the service.
+    httpx saturates near 1.6k requests/s (DESIGN.md): for small blocks and
+    ``--no-batch`` this measures the client as much as the service.
     """
     from app.bench.runner import HttpTarget, run_workload
 
@@ -256,7 +263,7 @@ def http(
             url, volume, token=resolve_token(token), concurrency=workload.concurrency
         )
         try:
-            result = run_workload(target, workload, measure_cpu=False)
+            result = run_workload(target, workload, measure_cpu=False, batch=batch and iodepth > 1)
         finally:
             target.close()
     except ReqcryptError as exc:

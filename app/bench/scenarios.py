@@ -44,10 +44,10 @@ PUBLISHED_SECTOR = {512: 12.9, 4096: 40.5}
 def _published_dd(x: Any = None) -> list[report.Published]:
     """PUBLISHED_DD as plot markers: bio beside stock dm-crypt, request beside the bulk engine."""
 
-    def stock(cell: Cell) -> bool:
+    def stock(cell: report.Cell) -> bool:
         return bool(cell["engine"] == STOCK_ENGINE)
 
-    def request_mode(cell: Cell) -> bool:
+    def request_mode(cell: report.Cell) -> bool:
         return cell["engine"] != STOCK_ENGINE and str(cell["dispatch_mode"]).startswith("request")
 
     where = {"bio": stock, "request": request_mode}
