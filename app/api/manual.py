@@ -34,7 +34,8 @@ def header(name: str, description: str, example: str, required: bool = False) ->
 
 RANGE = header(
     "Range",
-    "`bytes=a-b`, `bytes=a-` or `bytes=-N`; several ranges answer "
+    "`bytes=a-b`, `bytes=a-` or `bytes=-N`; several ranges (a batch: read in one "
+    "submission, up to REQCRYPT_MAX_RANGES and REQCRYPT_MAX_BATCH_BYTES) answer "
     "`multipart/byteranges`. Without it the whole volume is sent (200).",
     "bytes=0-4095",
 )
@@ -205,9 +206,12 @@ OPERATIONS: dict[tuple[str, str], dict[str, Any]] = {
         "headers": [RANGE, IF_MATCH, IF_NONE_MATCH, IF_RANGE],
     },
     ("put", "/v1/volumes/{name}/data"): {
-        "summary": "Write bytes (Content-Range)",
+        "summary": "Write bytes (Content-Range), or a batch (multipart/byteranges)",
         "description": "Durable after a flush, or at once with `fua=true` (REQ_FUA). 416 "
-        "outside the volume, 413 over the body limit, 411 without Content-Length.",
+        "outside the volume, 413 over the body limit, 411 without Content-Length. A "
+        "`multipart/byteranges` body is a batch: one part per write, each with its own "
+        "Content-Range; the whole body is checked before anything is written, then the "
+        "parts enter the queue together.",
         "headers": [IF_MATCH],
         "examples": {
             "application/octet-stream": {
@@ -215,6 +219,16 @@ OPERATIONS: dict[tuple[str, str], dict[str, Any]] = {
                     "4 KiB at offset 0": {
                         "summary": "curl -T file -H 'Content-Range: bytes 0-4095/*'",
                         "value": "<4096 bytes>",
+                    }
+                }
+            },
+            "multipart/byteranges": {
+                "examples": {
+                    "two writes in one request": {
+                        "summary": "Content-Type: multipart/byteranges; boundary=b0undary",
+                        "value": "--b0undary\r\nContent-Range: bytes 0-4095/*\r\n\r\n"
+                        "<4096 bytes>\r\n--b0undary\r\nContent-Range: bytes 65536-65541/*"
+                        "\r\n\r\nhello!\r\n--b0undary--\r\n",
                     }
                 }
             },
