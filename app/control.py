@@ -21,6 +21,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from app.blk.limits import QueueLimits
 from app.crypto.keys import unwrap_key, wrap_key
 from app.db import models
+from app.dm.stacking import StackingGraph, stacking_order
 from app.dm.table import (
     CryptParams,
     DeviceRef,
@@ -73,6 +74,7 @@ class Control:
         self.plug_window_us = plug_window_us
         self.suspend_wait_seconds = suspend_wait_seconds
         self.volumes: dict[str, Volume] = {}
+        self.stacking = StackingGraph(self.volumes)
         self.device_sizes: dict[str, int] = {}
         self.device_models: dict[str, str | None] = {}
         self._lock = threading.RLock()
@@ -110,33 +112,6 @@ class Control:
     def _key_aad(self, volume_uuid: str, table_id: int, line_index: int) -> bytes:
         return f"reqcrypt/v1/{volume_uuid}/{table_id}/{line_index}".encode()
 
-    def _tables_of(self, volume: Volume) -> list[Table]:
-        tables = [volume.live.table] if volume.live else []
-        return tables + ([volume.inactive] if volume.inactive else [])
-
-    def users_of(self, key: str) -> list[str]:
-        """Volumes whose live or inactive table maps ``key`` (``DeviceRef.key``)."""
-        return sorted(
-            name
-            for name, volume in self.volumes.items()
-            if any(key in table.devices() for table in self._tables_of(volume))
-        )
-
-    def _check_no_cycle(self, name: str, table: Table) -> None:
-        seen: set[str] = set()
-        pending = list(table.volume_names())
-        while pending:
-            current = pending.pop()
-            if current == name:
-                raise InvalidInput(f"table would make volume {name} map onto itself")
-            if current in seen:
-                continue
-            seen.add(current)
-            other = self.volumes.get(current)
-            if other is not None:
-                for other_table in self._tables_of(other):
-                    pending.extend(other_table.volume_names())
-
     # ------------------------------------------------------------------ devices
 
     def create_device(self, name: str, size_bytes: int, model: str | None) -> None:
@@ -163,7 +138,7 @@ class Control:
         with self._lock:
             if name not in self.device_sizes:
                 raise DeviceNotFound(f"device {name} not found")
-            users = self.users_of(name)
+            users = self.stacking.users_of(name)
             if users:
                 raise DeviceBusy(f"device {name} is mapped by volume(s) {', '.join(users)}")
             with self._transaction() as session:
@@ -180,14 +155,15 @@ class Control:
             "size_bytes": self.device_sizes[name],
             "allocated_bytes": self.devices.get(name).allocated_bytes(),
             "model": self.device_models[name],
-            "mapped_by": self.users_of(name),
+            "mapped_by": self.stacking.users_of(name),
         }
 
     # ------------------------------------------------------------------ volumes
 
     def _parse(self, name: str, text: str, engine: Engine) -> Table:
         table = parse_table(text, resolve=self)
-        self._check_no_cycle(name, table)
+        if self.stacking.would_cycle(name, table):
+            raise InvalidInput(f"table would make volume {name} map onto itself")
         check_engine(engine, table)
         return table
 
@@ -269,17 +245,8 @@ class Control:
                 session.flush()
                 self._store_table(session, row, "live", table, 1)
                 volume.resume(self.resolve)
-            self._open_devices(table, +1)
             self.volumes[name] = volume
             return volume
-
-    def _open_devices(self, table: Table | None, delta: int) -> None:
-        if table is None:
-            return
-        for volume_name in table.volume_names():
-            other = self.volumes.get(volume_name)
-            if other is not None:
-                other.open_count += delta
 
     def load_table(self, name: str, table_text: str) -> None:
         with self._lock:
@@ -342,10 +309,7 @@ class Control:
                         inactive.slot = "live"
                     row.state = "active"
                     row.event_nr = volume.event_nr + 1
-                replaced = volume.resume(self.resolve)
-                if new_table is not None:
-                    self._open_devices(replaced, -1)
-                    self._open_devices(new_table, +1)
+                volume.resume(self.resolve)
 
     def message(self, name: str, text: str, sector: int = 0) -> None:
         words = text.split()
@@ -370,8 +334,11 @@ class Control:
             volume = self.volume(name)
             if new_name in self.volumes:
                 raise AlreadyExists(f"volume {new_name} exists")
-            if volume.open_count:
-                raise VolumeBusy(f"volume {name} is mapped by another volume; rename it later")
+            users = self.stacking.volume_users(name)
+            if users:
+                raise VolumeBusy(
+                    f"volume {name} is mapped by volume(s) {', '.join(users)}; rename it later"
+                )
             with self._transaction() as session:
                 self._volume_row(session, name).name = new_name
             volume.name = new_name
@@ -380,7 +347,7 @@ class Control:
     def remove(self, name: str, *, force: bool = False) -> None:
         with self._lock:
             volume = self.volume(name)
-            users = self.users_of(f"/dev/mapper/{name}")
+            users = self.stacking.volume_users(name)
             if users:
                 raise VolumeBusy(f"volume {name} is mapped by volume(s) {', '.join(users)}")
             if volume.in_flight and not force:
@@ -393,7 +360,6 @@ class Control:
                 volume.resume(self.resolve)
             with self._transaction() as session:
                 session.delete(self._volume_row(session, name))
-            self._open_devices(volume.live.table if volume.live else None, -1)
             volume.remove()
             del self.volumes[name]
 
@@ -413,7 +379,7 @@ class Control:
         with self._lock:
             volume = self.volume(name)
             if engine_obj is not None:
-                for table in self._tables_of(volume):
+                for table in volume.tables():
                     check_engine(engine_obj, table)
             with self._transaction() as session:
                 row = self._volume_row(session, name)
@@ -450,25 +416,26 @@ class Control:
                 (k.table_id, k.line_index): k.blob
                 for k in session.scalars(select(models.WrappedKey))
             }
-        pending = {row.name: row for row in rows}
-        while pending:
-            progressed = False
-            for name, row in list(pending.items()):
-                live_row = tables.get((row.id, "live"))
-                inactive_row = tables.get((row.id, "inactive"))
-                needed = set()
-                for table_row in (live_row, inactive_row):
-                    if table_row is not None:
-                        needed |= parse_table(table_row.text).volume_names()
-                if needed - set(self.volumes):
-                    continue
-                self._restore_volume(row, live_row, inactive_row, keys)
-                del pending[name]
-                progressed = True
-            if not progressed:
-                raise InvalidState(
-                    "cannot restore volumes mapping missing volumes: " + ", ".join(sorted(pending))
-                )
+        by_name = {row.name: row for row in rows}
+        order, stranded = stacking_order(
+            {
+                row.name: [
+                    parse_table(t.text)
+                    for slot in ("live", "inactive")
+                    if (t := tables.get((row.id, slot))) is not None
+                ]
+                for row in rows
+            }
+        )
+        if stranded:
+            raise InvalidState(
+                "cannot restore volumes mapping missing volumes: " + ", ".join(stranded)
+            )
+        for name in order:
+            row = by_name[name]
+            live_row = tables.get((row.id, "live"))
+            inactive_row = tables.get((row.id, "inactive"))
+            self._restore_volume(row, live_row, inactive_row, keys)
 
     def _load_stored(
         self, row: models.Volume, table_row: models.VolumeTable, keys: dict[tuple[int, int], bytes]
@@ -515,7 +482,6 @@ class Control:
                 volume.resume(self.resolve)
             else:
                 volume.install_suspended(live, self.resolve)
-            self._open_devices(live, +1)
         if inactive_row is not None:
             volume.load(self._load_stored(row, inactive_row, keys))
         volume.event_nr = row.event_nr

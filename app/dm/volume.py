@@ -100,7 +100,6 @@ class VolumeInfo:
     uuid: str
     state: Literal["active", "suspended"]
     event_nr: int
-    open_count: int
     dispatch_mode: DispatchMode
     engine: str
     elevator: str
@@ -139,7 +138,6 @@ class Volume:
         self.inactive: Table | None = None
         self.event_nr = 0
         self.generation = 0
-        self.open_count = 0
         self.stats = QueueStats()
         self._requested_limits = limits
         self.queue = BlockQueue(
@@ -164,6 +162,11 @@ class Volume:
     def size(self) -> int:
         return self.live.size_bytes if self.live else 0
 
+    def tables(self) -> list[Table]:
+        """The live table (if any), then the inactive one (if any): what the volume maps."""
+        tables = [self.live.table] if self.live else []
+        return tables + ([self.inactive] if self.inactive else [])
+
     def load(self, table: Table) -> None:
         """dmsetup load: the table goes to the inactive slot."""
         self.inactive = table
@@ -179,10 +182,9 @@ class Volume:
         if line is not None:
             raise KeyNotSet(f"line {line}: crypt key is not set")
 
-    def resume(self, resolve: DeviceResolver) -> Table | None:
-        """Swap the inactive table in (if any) and let I/O flow. Returns the replaced table."""
+    def resume(self, resolve: DeviceResolver) -> None:
+        """Swap the inactive table in (if any) and let I/O flow."""
         self.check_resumable()
-        replaced: Table | None = None
         if self.inactive is not None:
             new_live = self._build(self.inactive, resolve)
             old = self.live
@@ -191,7 +193,6 @@ class Volume:
             self.queue.set_boundaries([target.start for target in new_live.targets[1:]])
             self._apply_block_size(new_live.logical_block_size)
             if old is not None:
-                replaced = old.table
                 for target in old.targets:
                     target.wipe()
             self.generation += 1
@@ -200,7 +201,6 @@ class Volume:
             self._gate.notify_all()
         self.queue.release()
         self.event_nr += 1
-        return replaced
 
     def suspend(self, *, noflush: bool = False, timeout: float | None = None) -> None:
         """Hold new I/O; unless ``noflush``, first wait for in-flight I/O to finish."""
@@ -552,7 +552,6 @@ class Volume:
             uuid=self.uuid,
             state=self.state,
             event_nr=self.event_nr,
-            open_count=self.open_count,
             dispatch_mode=self.dispatch_mode,
             engine=self.engine.name,
             elevator=self.elevator,

@@ -87,6 +87,32 @@ async def test_restart_restores_states_tables_keys_and_data(
         assert (await client.get("/v1/devices/pv")).json()["mapped_by"] == ["held", "live"]
 
 
+async def test_a_service_restarts_after_renaming_a_volume_an_inactive_table_maps(
+    database_url: str, data_dir: Path
+) -> None:
+    """Every accepted call leaves a deployment that restarts: no table names a missing volume."""
+    settings = Settings(
+        data_dir=data_dir,
+        database_url=database_url,
+        admin_token=ADMIN_TOKEN,  # type: ignore[arg-type]
+    )
+    async with running(settings) as client:
+        await client.post("/v1/devices", json={"name": "pv", "size_bytes": 1 << 20})
+        await client.post("/v1/volumes", json={"name": "lower", "table": xts_table("pv", 2048)})
+        await client.post("/v1/volumes", json={"name": "upper", "table": "0 2048 zero"})
+        await client.put(
+            "/v1/volumes/upper/table", json={"table": "0 2048 linear /dev/mapper/lower 0"}
+        )
+        await client.post("/v1/volumes/lower/rename", json={"new_name": "renamed"})
+        before = sorted(v["name"] for v in (await client.get("/v1/volumes")).json())
+
+    async with running(settings) as client:
+        after = sorted(v["name"] for v in (await client.get("/v1/volumes")).json())
+        assert after == before
+        resumed = await client.post("/v1/volumes/upper/resume")
+        assert resumed.status_code == 200, resumed.text
+
+
 async def test_keys_are_stored_only_wrapped(database_url: str, data_dir: Path) -> None:
     from sqlalchemy import create_engine, text
 

@@ -24,6 +24,7 @@ from app.api.schemas import (
     VolumePatch,
 )
 from app.blk.limits import QueueLimits
+from app.control import Control
 from app.dm.table import format_table
 from app.dm.volume import Volume
 from app.vocab import SECTOR_SIZE
@@ -31,7 +32,7 @@ from app.vocab import SECTOR_SIZE
 router = APIRouter(prefix="/v1/volumes", tags=["volumes"], responses=responses(401, 403))
 
 
-def volume_out(volume: Volume) -> VolumeOut:
+def volume_out(volume: Volume, control: Control) -> VolumeOut:
     info = volume.info()
     tables: list[Any] = (["LIVE"] if info.has_live else []) + (
         ["INACTIVE"] if info.has_inactive else []
@@ -51,7 +52,7 @@ def volume_out(volume: Volume) -> VolumeOut:
         state=info.state,
         size_sectors=info.size_sectors,
         size_bytes=info.size_sectors * SECTOR_SIZE,
-        open_count=info.open_count,
+        open_count=control.stacking.open_count(info.name),
         event_nr=info.event_nr,
         tables=tables,
         targets=targets,
@@ -100,17 +101,17 @@ def create_volume(body: VolumeCreate, control: ControlDep, _: AdminDep) -> Volum
         elevator=body.elevator,
         plug_window_us=body.plug_window_us,
     )
-    return volume_out(volume)
+    return volume_out(volume, control)
 
 
 @router.get("", response_model=list[VolumeOut])
 def list_volumes(control: ControlDep, _: RoleDep) -> list[VolumeOut]:
-    return [volume_out(control.volumes[name]) for name in sorted(control.volumes)]
+    return [volume_out(control.volumes[name], control) for name in sorted(control.volumes)]
 
 
 @router.get("/{name}", response_model=VolumeOut, responses=responses(404))
 def get_volume(name: str, control: ControlDep, _: RoleDep) -> VolumeOut:
-    return volume_out(control.volume(name))
+    return volume_out(control.volume(name), control)
 
 
 @router.patch("/{name}", response_model=VolumeOut, responses=responses(404, 422))
@@ -123,7 +124,7 @@ def patch_volume(name: str, body: VolumePatch, control: ControlDep, _: AdminDep)
         elevator=body.elevator,
         plug_window_us=body.plug_window_us,
     )
-    return volume_out(control.volume(name))
+    return volume_out(control.volume(name), control)
 
 
 @router.delete("/{name}", status_code=204, responses=responses(404, 409))
@@ -182,13 +183,13 @@ def suspend_volume(
     name: str, control: ControlDep, _: AdminDep, body: SuspendIn | None = None
 ) -> VolumeOut:
     control.suspend(name, noflush=body.noflush if body else False)
-    return volume_out(control.volume(name))
+    return volume_out(control.volume(name), control)
 
 
 @router.post("/{name}/resume", response_model=VolumeOut, responses=responses(404, 409))
 def resume_volume(name: str, control: ControlDep, _: AdminDep) -> VolumeOut:
     control.resume(name)
-    return volume_out(control.volume(name))
+    return volume_out(control.volume(name), control)
 
 
 @router.post("/{name}/message", status_code=204, responses=responses(404, 409, 422))
@@ -200,7 +201,7 @@ def message_volume(name: str, body: MessageIn, control: ControlDep, _: AdminDep)
 @router.post("/{name}/rename", response_model=VolumeOut, responses=responses(404, 409, 422))
 def rename_volume(name: str, body: RenameIn, control: ControlDep, _: AdminDep) -> VolumeOut:
     control.rename(name, body.new_name)
-    return volume_out(control.volume(body.new_name))
+    return volume_out(control.volume(body.new_name), control)
 
 
 @router.get("/{name}/status", responses=responses(404))
