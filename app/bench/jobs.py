@@ -39,6 +39,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from app.bench.runner import run_workload
 from app.bench.workload import RW_MODES, Workload, parse_size
+from app.blk.tuning import Tuning, TuningPatch
 from app.control import Control
 from app.db import models
 from app.dm.table import CryptParams, parse_table, redact
@@ -341,8 +342,8 @@ class CellRunner:
                 volume = self.control.create_volume(
                     name,
                     plan.table.replace("{dev}", name),
-                    dispatch_mode=plan.dispatch_mode or "request",  # type: ignore[arg-type]
                     engine=plan.engine or "software",
+                    tuning=Tuning(dispatch_mode=plan.dispatch_mode or "request"),  # type: ignore[arg-type]
                 )
             except BaseException:
                 self.control.delete_device(name)
@@ -357,13 +358,15 @@ class CellRunner:
         original = (volume.dispatch_mode, volume.engine.name)
         self.control.retune(
             spec.volume,
-            dispatch_mode=plan.dispatch_mode,  # type: ignore[arg-type]
             engine=plan.engine,
+            patch=TuningPatch(dispatch_mode=plan.dispatch_mode),  # type: ignore[arg-type]
         )
         try:
             return self._measure(volume, plan, self._device_model_of(volume), progress)
         finally:
-            self.control.retune(spec.volume, dispatch_mode=original[0], engine=original[1])
+            self.control.retune(
+                spec.volume, engine=original[1], patch=TuningPatch(dispatch_mode=original[0])
+            )
 
     def _device_model_of(self, volume: Volume) -> str:
         params = _crypt_params(volume)

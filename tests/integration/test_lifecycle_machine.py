@@ -20,6 +20,7 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
+from app.blk.tuning import TuningPatch
 from app.control import Control
 from app.db import migrate
 from app.db.queries import SqlRegistryStore
@@ -249,7 +250,7 @@ class Lifecycle(RuleBasedStateMachine):
     @rule(data=st.data(), mode=st.sampled_from(["bio", "request"]))
     def retune(self, data: st.DataObject, mode: str) -> None:
         name = self._some_volume(data)
-        self.control.retune(name, dispatch_mode=mode)  # type: ignore[arg-type]
+        self.control.retune(name, patch=TuningPatch(dispatch_mode=mode))  # type: ignore[arg-type]
         self.model[name]["mode"] = mode
 
     @precondition(has_volumes)

@@ -23,7 +23,6 @@ from app.api.schemas import (
     VolumeOut,
     VolumePatch,
 )
-from app.blk.limits import QueueLimits
 from app.control import Control
 from app.dm.table import format_table
 from app.dm.volume import Volume
@@ -65,10 +64,6 @@ def volume_out(volume: Volume, control: Control) -> VolumeOut:
     )
 
 
-def limits_of(body: QueueLimitsIn | None) -> QueueLimits | None:
-    return QueueLimits(**body.model_dump()) if body is not None else None
-
-
 async def table_text(request: Request) -> str:
     """A table body as ``text/plain`` (what dmsetup reads) or JSON ``{"table": ...}``."""
     raw = await request.body()
@@ -92,15 +87,7 @@ async def table_text(request: Request) -> str:
 
 @router.post("", status_code=201, response_model=VolumeOut, responses=responses(404, 409, 422))
 def create_volume(body: VolumeCreate, control: ControlDep, _: AdminDep) -> VolumeOut:
-    volume = control.create_volume(
-        body.name,
-        body.table,
-        dispatch_mode=body.dispatch_mode,
-        engine=body.engine,
-        limits=limits_of(body.queue_limits),
-        elevator=body.elevator,
-        plug_window_us=body.plug_window_us,
-    )
+    volume = control.create_volume(body.name, body.table, engine=body.engine, tuning=body.tuning())
     return volume_out(volume, control)
 
 
@@ -116,14 +103,7 @@ def get_volume(name: str, control: ControlDep, _: RoleDep) -> VolumeOut:
 
 @router.patch("/{name}", response_model=VolumeOut, responses=responses(404, 422))
 def patch_volume(name: str, body: VolumePatch, control: ControlDep, _: AdminDep) -> VolumeOut:
-    control.retune(
-        name,
-        dispatch_mode=body.dispatch_mode,
-        engine=body.engine,
-        limits=limits_of(body.queue_limits),
-        elevator=body.elevator,
-        plug_window_us=body.plug_window_us,
-    )
+    control.retune(name, engine=body.engine, patch=body.patch())
     return volume_out(control.volume(name), control)
 
 
