@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import threading
 import uuid
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from app.blk.tuning import Tuning, TuningPatch
 from app.dm.stacking import StackingGraph, stacking_order
@@ -35,9 +35,6 @@ from app.repository import Records, StoredVolume
 from app.storage.registry import DeviceRegistry
 from app.vocab import SECTOR_SIZE, is_valid_name
 
-if TYPE_CHECKING:
-    from sqlalchemy.orm import Session, sessionmaker
-
 
 def check_name(kind: str, name: str) -> None:
     if not is_valid_name(name):
@@ -49,15 +46,14 @@ def check_name(kind: str, name: str) -> None:
 class Control:
     def __init__(
         self,
-        sessions: sessionmaker[Session],
+        records: Records,
         devices: DeviceRegistry,
         engines: EngineRegistry,
-        master_key: bytes,
         *,
         plug_window_us: int,
         suspend_wait_seconds: float,
     ) -> None:
-        self.records = Records(sessions, master_key)
+        self.records = records
         self.devices = devices
         self.engines = engines
         self.plug_window_us = plug_window_us

@@ -28,6 +28,7 @@ from app.db.session import make_engine, make_sessionmaker
 from app.dm.table import format_table, parse_table
 from app.engine.registry import EngineRegistry
 from app.errors import AlreadyExists, InvalidInput, InvalidState, KeyNotSet, VolumeBusy
+from app.repository import Records
 from app.storage.registry import DeviceRegistry
 from tests.conftest import POSTGRES_ADMIN_DSN
 
@@ -110,10 +111,9 @@ class Lifecycle(RuleBasedStateMachine):
     def _control(self) -> Control:
         sessions = make_sessionmaker(self.db)
         control = Control(
-            sessions,
+            Records(sessions, MASTER),
             DeviceRegistry(self.data_dir / "devices"),
             EngineRegistry(SqlRegistryStore(sessions)),
-            MASTER,
             plug_window_us=0,
             suspend_wait_seconds=0.05,
         )
