@@ -29,12 +29,13 @@ from app.blk.limits import QueueLimits
 from app.blk.queue import BlockQueue
 from app.blk.request import Request
 from app.blk.stats import QueueStats
+from app.blk.tuning import Tuning
 from app.blk.wait import WaitQueue
 from app.dm.rangelock import RangeLock
 from app.dm.table import CryptParams, Table
 from app.dm.targets import MapContext, Target
 from app.errors import InvalidInput, InvalidState, RangeNotSatisfiable, Unavailable
-from app.vocab import SECTOR_SIZE, DispatchMode, ElevatorName, Op
+from app.vocab import SECTOR_SIZE, Op
 
 
 @dataclass(slots=True)
@@ -63,10 +64,8 @@ class DataPath:
         self,
         name: str,
         *,
-        limits: QueueLimits,
-        dispatch_mode: DispatchMode,
-        elevator: ElevatorName,
-        plug_window_us: int,
+        tuning: Tuning,
+        default_plug_window_us: int,
         suspend_wait_seconds: float,
     ) -> None:
         self.name = name
@@ -77,10 +76,10 @@ class DataPath:
         self.stats = QueueStats()
         self.queue = BlockQueue(
             self._dispatch,
-            limits=limits,
-            dispatch_mode=dispatch_mode,
-            elevator=elevator,
-            plug_window_us=plug_window_us,
+            limits=tuning.limits,
+            dispatch_mode=tuning.dispatch_mode,
+            elevator=tuning.elevator,
+            plug_window_us=tuning.plug_window(default_plug_window_us),
             stats=self.stats,
         )
         self._ranges = RangeLock()

@@ -92,10 +92,8 @@ class Volume(DataPath):
         tuning = (tuning or Tuning()).validate()
         super().__init__(
             name,
-            limits=tuning.limits,
-            dispatch_mode=tuning.dispatch_mode,
-            elevator=tuning.elevator,
-            plug_window_us=tuning.plug_window(default_plug_window_us),
+            tuning=tuning,
+            default_plug_window_us=default_plug_window_us,
             suspend_wait_seconds=suspend_wait_seconds,
         )
         self.uuid = uuid
