@@ -63,6 +63,9 @@ class Settings(BaseSettings):
     )
     suspend_wait_seconds: float = Field(default=30.0, ge=0)
     plug_window_us: int = Field(default=50, ge=0, le=1_000_000)
+    bench_ceiling: bool = Field(
+        default=False, description="mount the /v1/null ceiling endpoints the benchmarks use"
+    )
     pacing: float | None = Field(
         default=None,
         gt=0,

@@ -6,7 +6,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from app.blk.limits import DEFAULT_NR_REQUESTS, MAX_NR_REQUESTS
+from app.blk.limits import DEFAULT_NR_REQUESTS, MAX_NR_REQUESTS, QueueLimits
+from app.blk.tuning import Tuning, TuningPatch
 from app.vocab import NAME_PATTERN, DispatchMode, ElevatorName
 
 
@@ -53,6 +54,9 @@ class QueueLimitsIn(BaseModel):
         description="requests the scheduler holds waiting for a device tag (sysfs nr_requests)",
     )
 
+    def limits(self) -> QueueLimits:
+        return QueueLimits(**self.model_dump())
+
 
 class VolumeCreate(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
@@ -76,6 +80,14 @@ class VolumeCreate(BaseModel):
         description="request mode's plug window; default: service setting",
     )
 
+    def tuning(self) -> Tuning:
+        return Tuning(
+            dispatch_mode=self.dispatch_mode,
+            elevator=self.elevator,
+            limits=self.queue_limits.limits() if self.queue_limits else QueueLimits(),
+            plug_window_us=self.plug_window_us,
+        )
+
 
 class VolumePatch(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
@@ -85,6 +97,14 @@ class VolumePatch(BaseModel):
     elevator: ElevatorName | None = None
     queue_limits: QueueLimitsIn | None = None
     plug_window_us: int | None = Field(default=None, ge=0, le=1_000_000)
+
+    def patch(self) -> TuningPatch:
+        return TuningPatch(
+            dispatch_mode=self.dispatch_mode,
+            elevator=self.elevator,
+            limits=self.queue_limits.limits() if self.queue_limits else None,
+            plug_window_us=self.plug_window_us,
+        )
 
 
 class TableIn(BaseModel):

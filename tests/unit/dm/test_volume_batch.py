@@ -7,7 +7,6 @@ from collections.abc import Iterator
 
 import pytest
 
-from app.blk.limits import QueueLimits
 from app.dm.table import parse_table
 from app.dm.volume import Volume
 from app.engine.registry import EngineRegistry
@@ -24,7 +23,6 @@ def make_volume(store: MemoryStore, table: str) -> Volume:
         "v",
         "uuid-1",
         engine=EngineRegistry().engine("software"),
-        limits=QueueLimits(),
         suspend_wait_seconds=0.2,
     )
     volume.load(parse_table(table))
