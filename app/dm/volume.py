@@ -137,10 +137,18 @@ class Volume(DataPath):
             raise KeyNotSet(f"line {line}: crypt key is not set")
 
     def resume(self, resolve: DeviceResolver) -> None:
-        """Swap the inactive table in (if any) and let I/O flow."""
+        """Swap the inactive table in (if any) and let I/O flow.
+
+        On an active volume the swap is preceded by an implicit suspend, as
+        dmsetup's resume does: new I/O waits at the gate and in-flight I/O
+        finishes on the old table before its targets are wiped.
+        """
         self.check_resumable()
         if self.inactive is not None:
             new_live = self._build(self.inactive, resolve)
+            if self.state == "active":
+                self._set_state("suspended")
+                self.drain()
             old = self.live
             self.live = new_live
             self.inactive = None

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 import pytest
 
@@ -235,3 +235,48 @@ def test_stacked_volume_over_4096_byte_units_reads_and_writes_through(store: Mem
     assert lower.read(512, 1024) == b"q" * 1024
     upper.remove()
     lower.remove()
+
+
+class SlowReadStore(MemoryStore):
+    """Reads take a while, so a read-modify-write is still in the target during a resume."""
+
+    def read_into(self, offset: int, buffer: memoryview) -> None:
+        time.sleep(0.002)
+        super().read_into(offset, buffer)
+
+    def readv_into(self, offset: int, buffers: Sequence[memoryview]) -> None:
+        time.sleep(0.002)
+        super().readv_into(offset, buffers)
+
+
+def test_resume_with_a_new_table_drains_in_flight_writes_first() -> None:
+    """A table swap on an active volume is an implicit suspend: no write in flight sees
+    the old targets wiped under it (dmsetup resume drains before it swaps)."""
+    store = SlowReadStore(SECTORS * 512)
+    volume = make_volume(store)
+    table = parse_table(f"0 {SECTORS} crypt aes-xts-plain64 {KEY} 0 pv 0")
+    errors: list[BaseException] = []
+    stop = threading.Event()
+
+    def writer(offset: int) -> None:
+        while not stop.is_set():
+            try:
+                volume.write(offset, os.urandom(700))
+            except BaseException as exc:
+                errors.append(exc)
+                return
+
+    threads = [threading.Thread(target=writer, args=(100 + 4096 * i,)) for i in range(4)]
+    for thread in threads:
+        thread.start()
+    try:
+        for _ in range(20):
+            volume.load(table)
+            volume.resume(lambda ref: store)
+            time.sleep(0.003)
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join()
+        volume.remove()
+    assert errors == []
