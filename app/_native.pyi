@@ -6,6 +6,7 @@ from typing_extensions import Buffer
 _Bytes = Buffer | NDArray[Any]
 
 VAES: bool
+AESNI: bool
 
 def whiten(dst: _Bytes, src: _Bytes, first_tweaks: _Bytes, unit_bytes: int, /) -> None: ...
 def gather(dst: _Bytes, pieces: list[memoryview], /) -> None: ...
@@ -16,6 +17,15 @@ def xts(
     key: bytes,
     unit_bytes: int,
     encrypt: bool,
+    vaes: bool = True,
+    /,
+) -> None: ...
+def cbc_encrypt(
+    dst: _Bytes,
+    src: _Bytes,
+    ivs: _Bytes,
+    key: bytes,
+    unit_bytes: int,
     vaes: bool = True,
     /,
 ) -> None: ...
