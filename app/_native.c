@@ -493,6 +493,47 @@ AESNI_TARGET static void cbc_encrypt_aesni(const AesSchedule *s, uint8_t *dst, c
     OPENSSL_cleanse(g.sink, sizeof g.sink);
 }
 
+/* CBC decryption has no chain to wait for: P[j] = D(C[j]) ^ C[j-1], with C[-1] the IV. Sixteen
+ * blocks of a unit per step, as in xts_vaes; each step loads all its ciphertext before it
+ * stores, and the previous step's last block stays in a register, so dst may be src. */
+VAES_TARGET static void cbc_decrypt_vaes(const AesSchedule *s, uint8_t *dst, const uint8_t *src,
+                                         const uint8_t *ivs, size_t units, size_t unit_bytes)
+{
+    __m512i rk[15];
+    int rounds = s->rounds;
+    size_t blocks = unit_bytes / 16;
+    for (int r = 0; r <= rounds; r++)
+        rk[r] = _mm512_broadcast_i32x4(s->dec[r]);
+    for (size_t u = 0; u < units; u++) {
+        const uint8_t *in = src + u * unit_bytes;
+        uint8_t *out = dst + u * unit_bytes;
+        /* Lane 3 holds the ciphertext block before the next step's first. */
+        __m512i last = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(ivs + 16 * u)));
+        size_t j = 0;
+        for (; j + 16 <= blocks; j += 16) {
+            __m512i a = _mm512_loadu_si512(in + 16 * j), b = _mm512_loadu_si512(in + 16 * j + 64);
+            __m512i c = _mm512_loadu_si512(in + 16 * j + 128);
+            __m512i d = _mm512_loadu_si512(in + 16 * j + 192);
+            __m512i pa = _mm512_alignr_epi64(a, last, 6), pb = _mm512_alignr_epi64(b, a, 6);
+            __m512i pc = _mm512_alignr_epi64(c, b, 6), pd = _mm512_alignr_epi64(d, c, 6);
+            last = d;
+            ROUNDS4(_mm512_aesdec_epi128, _mm512_aesdeclast_epi128, rk, rounds, a, b, c, d);
+            _mm512_storeu_si512(out + 16 * j, _mm512_xor_si512(a, pa));
+            _mm512_storeu_si512(out + 16 * j + 64, _mm512_xor_si512(b, pb));
+            _mm512_storeu_si512(out + 16 * j + 128, _mm512_xor_si512(c, pc));
+            _mm512_storeu_si512(out + 16 * j + 192, _mm512_xor_si512(d, pd));
+        }
+        __m128i previous = _mm512_extracti32x4_epi32(last, 3);
+        for (; j < blocks; j++) {
+            __m128i x = _mm_loadu_si128((const __m128i *)(in + 16 * j));
+            __m128i p = _mm_xor_si128(aes_block(s->dec, rounds, x, 0), previous);
+            _mm_storeu_si128((__m128i *)(out + 16 * j), p);
+            previous = x;
+        }
+    }
+    OPENSSL_cleanse(rk, sizeof rk);
+}
+
 static int aesni_usable(void)
 {
     __builtin_cpu_init();
@@ -634,6 +675,22 @@ PyDoc_STRVAR(cbc_encrypt_doc,
 
 static int aesni_available;
 
+/* Why cbc_encrypt's or cbc_decrypt's arguments are refused, or NULL. */
+static const char *cbc_arguments_problem(const Py_buffer *dst, const Py_buffer *src,
+                                         const Py_buffer *ivs, const Py_buffer *key,
+                                         Py_ssize_t unit_bytes)
+{
+    if (key->len != 16 && key->len != 24 && key->len != 32)
+        return "key must be 16, 24 or 32 bytes";
+    if (unit_bytes <= 0 || unit_bytes % 16)
+        return "unit_bytes must be a positive multiple of 16";
+    if (dst->len != src->len || src->len % unit_bytes)
+        return "dst and src must be the same whole number of units";
+    if (ivs->len < 16 * (src->len / unit_bytes))
+        return "ivs needs 16 bytes per data unit";
+    return NULL;
+}
+
 static PyObject *native_cbc_encrypt(PyObject *module, PyObject *args)
 {
     Py_buffer dst, src, ivs, key;
@@ -643,14 +700,9 @@ static PyObject *native_cbc_encrypt(PyObject *module, PyObject *args)
     if (!PyArg_ParseTuple(args, "w*y*y*y*n|p:cbc_encrypt", &dst, &src, &ivs, &key, &unit_bytes,
                           &vaes))
         return NULL;
-    if (key.len != 16 && key.len != 24 && key.len != 32) {
-        PyErr_SetString(PyExc_ValueError, "key must be 16, 24 or 32 bytes");
-    } else if (unit_bytes <= 0 || unit_bytes % 16) {
-        PyErr_SetString(PyExc_ValueError, "unit_bytes must be a positive multiple of 16");
-    } else if (dst.len != src.len || src.len % unit_bytes) {
-        PyErr_SetString(PyExc_ValueError, "dst and src must be the same whole number of units");
-    } else if (ivs.len < 16 * (src.len / unit_bytes)) {
-        PyErr_SetString(PyExc_ValueError, "ivs needs 16 bytes per data unit");
+    const char *problem = cbc_arguments_problem(&dst, &src, &ivs, &key, unit_bytes);
+    if (problem != NULL) {
+        PyErr_SetString(PyExc_ValueError, problem);
     } else if (!aesni_available) {
         PyErr_SetString(PyExc_RuntimeError, "this CPU has no AES instructions");
     } else {
@@ -675,11 +727,49 @@ static PyObject *native_cbc_encrypt(PyObject *module, PyObject *args)
     return result;
 }
 
+PyDoc_STRVAR(cbc_decrypt_doc,
+             "cbc_decrypt(dst, src, ivs, key, unit_bytes)\n--\n\n"
+             "AES-CBC decryption of src into dst (which may be src, or must not overlap it),\n"
+             "data unit by data unit: unit u starts from the 16-byte IV ivs[u]; key is 16, 24\n"
+             "or 32 bytes. Needs VAES (module attribute VAES; without it the call raises\n"
+             "RuntimeError).");
+
+static PyObject *native_cbc_decrypt(PyObject *module, PyObject *args)
+{
+    Py_buffer dst, src, ivs, key;
+    Py_ssize_t unit_bytes;
+    PyObject *result = NULL;
+    if (!PyArg_ParseTuple(args, "w*y*y*y*n:cbc_decrypt", &dst, &src, &ivs, &key, &unit_bytes))
+        return NULL;
+    const char *problem = cbc_arguments_problem(&dst, &src, &ivs, &key, unit_bytes);
+    if (problem != NULL) {
+        PyErr_SetString(PyExc_ValueError, problem);
+    } else if (!vaes_available) {
+        PyErr_SetString(PyExc_RuntimeError, "this CPU has no VAES instructions");
+    } else {
+#if VAES_PATH
+        AesSchedule schedule;
+        aes_schedule(&schedule, key.buf, (int)key.len);
+        RUN_RELEASING_ABOVE(src.len, cbc_decrypt_vaes(&schedule, dst.buf, src.buf, ivs.buf,
+                                                      (size_t)(src.len / unit_bytes),
+                                                      (size_t)unit_bytes));
+        OPENSSL_cleanse(&schedule, sizeof schedule);
+#endif
+        result = Py_NewRef(Py_None);
+    }
+    PyBuffer_Release(&dst);
+    PyBuffer_Release(&src);
+    PyBuffer_Release(&ivs);
+    PyBuffer_Release(&key);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"whiten", native_whiten, METH_VARARGS, whiten_doc},
     {"gather", native_gather, METH_VARARGS, gather_doc},
     {"xts", native_xts, METH_VARARGS, xts_doc},
     {"cbc_encrypt", native_cbc_encrypt, METH_VARARGS, cbc_encrypt_doc},
+    {"cbc_decrypt", native_cbc_decrypt, METH_VARARGS, cbc_decrypt_doc},
     {NULL, NULL, 0, NULL},
 };
 

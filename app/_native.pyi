@@ -29,3 +29,6 @@ def cbc_encrypt(
     vaes: bool = True,
     /,
 ) -> None: ...
+def cbc_decrypt(
+    dst: _Bytes, src: _Bytes, ivs: _Bytes, key: bytes, unit_bytes: int, /
+) -> None: ...

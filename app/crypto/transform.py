@@ -10,8 +10,9 @@ Geometry, as in ``crypt_convert``: ``sector`` is the 512-byte offset of
 executable specification. ``BulkTransform`` computes the same bytes for a whole
 request around a few OpenSSL ECB calls per chunk (ADR 0001): XTS whitening in
 one C pass per direction (``app/_native.c``, GIL released), CBC decryption in one
-pass, AES-CBC encryption in parallel lanes of data units (native; other ciphers one
-block column of all units at a time), CTR counters built with numpy.
+pass (AES with VAES: one native call), AES-CBC encryption in parallel lanes of data
+units (native; other ciphers one block column of all units at a time), CTR counters
+built with numpy.
 
 XTS with equal key halves, and XTS with 2x192-bit keys, are accepted like the
 kernel outside FIPS mode; OpenSSL refuses both, so those keys go through the
@@ -477,6 +478,9 @@ class BulkTransform(CryptTransform):
         _native.whiten(flat, flat, first, self._sector_size)
 
     def _cbc_decrypt(self, source: U8, out: U8, ivs: U8, key_index: int) -> None:
+        if self._cbc_lanes and _native.VAES:
+            _native.cbc_decrypt(out, source, ivs, self._subkeys[key_index], self._sector_size)
+            return
         block = self._spec.block_size
         decrypted = self._ecb_into(self._ecb("data", key_index, False), source, "crypted")
         decrypted2d = decrypted.reshape(len(source), self._sector_size)

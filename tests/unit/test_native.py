@@ -197,6 +197,46 @@ def test_cbc_encrypt_equals_pyca_aes_cbc_unit_by_unit(
     assert bytes(out) == cbc_by_pyca(data, ivs, key, unit_bytes)
 
 
+def cbc_decrypt_by_pyca(data: bytes, ivs: bytes, key: bytes, unit_bytes: int) -> bytes:
+    out = b""
+    for unit in range(len(data) // unit_bytes):
+        cipher = Cipher(algorithms.AES(key), modes.CBC(ivs[16 * unit : 16 * unit + 16]))
+        out += cipher.decryptor().update(data[unit * unit_bytes : (unit + 1) * unit_bytes])
+    return out
+
+
+needs_vaes = pytest.mark.skipif(not _native.VAES, reason="cbc_decrypt needs VAES")
+
+
+@needs_vaes
+@pytest.mark.parametrize("key_bytes", [16, 24, 32])
+@pytest.mark.parametrize(
+    ("unit_bytes", "units"), [(512, 1), (512, 37), (4096, 5), (16, 3), (48, 9), (272, 4)]
+)
+@pytest.mark.parametrize("in_place", [False, True], ids=["out-of-place", "in-place"])
+def test_cbc_decrypt_equals_pyca_aes_cbc_unit_by_unit(
+    key_bytes: int, unit_bytes: int, units: int, in_place: bool
+) -> None:
+    """Units of one and three blocks (no 16-block step), 272 bytes (a step and one block:
+    the tail chains from the step's last ciphertext block), and whole steps."""
+    data, ivs, key = os.urandom(units * unit_bytes), os.urandom(16 * units), os.urandom(key_bytes)
+    out = bytearray(data) if in_place else bytearray(len(data))
+    _native.cbc_decrypt(out, out if in_place else data, ivs, key, unit_bytes)
+    assert bytes(out) == cbc_decrypt_by_pyca(data, ivs, key, unit_bytes)
+
+
+def test_cbc_decrypt_refuses_to_run_without_vaes_or_with_inconsistent_arguments() -> None:
+    out = bytearray(512)
+    with pytest.raises(ValueError, match="16 bytes per data unit"):
+        _native.cbc_decrypt(out, bytes(512), bytes(8), bytes(32), 512)
+    with pytest.raises(ValueError, match="16, 24 or 32 bytes"):
+        _native.cbc_decrypt(out, bytes(512), bytes(16), bytes(31), 512)
+    if not _native.VAES:
+        with pytest.raises(RuntimeError, match="no VAES"):
+            _native.cbc_decrypt(out, bytes(512), bytes(16), bytes(32), 512)
+    assert out == bytes(512)
+
+
 def test_cbc_encrypt_reads_one_iv_per_unit_even_from_a_longer_buffer() -> None:
     data, ivs, key = os.urandom(3 * 512), os.urandom(16 * 5), os.urandom(32)
     out = bytearray(len(data))

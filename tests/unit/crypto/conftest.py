@@ -26,9 +26,10 @@ def impl(request: pytest.FixtureRequest) -> str:
 
 @pytest.fixture(params=CBC_PATHS)
 def cbc_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
-    """AES-CBC bulk encryption's path: the best the CPU has (VAES lanes here), AES-NI lanes,
-    or the numpy block columns of a CPU without AES instructions. The narrower paths are
-    forced by hiding the module's CPU flags from transforms built afterwards."""
+    """AES-CBC's bulk path: the best the CPU has (VAES lanes, and VAES decryption, here),
+    AES-NI lanes (decryption through OpenSSL's ECB and numpy), or the numpy block columns of
+    a CPU without AES instructions. The narrower paths are forced by hiding the module's CPU
+    flags from transforms built afterwards."""
     path = str(request.param)
     if path != "best":
         monkeypatch.setattr(_native, "VAES", False)
