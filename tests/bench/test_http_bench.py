@@ -44,9 +44,12 @@ TARGETS = {
     "null+thread": "/v1/null/data?thread=true",
     "null": "/v1/null/data",
 }
-CLIENT_MAX_CORES = 0.5
-"""wrk's CPU (after building its requests) per second of run: above this the load generator,
-not the server, may be what limits a 2-core machine."""
+CLIENT_CORES = 0.5
+CLIENT_PEAK_CORES = 0.8
+"""wrk's CPU (after building its requests) per second of run, the median of a cell's rounds
+and its worst round: wrk -t1 is one thread, saturated at 1.0, and on 2 cores whatever it
+uses the server cannot. Sending 1 MiB over loopback costs the sender the receiver's TCP
+work too, so wrk's share grows with the rate."""
 WORKLOADS = {  # name: (method, bytes per I/O, pattern, connections, target share of the ceiling)
     "seq write 1 MiB": ("PUT", MIB, "seq", 4, 0.70),
     "seq read 1 MiB": ("GET", MIB, "seq", 4, 0.70),
@@ -126,12 +129,17 @@ class Cell:
         self.workers_ms.append((after[1] - before[1]) / requests * 1e3)
 
 
+def client_heavy(cores: list[float]) -> bool:
+    return median(cores) >= CLIENT_CORES or max(cores) >= CLIENT_PEAK_CORES
+
+
 def client_bound(cells: dict[tuple[str, str], Cell]) -> list[str]:
-    """Cells where wrk itself used CLIENT_MAX_CORES or more in some run."""
+    """Cells where wrk itself came near a core (see CLIENT_CORES)."""
     return [
-        f"{workload} on {target}: wrk used {max(cell.client_cores):.2f} of a core"
+        f"{workload} on {target}: wrk used {median(cell.client_cores):.2f} of a core "
+        f"(at most {max(cell.client_cores):.2f})"
         for (workload, target), cell in cells.items()
-        if max(cell.client_cores) >= CLIENT_MAX_CORES
+        if client_heavy(cell.client_cores)
     ]
 
 
@@ -169,7 +177,7 @@ def test_http_data_path_against_the_http_ceiling(tmp_path: Path) -> None:
     print()
     print(
         f"{'workload':18} {'target':11} {'ops/s':>9} {'MB/s':>8} {'vs ceiling':>16} "
-        f"{'loop ms/op':>10} {'workers ms/op':>13} {'wrk cores':>9}"
+        f"{'loop ms/op':>10} {'workers ms/op':>13} {'wrk cores (max)':>15}"
     )
     misses = []
     for (workload, target), cell in cells.items():
@@ -181,7 +189,7 @@ def test_http_data_path_against_the_http_ceiling(tmp_path: Path) -> None:
             f"{workload:18} {target:11} {rate:9.0f} {rate * size / 1e6:8.1f} "
             f"{median(ratios):6.0%} ({ratios[0]:.0%}-{ratios[-1]:.0%}) "
             f"{median(cell.loop_ms):10.3f} {median(cell.workers_ms):13.3f} "
-            f"{max(cell.client_cores):9.2f}"
+            f"{median(cell.client_cores):8.2f} ({max(cell.client_cores):.2f})"
         )
         if target == "xts" and median(ratios) < share:
             misses.append(
@@ -301,6 +309,6 @@ def test_http_writes_against_qemu_img_encrypting_into_luks(tmp_path: Path) -> No
         if median(ratios) < target:
             misses.append(f"{name}: reqcrypt {median(ratios):.2f}x qemu-img (target {target}x)")
     print(f"HTTP ceiling (/v1/null/data, 1 MiB PUTs): {median(ceiling):.0f} MB/s")
-    print(f"wrk used at most {max(cores):.2f} of a core")
-    assert max(cores) < CLIENT_MAX_CORES
+    print(f"wrk used {median(cores):.2f} of a core (at most {max(cores):.2f})")
+    assert not client_heavy(cores)
     assert misses == []
