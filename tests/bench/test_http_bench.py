@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import re
+import resource
 import shutil
 import subprocess
 import time
@@ -233,16 +234,20 @@ def create_luks(path: Path, options: str) -> None:
     raise AssertionError(f"qemu-img could not create {path}")
 
 
-def qemu_img_convert_s(source: Path, image: Path) -> float:
-    """Wall time of ``qemu-img convert -n`` of ``source`` into the existing LUKS ``image``.
-    ``-t unsafe``: no flush at the end, as the PUTs ask for none."""
+def qemu_img_convert(source: Path, image: Path) -> tuple[float, float]:
+    """(wall, CPU) seconds of ``qemu-img convert -n`` of ``source`` into the existing LUKS
+    ``image``. ``-t unsafe``: no flush at the end, as the PUTs ask for none."""
     command = [
         "qemu-img", "convert", "-n", "-t", "unsafe", "--object", QEMU_SECRET, "-f", "raw",
         "--target-image-opts", str(source), f"driver=luks,key-secret=sec0,file.filename={image}",
     ]  # fmt: skip
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
     subprocess.run(command, check=True, capture_output=True)
-    return time.perf_counter() - start
+    wall = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime
+    return wall, cpu
 
 
 def test_http_writes_against_qemu_img_encrypting_into_luks(tmp_path: Path) -> None:
@@ -251,6 +256,8 @@ def test_http_writes_against_qemu_img_encrypting_into_luks(tmp_path: Path) -> No
 
     qemu-img's figure leaves out its start and LUKS unlock (the keyslot's PBKDF): its
     rate is (256 MiB - 1 MiB) over the time of the full convert minus that of a 1 MiB one.
+    CPU per MiB beside it (the server's, all threads; qemu-img's, likewise by difference):
+    steadier than rates on a shared machine.
     """
     assert shutil.which("wrk"), "the HTTP benchmark needs wrk: apt-get install wrk"
     assert shutil.which("qemu-img"), "the peer benchmark needs qemu-img: apt-get install qemu-utils"
@@ -262,11 +269,13 @@ def test_http_writes_against_qemu_img_encrypting_into_luks(tmp_path: Path) -> No
     images = {name: tmp_path / f"{index}.luks" for index, name in enumerate(PEERS)}
     for name, (_, _, options, _) in PEERS.items():
         create_luks(images[name], options)
-        qemu_img_convert_s(source, images[name])  # allocate the image's blocks, like prefill
+        qemu_img_convert(source, images[name])  # allocate the image's blocks, like prefill
     server = Server(tmp_path / "data", REQCRYPT_PLUG_WINDOW_US="0")
     server.start()
     reqcrypt: dict[str, list[float]] = {name: [] for name in PEERS}
     qemu: dict[str, list[float]] = {name: [] for name in PEERS}
+    reqcrypt_cpu: dict[str, list[float]] = {name: [] for name in PEERS}
+    qemu_cpu: dict[str, list[float]] = {name: [] for name in PEERS}
     ceiling: list[float] = []
     cores: list[float] = []
     try:
@@ -279,13 +288,19 @@ def test_http_writes_against_qemu_img_encrypting_into_luks(tmp_path: Path) -> No
                 table = f"0 {SIZE // 512} crypt {cipher} {key} 0 pv{index} 0"
                 client.post("/v1/volumes", json={"name": f"v{index}", "table": table})
                 prefill(client, f"/v1/volumes/v{index}/data")
+        assert server.process is not None
         for _ in range(PEER_ROUNDS):
             for index, name in enumerate(PEERS):
-                convert_s = qemu_img_convert_s(source, images[name])
-                unlock_s = qemu_img_convert_s(small, images[name])
-                qemu[name].append((SIZE - MIB) / (convert_s - unlock_s) / 1e6)
+                convert = qemu_img_convert(source, images[name])
+                unlock = qemu_img_convert(small, images[name])
+                qemu[name].append((SIZE - MIB) / (convert[0] - unlock[0]) / 1e6)
+                qemu_cpu[name].append((convert[1] - unlock[1]) / (SIZE // MIB - 1) * 1e3)
+                before = cpu_seconds(server.process.pid)
                 run = Wrk(f"{server.base}/v1/volumes/v{index}/data", "PUT", MIB, "seq", 4)
+                after = cpu_seconds(server.process.pid)
                 reqcrypt[name].append(run.rate * MIB / 1e6)
+                server_cpu = sum(after) - sum(before)
+                reqcrypt_cpu[name].append(server_cpu / (run.rate * DURATION_S) * 1e3)
                 cores.append(run.client_cores)
             run = Wrk(f"{server.base}/v1/null/data", "PUT", MIB, "seq", 4)
             ceiling.append(run.rate * MIB / 1e6)
@@ -295,7 +310,7 @@ def test_http_writes_against_qemu_img_encrypting_into_luks(tmp_path: Path) -> No
     print()
     print(
         f"{'cipher':22} {'reqcrypt MB/s':>13} {'qemu-img MB/s':>13} {'ratio':>16} {'target':>7} "
-        f"{'ceiling/qemu-img':>16}"
+        f"{'ceiling/qemu-img':>16} {'CPU ms/MiB reqcrypt, qemu-img':>30}"
     )
     misses = []
     for name, (_, _, _, target) in PEERS.items():
@@ -304,7 +319,8 @@ def test_http_writes_against_qemu_img_encrypting_into_luks(tmp_path: Path) -> No
         print(
             f"{name:22} {median(reqcrypt[name]):13.0f} {median(qemu[name]):13.0f} "
             f"{median(ratios):6.2f}x ({ratios[0]:.2f}-{ratios[-1]:.2f}) {target:6.1f}x "
-            f"{median(bounds):6.2f}x ({bounds[0]:.2f}-{bounds[-1]:.2f})"
+            f"{median(bounds):6.2f}x ({bounds[0]:.2f}-{bounds[-1]:.2f}) "
+            f"{median(reqcrypt_cpu[name]):20.2f} {median(qemu_cpu[name]):9.2f}"
         )
         if median(ratios) < target:
             misses.append(f"{name}: reqcrypt {median(ratios):.2f}x qemu-img (target {target}x)")
