@@ -364,9 +364,9 @@ class BulkTransform(CryptTransform):
     def _prefers_reference(self, units: int, encrypt: bool) -> bool:
         """Too small a request for the vectorized setup to pay off.
 
-        CBC encryption is serial inside a unit, so the bulk path loops once per block
-        of a unit: with large units it needs proportionally more units to win
-        (measured crossover about a quarter of the blocks per unit: 64 units at 4096 B).
+        CBC encryption without the native AES lanes loops once per block column of a
+        unit: with large units it needs proportionally more units to win (measured
+        crossover about a quarter of the blocks per unit: 64 units at 4096 B).
         """
         if units < self._min_units:
             return True
@@ -492,6 +492,7 @@ class BulkTransform(CryptTransform):
         # parallel lanes in one native call (VAES or AES-NI). Other ciphers: block column
         # j of every unit in one ECB call, on a column-major copy so each call is contiguous.
         if self._cbc_lanes:
+            # The module's flag, read per call: tests hide it to take the AES-NI lanes.
             _native.cbc_encrypt(
                 out, source, ivs, self._subkeys[key_index], self._sector_size, _native.VAES
             )
