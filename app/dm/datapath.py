@@ -16,7 +16,7 @@ The lifecycle (``app.dm.volume``) swaps tables and opens or closes the gate.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Literal
@@ -31,6 +31,7 @@ from app.blk.request import Request
 from app.blk.stats import QueueStats
 from app.blk.tuning import Tuning
 from app.blk.wait import WaitQueue
+from app.dm.generation import Generation, Precondition
 from app.dm.rangelock import RangeLock
 from app.dm.table import CryptParams, Table
 from app.dm.targets import MapContext, Target
@@ -74,7 +75,7 @@ class DataPath:
         self.suspend_wait_seconds = suspend_wait_seconds
         self.state: Literal["active", "suspended"] = "suspended"
         self.live: LiveMap | None = None
-        self.generation = 0
+        self.versions = Generation()
         self.stats = QueueStats()
         self.queue = BlockQueue(
             self._dispatch,
@@ -87,6 +88,20 @@ class DataPath:
         self._ranges = RangeLock()
         self._gate = WaitQueue()
         self._in_flight = 0
+
+    @property
+    def generation(self) -> int:
+        return self.versions.value
+
+    def read_versioned(self, read: Callable[[], None], attempts: int = 3) -> int | None:
+        """Run ``read`` (again, if a write overlapped it) and return the version its bytes
+        belong to; None when writes kept overlapping it."""
+        for _ in range(attempts):
+            snapshot = self.versions.snapshot()
+            read()
+            if snapshot is not None and self.versions.unchanged_since(snapshot):
+                return snapshot[0]
+        return None
 
     @property
     def limits(self) -> QueueLimits:
@@ -215,9 +230,12 @@ class DataPath:
             self.write(offset, b"".join(views))
             return
         self.check_range(offset, length)
-        with self._io(), self._ranges.hold(offset, offset + length, exclusive=False):
+        with (
+            self._io(),
+            self.versions.writing(),
+            self._ranges.hold(offset, offset + length, exclusive=False),
+        ):
             self._submit(Op.WRITE, offset, length, views)
-        self.generation += 1
 
     def _aligned(self, offset: int, lengths: list[int]) -> bool:
         """Whole logical blocks in every segment: the crypt targets below split no unit."""
@@ -230,25 +248,35 @@ class DataPath:
         self.read_into(offset, memoryview(buffer))
         return buffer
 
-    def write(self, offset: int, data: Buffer, *, fua: bool = False) -> None:
-        """Write at ``offset``; partial edge units are read-modify-written under an exclusive lock."""
+    def write(
+        self,
+        offset: int,
+        data: Buffer,
+        *,
+        fua: bool = False,
+        precondition: Precondition | None = None,
+    ) -> int:
+        """Write at ``offset``; partial edge units are read-modify-written under an exclusive
+        lock. ``precondition`` is checked atomically with the write (PreconditionFailed).
+        Returns the version the write made."""
         view = memoryview(data).cast("B")
         length = len(view)
         self.check_range(offset, length)
-        if length == 0:
-            if fua:
-                self.flush()
-            return
-        with self._io() as live:
+        with self._io() as live, self.versions.conditional(precondition):
+            if length == 0:
+                if fua:
+                    self._flush_queue()
+                return self.versions.value
             unit = live.logical_block_size
             start = offset - offset % unit
             end = -(-(offset + length) // unit) * unit
-            if start == offset and end == offset + length:
-                with self._ranges.hold(start, end, exclusive=False):
-                    self._submit(Op.WRITE, start, length, [view], fua=fua)
-            else:
-                self._read_modify_write(unit, offset, view, fua=fua)
-            self.generation += 1
+            with self.versions.writing() as made:
+                if start == offset and end == offset + length:
+                    with self._ranges.hold(start, end, exclusive=False):
+                        self._submit(Op.WRITE, start, length, [view], fua=fua)
+                else:
+                    self._read_modify_write(unit, offset, view, fua=fua)
+        return made[0]
 
     def _read_modify_write(self, unit: int, offset: int, view: memoryview, *, fua: bool) -> None:
         """A write with partial edge units, holding them exclusive from read to write."""
@@ -333,19 +361,28 @@ class DataPath:
                 buffer[:] = source
 
     def write_batch(
-        self, ios: Sequence[tuple[int, memoryview]], *, fua: bool = False
-    ) -> list[BaseException | None]:
+        self,
+        ios: Sequence[tuple[int, memoryview]],
+        *,
+        fua: bool = False,
+        precondition: Precondition | None = None,
+    ) -> tuple[list[BaseException | None], int]:
         """Independent writes issued together, applied in order where they overlap.
 
         Runs of aligned writes go to the queue together; a write with partial
         edge units is read-modify-written after the run before it completes.
-        Returns each write's error (None: written); ``fua`` makes every
-        successful write durable before returning.
+        Returns each write's error (None: written) and the version the batch made;
+        ``fua`` makes every successful write durable before returning;
+        ``precondition`` holds for the batch as a whole.
         """
         for offset, buffer in ios:
             self.check_range(offset, len(buffer))
         errors: list[BaseException | None] = [None] * len(ios)
-        with self._io() as live:
+        with (
+            self._io() as live,
+            self.versions.conditional(precondition),
+            self.versions.writing() as made,
+        ):
             unit = live.logical_block_size
             run: list[int] = []
             for index, (offset, buffer) in enumerate(ios):
@@ -360,19 +397,19 @@ class DataPath:
                 except Exception as error:
                     errors[index] = error
             self._write_run(ios, run, errors)
-            self.generation += 1
             if fua and any(error is None for error in errors):
-                bio = Bio(Op.FLUSH, 0, 0, [], preflush=True)
-                self.queue.submit_bio(bio)
-                bio.wait()
-        return errors
+                self._flush_queue()
+        return errors, made[0]
 
     def flush(self) -> None:
         """Returns once every write completed before it is durable."""
         with self._io():
-            bio = Bio(Op.FLUSH, 0, 0, [], preflush=True)
-            self.queue.submit_bio(bio)
-            bio.wait()
+            self._flush_queue()
+
+    def _flush_queue(self) -> None:
+        bio = Bio(Op.FLUSH, 0, 0, [], preflush=True)
+        self.queue.submit_bio(bio)
+        bio.wait()
 
     def _zero_range(self, op: Op, offset: int, length: int) -> None:
         self.check_range(offset, length)
@@ -384,12 +421,14 @@ class DataPath:
                 )
             if length == 0:
                 return
-            with self._ranges.hold(offset, offset + length, exclusive=False):
+            with (
+                self.versions.writing(),
+                self._ranges.hold(offset, offset + length, exclusive=False),
+            ):
                 step = self.limits.max_sectors * SECTOR_SIZE
                 for position in range(offset, offset + length, step):
                     chunk = min(step, offset + length - position)
                     self._submit(op, position, chunk, [])
-            self.generation += 1
 
     def discard(self, offset: int, length: int) -> None:
         live = self.live

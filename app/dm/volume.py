@@ -158,7 +158,7 @@ class Volume(DataPath):
             if old is not None:
                 for target in old.targets:
                     target.wipe()
-            self.generation += 1
+            self.versions.bump()
         self._set_state("active")
         self.queue.release()
         self.event_nr += 1
