@@ -47,6 +47,14 @@ class Settings(BaseSettings):
     io_chunk_bytes: int = Field(default=1 << 20, ge=4096, le=64 << 20)
     suspend_wait_seconds: float = Field(default=30.0, ge=0)
     plug_window_us: int = Field(default=50, ge=0, le=1_000_000)
+    nbd_port: int | None = Field(
+        default=None, ge=0, le=65535, description="serve exported volumes over NBD; unset: off"
+    )
+    nbd_tls_cert: Path | None = Field(default=None, description="PEM server certificate chain")
+    nbd_tls_key: Path | None = Field(default=None, description="PEM private key of nbd_tls_cert")
+    nbd_tls_ca: Path | None = Field(
+        default=None, description="PEM CA certificates that client certificates must chain to"
+    )
     pacing: float | None = Field(
         default=None,
         gt=0,
@@ -64,6 +72,16 @@ class Settings(BaseSettings):
             token = getattr(self, name)
             if token is not None and len(token.get_secret_value()) < 16:
                 raise ValueError(f"REQCRYPT_{name.upper()} must be at least 16 characters")
+        tls = (self.nbd_tls_cert, self.nbd_tls_key, self.nbd_tls_ca)
+        if any(path is not None for path in tls) and not all(path is not None for path in tls):
+            raise ValueError(
+                "NBD TLS needs all of REQCRYPT_NBD_TLS_CERT, REQCRYPT_NBD_TLS_KEY and REQCRYPT_NBD_TLS_CA"
+            )
+        if self.nbd_port is not None and not is_loopback(self.host) and self.nbd_tls_ca is None:
+            raise ValueError(
+                f"REQCRYPT_NBD_PORT on {self.host!r} (not loopback) needs TLS with verified "
+                "client certificates: set REQCRYPT_NBD_TLS_CERT, REQCRYPT_NBD_TLS_KEY and REQCRYPT_NBD_TLS_CA"
+            )
         if self.master_key is not None:
             raw = self.master_key.get_secret_value()
             try:

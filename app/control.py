@@ -234,6 +234,7 @@ class Control:
         limits: QueueLimits | None = None,
         elevator: Elevator = "none",
         plug_window_us: int | None = None,
+        nbd_export: bool = False,
     ) -> Volume:
         """dmsetup create: load + resume. ``plug_window_us`` None: the service default."""
         check_name("volume", name)
@@ -254,6 +255,7 @@ class Control:
                 plug_window_us=self.plug_window_us if plug_window_us is None else plug_window_us,
                 suspend_wait_seconds=self.suspend_wait_seconds,
             )
+            volume.nbd_export = nbd_export
             volume.load(table)
             volume.check_resumable()
             with self._transaction() as session:
@@ -266,6 +268,7 @@ class Control:
                     elevator=elevator,
                     queue_limits=asdict(limits),
                     plug_window_us=plug_window_us,
+                    nbd_export=nbd_export,
                     event_nr=1,
                 )
                 session.add(row)
@@ -409,6 +412,7 @@ class Control:
         limits: QueueLimits | None = None,
         elevator: Elevator | None = None,
         plug_window_us: int | None = None,
+        nbd_export: bool | None = None,
     ) -> None:
         if limits is not None:
             limits.validate()
@@ -430,6 +434,8 @@ class Control:
                     row.elevator = elevator
                 if plug_window_us is not None:
                     row.plug_window_us = plug_window_us
+                if nbd_export is not None:
+                    row.nbd_export = nbd_export
             volume.retune(
                 dispatch_mode=dispatch_mode,
                 engine=engine_obj,
@@ -437,6 +443,8 @@ class Control:
                 elevator=elevator,
                 plug_window_us=plug_window_us,
             )
+            if nbd_export is not None:
+                volume.nbd_export = nbd_export
 
     # ------------------------------------------------------------------ restart
 
@@ -522,6 +530,7 @@ class Control:
         if inactive_row is not None:
             volume.load(self._load_stored(row, inactive_row, keys))
         volume.event_nr = row.event_nr
+        volume.nbd_export = row.nbd_export
         self.volumes[row.name] = volume
 
     def close(self) -> None:

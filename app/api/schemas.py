@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -71,6 +72,7 @@ class VolumeCreate(BaseModel):
         le=1_000_000,
         description="request mode's plug window; default: service setting",
     )
+    nbd_export: bool = Field(default=False, description="serve over NBD under the volume's name")
 
 
 class VolumePatch(BaseModel):
@@ -81,6 +83,7 @@ class VolumePatch(BaseModel):
     elevator: ElevatorField | None = None
     queue_limits: QueueLimitsIn | None = None
     plug_window_us: int | None = Field(default=None, ge=0, le=1_000_000)
+    nbd_export: bool | None = None
 
 
 class TableIn(BaseModel):
@@ -115,6 +118,14 @@ class TargetOut(BaseModel):
     params: str = Field(description="arguments as dmsetup table prints them, keys zeroed")
 
 
+class NbdConnectionOut(BaseModel):
+    peer: str
+    tls: bool
+    structured_replies: bool
+    in_flight: int
+    connected_at: datetime
+
+
 class VolumeOut(BaseModel):
     name: str
     uuid: str
@@ -131,6 +142,10 @@ class VolumeOut(BaseModel):
     queue_limits: QueueLimitsIn
     plug_window_us: int
     logical_block_size: int
+    nbd_export: bool
+    nbd_connections: list[NbdConnectionOut] = Field(
+        default_factory=list, description="open NBD connections to this volume"
+    )
 
 
 class RangeIn(BaseModel):

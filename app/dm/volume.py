@@ -15,7 +15,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
@@ -95,6 +95,17 @@ def missing_key(table: Table) -> int | None:
     return None
 
 
+@dataclass(slots=True, eq=False)
+class BatchIo:
+    """One whole-block read or write of ``Volume.submit_batch``: READ fills ``buffer``."""
+
+    op: Literal[Op.READ, Op.WRITE]
+    offset: int
+    buffer: memoryview
+    fua: bool = False
+    error: Exception | None = None
+
+
 @dataclass(slots=True)
 class VolumeInfo:
     name: str
@@ -141,6 +152,8 @@ class Volume:
         self.event_nr = 0
         self.generation = 0
         self.open_count = 0
+        #: Served by the NBD front end under this volume's name (set by the control plane).
+        self.nbd_export = False
         self.stats = QueueStats()
         self._requested_limits = limits
         self.queue = BlockQueue(
@@ -504,6 +517,50 @@ class Volume:
                     merged[offset - start : offset - start + length] = view
                     self._submit(Op.WRITE, start, len(merged), [merged], fua=fua)
             self.generation += 1
+
+    def submit_batch(self, ios: Sequence[BatchIo]) -> None:
+        """Whole-block reads and writes from one submitter (an NBD client's pipelined
+        requests), submitted back to back so they share the plug and merge as one
+        task's plugged bios do, then waited for together. Never raises: each I/O's
+        failure lands in its ``error``."""
+        if not ios:
+            return
+        try:
+            with self._io(), ExitStack() as held:
+                submitted: list[tuple[BatchIo, Bio]] = []
+                for io in ios:
+                    try:
+                        self.check_range(io.offset, len(io.buffer))
+                        held.enter_context(
+                            self._ranges.hold(
+                                io.offset, io.offset + len(io.buffer), exclusive=False
+                            )
+                        )
+                        bio = Bio(
+                            io.op,
+                            io.offset // SECTOR_SIZE,
+                            len(io.buffer) // SECTOR_SIZE,
+                            [io.buffer],
+                            fua=io.fua,
+                        )
+                        self.queue.submit_bio(bio)
+                    except Exception as error:
+                        io.error = error
+                        continue
+                    submitted.append((io, bio))
+                wrote = False
+                for io, bio in submitted:
+                    try:
+                        bio.wait()
+                    except Exception as error:
+                        io.error = error
+                    wrote |= io.op is Op.WRITE
+                if wrote:
+                    self.generation += 1
+        except Exception as error:  # not admitted: suspended too long, or removed
+            for io in ios:
+                if io.error is None:
+                    io.error = error
 
     def flush(self) -> None:
         """Returns once every write completed before it is durable."""

@@ -11,10 +11,11 @@ from fastapi import APIRouter, Request, Response
 from fastapi.responses import PlainTextResponse
 from starlette.exceptions import HTTPException
 
-from app.api.deps import AdminDep, ControlDep, RoleDep
+from app.api.deps import AdminDep, ControlDep, RoleDep, StateDep
 from app.api.problems import responses
 from app.api.schemas import (
     MessageIn,
+    NbdConnectionOut,
     QueueLimitsIn,
     RenameIn,
     SuspendIn,
@@ -26,11 +27,12 @@ from app.api.schemas import (
 from app.blk.limits import QueueLimits
 from app.dm.table import SECTOR_SIZE, format_table
 from app.dm.volume import Volume
+from app.nbd.server import NbdServer
 
 router = APIRouter(prefix="/v1/volumes", tags=["volumes"], responses=responses(401, 403))
 
 
-def volume_out(volume: Volume) -> VolumeOut:
+def volume_out(volume: Volume, nbd: NbdServer | None = None) -> VolumeOut:
     info = volume.info()
     tables: list[Any] = (["LIVE"] if info.has_live else []) + (
         ["INACTIVE"] if info.has_inactive else []
@@ -60,6 +62,12 @@ def volume_out(volume: Volume) -> VolumeOut:
         queue_limits=QueueLimitsIn(**asdict(info.limits)),
         plug_window_us=info.plug_window_us,
         logical_block_size=info.limits.logical_block_size,
+        nbd_export=volume.nbd_export,
+        nbd_connections=[
+            NbdConnectionOut(**connection) for connection in nbd.connections_of(volume)
+        ]
+        if nbd is not None
+        else [],
     )
 
 
@@ -98,6 +106,7 @@ def create_volume(body: VolumeCreate, control: ControlDep, _: AdminDep) -> Volum
         limits=limits_of(body.queue_limits),
         elevator=body.elevator,
         plug_window_us=body.plug_window_us,
+        nbd_export=body.nbd_export,
     )
     return volume_out(volume)
 
@@ -108,8 +117,8 @@ def list_volumes(control: ControlDep, _: RoleDep) -> list[VolumeOut]:
 
 
 @router.get("/{name}", response_model=VolumeOut, responses=responses(404))
-def get_volume(name: str, control: ControlDep, _: RoleDep) -> VolumeOut:
-    return volume_out(control.volume(name))
+def get_volume(name: str, state: StateDep, _: RoleDep) -> VolumeOut:
+    return volume_out(state.control.volume(name), state.nbd)
 
 
 @router.patch("/{name}", response_model=VolumeOut, responses=responses(404, 422))
@@ -121,6 +130,7 @@ def patch_volume(name: str, body: VolumePatch, control: ControlDep, _: AdminDep)
         limits=limits_of(body.queue_limits),
         elevator=body.elevator,
         plug_window_us=body.plug_window_us,
+        nbd_export=body.nbd_export,
     )
     return volume_out(control.volume(name))
 
@@ -203,9 +213,10 @@ def rename_volume(name: str, body: RenameIn, control: ControlDep, _: AdminDep) -
 
 
 @router.get("/{name}/status", responses=responses(404))
-def volume_status(name: str, control: ControlDep, _: RoleDep) -> dict[str, Any]:
-    """``dmsetup status`` lines plus iostat-style statistics of the volume's queue."""
-    volume = control.volume(name)
+def volume_status(name: str, state: StateDep, _: RoleDep) -> dict[str, Any]:
+    """``dmsetup status`` lines plus iostat-style statistics of the volume's queue
+    (HTTP and NBD I/O alike) and, when the NBD server runs, its requests and connections."""
+    volume = state.control.volume(name)
     lines = []
     if volume.live is not None:
         for line, target in zip(volume.live.table.lines, volume.live.targets, strict=True):
@@ -218,6 +229,12 @@ def volume_status(name: str, control: ControlDep, _: RoleDep) -> dict[str, Any]:
         "engine": volume.engine.name,
         "in_flight": volume.in_flight,
         "stats": volume.stats.snapshot(),
+        "nbd": {
+            **state.nbd.stats_of(volume).snapshot(),
+            "connections": state.nbd.connections_of(volume),
+        }
+        if state.nbd is not None
+        else None,
     }
 
 
