@@ -174,7 +174,7 @@ def server_greeting() -> bytes:
 
 def parse_client_flags(data: bytes) -> ClientFlag:
     (value,) = U32.unpack(data)
-    if value & ~(ClientFlag.C_FIXED_NEWSTYLE | ClientFlag.C_NO_ZEROES):
+    if value & ~int(ClientFlag.C_FIXED_NEWSTYLE | ClientFlag.C_NO_ZEROES):
         raise ProtocolError(f"unknown client flags {value:#x}")
     return ClientFlag(value)
 
@@ -288,7 +288,7 @@ def check_request(header: RequestHeader, export: Export) -> tuple[Errno, str]:
         command = Command(header.command)
     except ValueError:
         return Errno.EINVAL, f"unknown command {header.command}"
-    if header.flags & ~ALLOWED_FLAGS[command]:
+    if header.flags & ~int(ALLOWED_FLAGS[command]):
         return Errno.EINVAL, f"flags {header.flags:#x} are not valid for {command.name}"
     if command is Command.FLUSH or command is Command.DISC:
         if header.offset or header.length:
@@ -325,7 +325,3 @@ def error_chunk(handle: int, error: int, message: str) -> bytes:
         CHUNK.pack(STRUCTURED_REPLY_MAGIC, REPLY_FLAG_DONE, ChunkType.ERROR, handle, len(payload))
         + payload
     )
-
-
-def done_chunk(handle: int) -> bytes:
-    return CHUNK.pack(STRUCTURED_REPLY_MAGIC, REPLY_FLAG_DONE, ChunkType.NONE, handle, 0)
