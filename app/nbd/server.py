@@ -51,8 +51,12 @@ from app.nbd.protocol import (
 
 log = logging.getLogger("reqcrypt.nbd")
 
-#: Requests one connection may have in flight before it stops reading the socket.
+#: Requests, and their payload bytes, one connection may have in flight before it stops
+#: taking requests off the socket.
 MAX_IN_FLIGHT = 256
+MAX_IN_FLIGHT_BYTES = 64 << 20
+#: Replies queued for a client past which it stops being read (a few MiB-sized replies).
+WRITE_BUFFER_HIGH = 8 << 20
 #: A client that has not finished option haggling by then is dropped.
 NEGOTIATION_TIMEOUT = 30.0
 WATCH_INTERVAL = 0.2
@@ -164,6 +168,12 @@ def _write_zeroes(volume: Volume, offset: int, length: int) -> None:
         volume.write_zeroes(start, end - start)
     if offset + length > end:
         volume.write(end, zeros[: offset + length - end])
+
+
+def _payload_bytes(batch: Sequence[NbdIo]) -> int:
+    return sum(
+        io.header.length for io in batch if io.header.command in (Command.READ, Command.WRITE)
+    )
 
 
 def errno_of(error: BaseException) -> Errno:
@@ -285,6 +295,7 @@ class NbdConnection(asyncio.Protocol):
         self.tls_active = False
         self.transmission = False
         self.in_flight = 0
+        self.in_flight_bytes = 0
         self.closing = False
         self.closed = False
         self._discard = 0
@@ -297,6 +308,7 @@ class NbdConnection(asyncio.Protocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.Transport, transport)  # uvloop's is not a subclass
+        self.transport.set_write_buffer_limits(high=WRITE_BUFFER_HIGH)
         peer = self.transport.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
         self.server.connections.add(self)
@@ -440,6 +452,7 @@ class NbdConnection(asyncio.Protocol):
         if transport is None:
             raise ConnectionResetError("TLS handshake did not complete")
         self.transport = transport
+        self.transport.set_write_buffer_limits(high=WRITE_BUFFER_HIGH)
         self.tls_active = True
 
     def _enter_transmission(self, volume: Volume, export: Export) -> None:
@@ -464,8 +477,15 @@ class NbdConnection(asyncio.Protocol):
         stats = self.stats
         assert export is not None
         assert stats is not None
+        in_flight = self.in_flight
+        in_flight_bytes = self.in_flight_bytes
         try:
-            while not self.closing:
+            while (
+                not self.closing
+                and not self._writing_paused
+                and in_flight < MAX_IN_FLIGHT
+                and in_flight_bytes < MAX_IN_FLIGHT_BYTES
+            ):
                 if self._discard:
                     dropped = min(self._discard, size - position)
                     position += dropped
@@ -495,6 +515,9 @@ class NbdConnection(asyncio.Protocol):
                     replies.append(self._error_reply(header.handle, error, message))
                     continue
                 batch.append(NbdIo(header, payload))
+                in_flight += 1
+                if header.command in (Command.READ, Command.WRITE):
+                    in_flight_bytes += header.length
         except ProtocolError as error:
             log.info("NBD client %s broke the protocol: %s", self.peer, error)
             self.abort()
@@ -509,6 +532,7 @@ class NbdConnection(asyncio.Protocol):
         volume = self.volume
         assert volume is not None
         self.in_flight += len(batch)
+        self.in_flight_bytes += _payload_bytes(batch)
         self._update_reading()
         task = asyncio.get_running_loop().create_task(
             self.server.executor.run(execute_batch, volume, batch)
@@ -549,7 +573,10 @@ class NbdConnection(asyncio.Protocol):
             if not self.closed and self.transport is not None:
                 self.transport.writelines(parts)
             self.in_flight -= len(batch)
+            self.in_flight_bytes -= _payload_bytes(batch)
             self._update_reading()
+            if self.buffer and self.transmission and not self.closed:
+                self._parse()  # requests left waiting while the connection was at its bound
 
         return done
 
@@ -568,7 +595,11 @@ class NbdConnection(asyncio.Protocol):
             if self.in_flight == 0:
                 transport.close()
             return
-        pause = self.in_flight >= MAX_IN_FLIGHT or self._writing_paused
+        pause = (
+            self.in_flight >= MAX_IN_FLIGHT
+            or self.in_flight_bytes >= MAX_IN_FLIGHT_BYTES
+            or self._writing_paused
+        )
         if pause and not self._reading_paused:
             transport.pause_reading()
             self._reading_paused = True
