@@ -60,7 +60,6 @@ WRITE_BUFFER_HIGH = 8 << 20
 #: A client that has not finished option haggling by then is dropped.
 NEGOTIATION_TIMEOUT = 30.0
 WATCH_INTERVAL = 0.2
-ZERO_CHUNK = 1 << 20
 
 
 # ------------------------------------------------------------------- statistics
@@ -161,7 +160,7 @@ def _write_zeroes(volume: Volume, offset: int, length: int) -> None:
     unit = volume.limits.logical_block_size
     start = min(-(-offset // unit) * unit, offset + length)
     end = max((offset + length) // unit * unit, start)
-    zeros = memoryview(bytes(min(ZERO_CHUNK, max(start - offset, offset + length - end, 1))))
+    zeros = memoryview(bytes(unit))
     if start > offset:
         volume.write(offset, zeros[: start - offset])
     if end > start:
