@@ -1,12 +1,16 @@
 """The NBD server: asyncio connections in front of the volumes' block queues.
 
 Threading model. Everything on a connection runs on the event loop except the
-I/O itself. In transmission, ``data_received`` parses every complete request
-waiting in the socket buffer at once into a batch and hands the batch to the
-I/O executor as one job (``execute_batch``): its whole-block reads and writes
-enter the volume's queue back to back, under one plug, so request mode merges
-a client's queue depth as the kernel merges a plug. Batches of one connection
-run concurrently; replies go out in completion order, matched by handle.
+I/O itself. In transmission, every complete request waiting in the buffer
+becomes one batch, handed to the I/O executor as one job (``execute_batch``):
+its whole-block reads and writes enter the volume's queue back to back, under
+one plug, so request mode merges a client's queue depth as the kernel merges a
+plug. A connection runs one batch at a time (group commit): what arrives while
+a batch runs waits in the buffer and becomes the next batch. With a batch per
+socket read instead, fio's 4 KiB sequential writes at iodepth 32 settled into
+either ~30 or ~2 requests per batch from run to run; one at a time, into half
+the client's queue depth every run. Replies go out as each batch completes,
+matched by handle; connections run concurrently.
 
 Back-pressure. A worker never blocks on the socket: replies are queued on the
 transport. When the transport's buffer passes its high-water mark (a slow
@@ -295,6 +299,7 @@ class NbdConnection(asyncio.Protocol):
         self.transmission = False
         self.in_flight = 0
         self.in_flight_bytes = 0
+        self.job_running = False
         self.closing = False
         self.closed = False
         self._discard = 0
@@ -467,6 +472,8 @@ class NbdConnection(asyncio.Protocol):
 
     def _parse(self) -> None:
         """Every complete request in the buffer becomes part of one batch."""
+        if self.job_running:
+            return
         buffer = self.buffer
         size = len(buffer)
         position = 0
@@ -532,6 +539,7 @@ class NbdConnection(asyncio.Protocol):
         assert volume is not None
         self.in_flight += len(batch)
         self.in_flight_bytes += _payload_bytes(batch)
+        self.job_running = True
         self._update_reading()
         task = asyncio.get_running_loop().create_task(
             self.server.executor.run(execute_batch, volume, batch)
@@ -573,6 +581,7 @@ class NbdConnection(asyncio.Protocol):
                 self.transport.writelines(parts)
             self.in_flight -= len(batch)
             self.in_flight_bytes -= _payload_bytes(batch)
+            self.job_running = False
             self._update_reading()
             if self.buffer and self.transmission and not self.closed:
                 self._parse()  # requests left waiting while the connection was at its bound
