@@ -15,7 +15,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import ExitStack, contextmanager
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
@@ -526,16 +526,19 @@ class Volume:
         if not ios:
             return
         try:
-            with self._io(), ExitStack() as held:
-                submitted: list[tuple[BatchIo, Bio]] = []
+            with self._io():
+                admitted: list[BatchIo] = []
                 for io in ios:
                     try:
                         self.check_range(io.offset, len(io.buffer))
-                        held.enter_context(
-                            self._ranges.hold(
-                                io.offset, io.offset + len(io.buffer), exclusive=False
-                            )
-                        )
+                    except Exception as error:
+                        io.error = error
+                        continue
+                    admitted.append(io)
+                ranges = [(io.offset, io.offset + len(io.buffer)) for io in admitted]
+                with self._ranges.hold_shared(ranges):
+                    submitted: list[tuple[BatchIo, Bio]] = []
+                    for io in admitted:
                         bio = Bio(
                             io.op,
                             io.offset // SECTOR_SIZE,
@@ -543,20 +546,21 @@ class Volume:
                             [io.buffer],
                             fua=io.fua,
                         )
-                        self.queue.submit_bio(bio)
-                    except Exception as error:
-                        io.error = error
-                        continue
-                    submitted.append((io, bio))
-                wrote = False
-                for io, bio in submitted:
-                    try:
-                        bio.wait()
-                    except Exception as error:
-                        io.error = error
-                    wrote |= io.op is Op.WRITE
-                if wrote:
-                    self.generation += 1
+                        try:
+                            self.queue.submit_bio(bio)
+                        except Exception as error:
+                            io.error = error
+                            continue
+                        submitted.append((io, bio))
+                    wrote = False
+                    for io, bio in submitted:
+                        try:
+                            bio.wait()
+                        except Exception as error:
+                            io.error = error
+                        wrote |= io.op is Op.WRITE
+                    if wrote:
+                        self.generation += 1
         except Exception as error:  # not admitted: suspended too long, or removed
             for io in ios:
                 if io.error is None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 from enum import IntEnum, IntFlag
+from typing import NamedTuple
 
 NBDMAGIC = 0x4E42444D41474943
 IHAVEOPT = 0x49484156454F5054
@@ -254,8 +255,9 @@ def export_name_reply(export: Export, *, no_zeroes: bool) -> bytes:
 # --------------------------------------------------------------- transmission
 
 
-@dataclass(frozen=True, slots=True)
-class RequestHeader:
+class RequestHeader(NamedTuple):
+    """A request's fixed part (a tuple: one is built per request on the hot path)."""
+
     flags: int
     command: int
     handle: int
