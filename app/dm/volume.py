@@ -520,9 +520,10 @@ class Volume:
 
     def submit_batch(self, ios: Sequence[BatchIo]) -> None:
         """Whole-block reads and writes from one submitter (an NBD client's pipelined
-        requests), submitted back to back so they share the plug and merge as one
-        task's plugged bios do, then waited for together. Never raises: each I/O's
-        failure lands in its ``error``."""
+        requests), submitted back to back under one plug and merged as one task's
+        plugged bios are, dispatched at once (blk_finish_plug: the batch was the
+        plug's window), then waited for together. Never raises: each I/O's failure
+        lands in its ``error``."""
         if not ios:
             return
         try:
@@ -552,6 +553,7 @@ class Volume:
                             io.error = error
                             continue
                         submitted.append((io, bio))
+                    self.queue.finish_plug()
                     wrote = False
                     for io, bio in submitted:
                         try:

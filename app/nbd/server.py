@@ -5,12 +5,12 @@ I/O itself. In transmission, every complete request waiting in the buffer
 becomes one batch, handed to the I/O executor as one job (``execute_batch``):
 its whole-block reads and writes enter the volume's queue back to back, under
 one plug, so request mode merges a client's queue depth as the kernel merges a
-plug. A connection runs one batch at a time (group commit): what arrives while
-a batch runs waits in the buffer and becomes the next batch. With a batch per
+plug. Small requests run one batch at a time per connection (group commit): what
+arrives while a batch runs waits and becomes the next batch. With a batch per
 socket read instead, fio's 4 KiB sequential writes at iodepth 32 settled into
-either ~30 or ~2 requests per batch from run to run; one at a time, into half
-the client's queue depth every run. Replies go out as each batch completes,
-matched by handle; connections run concurrently.
+either ~30 or ~2 requests per batch from run to run; one at a time, nearer half
+the client's queue depth. Pending requests moving BIG_BATCH bytes or more start
+at once. Replies go out as each batch completes, matched by handle.
 
 Back-pressure. A worker never blocks on the socket: replies are queued on the
 transport. When the transport's buffer passes its high-water mark (a slow
@@ -59,6 +59,9 @@ log = logging.getLogger("reqcrypt.nbd")
 #: taking requests off the socket.
 MAX_IN_FLIGHT = 256
 MAX_IN_FLIGHT_BYTES = 64 << 20
+#: Pending requests moving this many bytes start a batch even while one runs: they are
+#: too big to gain from merging, and a second batch runs on another core.
+BIG_BATCH = 1 << 20
 #: Replies queued for a client past which it stops being read (a few MiB-sized replies).
 WRITE_BUFFER_HIGH = 8 << 20
 #: A client that has not finished option haggling by then is dropped.
@@ -299,9 +302,12 @@ class NbdConnection(asyncio.Protocol):
         self.transmission = False
         self.in_flight = 0
         self.in_flight_bytes = 0
-        self.job_running = False
+        self.jobs = 0
+        self.pending: list[NbdIo] = []
+        self.pending_bytes = 0
         self.closing = False
         self.closed = False
+        self._linger: asyncio.TimerHandle | None = None
         self._discard = 0
         self._waiter: asyncio.Future[None] | None = None
         self._reading_paused = False
@@ -321,7 +327,9 @@ class NbdConnection(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         self.buffer += data
         if self.transmission:
+            idle = not self.pending and not self.jobs
             self._parse()
+            self._schedule(arrived=idle)
         elif self._waiter is not None and not self._waiter.done():
             self._waiter.set_result(None)
 
@@ -340,6 +348,9 @@ class NbdConnection(asyncio.Protocol):
     def resume_writing(self) -> None:
         self._writing_paused = False
         self._update_reading()
+        if self.buffer and self.transmission:
+            self._parse()
+            self._schedule(arrived=False)
 
     def _lost(self) -> None:
         self.closed = True
@@ -467,30 +478,27 @@ class NbdConnection(asyncio.Protocol):
         self.transmission = True
         if self.buffer:
             self._parse()
+            self._schedule(arrived=False)
 
     # ----------------------------------------------------------- transmission
 
     def _parse(self) -> None:
-        """Every complete request in the buffer becomes part of one batch."""
-        if self.job_running:
-            return
+        """Take every complete request off the buffer, then submit what is pending."""
         buffer = self.buffer
         size = len(buffer)
         position = 0
-        batch: list[NbdIo] = []
+        batch = self.pending
         replies: list[bytes] = []
         export = self.export
         stats = self.stats
         assert export is not None
         assert stats is not None
-        in_flight = self.in_flight
-        in_flight_bytes = self.in_flight_bytes
         try:
             while (
                 not self.closing
                 and not self._writing_paused
-                and in_flight < MAX_IN_FLIGHT
-                and in_flight_bytes < MAX_IN_FLIGHT_BYTES
+                and self.in_flight < MAX_IN_FLIGHT
+                and self.in_flight_bytes < MAX_IN_FLIGHT_BYTES
             ):
                 if self._discard:
                     dropped = min(self._discard, size - position)
@@ -521,9 +529,10 @@ class NbdConnection(asyncio.Protocol):
                     replies.append(self._error_reply(header.handle, error, message))
                     continue
                 batch.append(NbdIo(header, payload))
-                in_flight += 1
+                self.in_flight += 1
                 if header.command in (Command.READ, Command.WRITE):
-                    in_flight_bytes += header.length
+                    self.in_flight_bytes += header.length
+                    self.pending_bytes += header.length
         except ProtocolError as error:
             log.info("NBD client %s broke the protocol: %s", self.peer, error)
             self.abort()
@@ -531,16 +540,43 @@ class NbdConnection(asyncio.Protocol):
         del buffer[:position]
         if replies:
             self._send(b"".join(replies))
-        if batch:
-            self._submit(batch)
+        self._update_reading()
 
-    def _submit(self, batch: list[NbdIo]) -> None:
+    def _schedule(self, *, arrived: bool) -> None:
+        """Submit the pending requests now, or hold them for the plug window.
+
+        A batch that starts on an idle connection (``arrived``: from the socket) is held
+        for the volume's plug window, so that the rest of a client's burst, still on the
+        wire, joins it; requests gathered while a batch ran go at once; big ones always.
+        """
+        if not self.pending or self._linger is not None:
+            return
         volume = self.volume
         assert volume is not None
-        self.in_flight += len(batch)
-        self.in_flight_bytes += _payload_bytes(batch)
-        self.job_running = True
-        self._update_reading()
+        if self.pending_bytes < BIG_BATCH and not self.closing:
+            if self.jobs:
+                return
+            window = volume.queue.plug_window_us
+            if arrived and window and volume.dispatch_mode == "request":
+                loop = asyncio.get_running_loop()
+                self._linger = loop.call_later(window / 1e6, self._end_linger)
+                return
+        self._submit()
+
+    def _end_linger(self) -> None:
+        self._linger = None
+        if not self.closed:
+            self._submit()
+
+    def _submit(self) -> None:
+        batch = self.pending
+        if not batch:
+            return
+        self.pending = []
+        self.pending_bytes = 0
+        volume = self.volume
+        assert volume is not None
+        self.jobs += 1
         task = asyncio.get_running_loop().create_task(
             self.server.executor.run(execute_batch, volume, batch)
         )
@@ -581,10 +617,12 @@ class NbdConnection(asyncio.Protocol):
                 self.transport.writelines(parts)
             self.in_flight -= len(batch)
             self.in_flight_bytes -= _payload_bytes(batch)
-            self.job_running = False
+            self.jobs -= 1
             self._update_reading()
-            if self.buffer and self.transmission and not self.closed:
-                self._parse()  # requests left waiting while the connection was at its bound
+            if self.transmission and not self.closed:
+                if not self._writing_paused:
+                    self._parse()  # requests left waiting while the connection was at its bound
+                self._schedule(arrived=False)
 
         return done
 
