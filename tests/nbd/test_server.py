@@ -384,3 +384,51 @@ async def test_a_client_that_stops_reading_does_not_hold_the_queue(
     assert len(connection.buffer) > 0
     await slow.close()
     await other.close()
+
+
+async def test_a_burst_arriving_within_the_plug_window_is_one_batch(
+    port: int, client: httpx.AsyncClient
+) -> None:
+    await make_device(client, "pvw", MIB)
+    await make_volume(
+        client, "win", xts_table("pvw", 2048), nbd_export=True, plug_window_us=300_000
+    )
+    raw = await RawClient.open(port, "win")
+    raw.send(Command.WRITE, 0, 4096, payload=b"\x01" * 4096)
+    await raw.writer.drain()
+    await asyncio.sleep(0.05)
+    for i in range(1, 8):
+        raw.send(Command.WRITE, i * 4096, 4096, payload=bytes([i + 1]) * 4096)
+    answers = [await raw.answer() for _ in range(8)]
+    assert all(a.error == 0 for a in answers)
+    status = (await client.get("/v1/volumes/win/status")).json()
+    assert status["nbd"]["batches"] == 1
+    assert status["stats"]["w_ios"] == 1
+    await raw.close()
+
+
+async def test_requests_arriving_while_a_batch_runs_wait_to_form_the_next(
+    port: int, exported: str, app: FastAPI, client: httpx.AsyncClient
+) -> None:
+    raw = await RawClient.open(port, exported)
+    assert (await client.post("/v1/volumes/vol/suspend")).status_code == 200
+    raw.send(Command.READ, 0, 512)  # its batch waits on the suspended volume
+    await raw.writer.drain()
+    await asyncio.sleep(0.05)
+    for i in range(5):
+        raw.send(Command.READ, (i + 1) * 4096, 512)
+        await raw.writer.drain()
+        await asyncio.sleep(0.02)
+    (connection,) = app.state.reqcrypt.nbd.connections
+    assert connection.jobs == 1
+    assert len(connection.pending) == 5
+    big = raw.send(Command.READ, 0, MIB)  # too big to wait: the pending batch starts beside it
+    await asyncio.sleep(0.05)
+    assert connection.jobs == 2
+    assert (await client.post("/v1/volumes/vol/resume")).status_code == 200
+    answers = [await raw.answer() for _ in range(7)]
+    assert all(a.error == 0 for a in answers)
+    assert any(a.handle == big and len(a.data) == MIB for a in answers)
+    status = (await client.get("/v1/volumes/vol/status")).json()
+    assert status["nbd"]["batches"] == 2
+    await raw.close()
