@@ -246,6 +246,9 @@ class NbdServer:
                 volume = connection.volume
                 if volume is not None and not self._still_exported(connection.name, volume):
                     connection.shutdown()
+            live = {volume.uuid for volume in self.control.volumes.values()}
+            for uuid in [uuid for uuid in self.stats if uuid not in live]:
+                del self.stats[uuid]
 
     def _still_exported(self, name: str, volume: Volume) -> bool:
         return self.control.volumes.get(name) is volume and volume.nbd_export

@@ -432,3 +432,16 @@ async def test_requests_arriving_while_a_batch_runs_wait_to_form_the_next(
     status = (await client.get("/v1/volumes/vol/status")).json()
     assert status["nbd"]["batches"] == 2
     await raw.close()
+
+
+async def test_a_removed_volume_leaves_no_nbd_statistics_behind(
+    port: int, exported: str, app: FastAPI, client: httpx.AsyncClient
+) -> None:
+    raw = await RawClient.open(port, exported)
+    assert (await raw.request(Command.READ, 0, 512)).error == 0
+    server = app.state.reqcrypt.nbd
+    assert len(server.stats) == 1
+    assert (await client.delete("/v1/volumes/vol")).status_code == 204
+    assert await raw.closed_by_server()
+    await asyncio.sleep(0.5)
+    assert server.stats == {}
