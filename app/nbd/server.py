@@ -42,6 +42,7 @@ from app.dm.volume import BatchIo, Volume
 from app.errors import InvalidInput, RangeNotSatisfiable, ReqcryptError
 from app.nbd import protocol
 from app.nbd.protocol import (
+    COMMAND_NAMES,
     ClientFlag,
     Command,
     CommandFlag,
@@ -54,6 +55,8 @@ from app.nbd.protocol import (
 )
 
 log = logging.getLogger("reqcrypt.nbd")
+
+FUA = int(CommandFlag.FUA)
 
 #: Requests, and their payload bytes, one connection may have in flight before it stops
 #: taking requests off the socket.
@@ -121,7 +124,7 @@ def execute_batch(volume: Volume, ios: Sequence[NbdIo]) -> None:
             plugged.append((io, BatchIo(Op.READ, header.offset, io.data)))
         elif header.command == Command.WRITE and aligned:
             assert io.payload is not None
-            fua = bool(header.flags & CommandFlag.FUA)
+            fua = bool(header.flags & FUA)
             plugged.append((io, BatchIo(Op.WRITE, header.offset, io.payload, fua=fua)))
         else:
             rest.append(io)
@@ -137,7 +140,7 @@ def execute_batch(volume: Volume, ios: Sequence[NbdIo]) -> None:
 
 def _execute_one(volume: Volume, io: NbdIo) -> None:
     header = io.header
-    fua = bool(header.flags & CommandFlag.FUA)
+    fua = bool(header.flags & FUA)
     command = Command(header.command)
     if command is Command.READ:
         io.data = mempool.page_aligned(header.length).data
@@ -177,9 +180,7 @@ def _write_zeroes(volume: Volume, offset: int, length: int) -> None:
 
 
 def _payload_bytes(batch: Sequence[NbdIo]) -> int:
-    return sum(
-        io.header.length for io in batch if io.header.command in (Command.READ, Command.WRITE)
-    )
+    return sum(io.header.length for io in batch if io.header.command <= Command.WRITE)
 
 
 def errno_of(error: BaseException) -> Errno:
@@ -266,7 +267,7 @@ class NbdServer:
         export = Export(
             name=name,
             size=volume.size,
-            flags=protocol.transmission_flags(read_only=False, trim=trim),
+            flags=int(protocol.transmission_flags(read_only=False, trim=trim)),
             minimum_block=1,
             preferred_block=limits.logical_block_size,
             maximum_block=limits.max_sectors * 512,
@@ -533,7 +534,7 @@ class NbdConnection(asyncio.Protocol):
                     continue
                 batch.append(NbdIo(header, payload))
                 self.in_flight += 1
-                if header.command in (Command.READ, Command.WRITE):
+                if header.command <= Command.WRITE:
                     self.in_flight_bytes += header.length
                     self.pending_bytes += header.length
         except ProtocolError as error:
@@ -595,11 +596,11 @@ class NbdConnection(asyncio.Protocol):
             for io in batch:
                 header = io.header
                 error = io.error if failure is None else failure
-                stats.requests[Command(header.command).name.lower()] += 1
+                stats.requests[COMMAND_NAMES[header.command]] += 1
                 if error is not None:
                     stats.errors += 1
                     if not isinstance(error, ReqcryptError):
-                        log.error("NBD %s failed", Command(header.command).name, exc_info=error)
+                        log.error("NBD %s failed", COMMAND_NAMES[header.command], exc_info=error)
                     detail = error.detail if isinstance(error, ReqcryptError) else "I/O error"
                     parts.append(self._error_reply(header.handle, errno_of(error), detail))
                 elif header.command == Command.READ:
