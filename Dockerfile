@@ -1,13 +1,14 @@
 # reqcrypt service image: slim Python, non-root, migrations applied on start.
 # A build stage compiles the C extension (app/_native.c) into the wheel; the
 # runtime image has no compiler (its libssl3 is the libcrypto the extension links).
-# Migrations ship inside the package.
+# Migrations (top-level migrations/) ship inside the wheel as app.migrations (setup.py).
 FROM python:3.11-slim AS build
 RUN apt-get update && apt-get install -y --no-install-recommends gcc libc6-dev libssl-dev \
     && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
-COPY pyproject.toml README.md ./
+COPY pyproject.toml setup.py README.md ./
 COPY app ./app
+COPY migrations ./migrations
 RUN pip wheel --no-cache-dir --no-deps --wheel-dir /wheels .
 
 FROM python:3.11-slim

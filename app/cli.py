@@ -1,4 +1,4 @@
-"""The ``reqcrypt`` command: serve, migrate, bench, and a dmsetup-like client."""
+"""The ``reqcrypt`` command: serve, migrate, bench, and clients (dmsetup, dev, io, iostat, engines)."""
 
 from __future__ import annotations
 
@@ -8,14 +8,17 @@ import gc
 from typing import Annotated
 
 import typer
+from pydantic import ValidationError
 
 from app.bench.cli import bench_app
-from app.config import Settings
+from app.commands.dev import dev_app
+from app.commands.engines import engines
+from app.commands.io import io_app
+from app.commands.iostat import iostat
+from app.config import Settings, describe
 from app.dmsetup import dmsetup_app
 
 cli = typer.Typer(help="reqcrypt: encrypted block volumes over HTTP.", no_args_is_help=True)
-cli.add_typer(bench_app, name="bench")
-cli.add_typer(dmsetup_app, name="dmsetup")
 
 
 def tune_malloc() -> None:
@@ -33,6 +36,16 @@ def tune_malloc() -> None:
     libc.mallopt(m_trim_threshold, 256 << 20)
 
 
+def load_settings(**overrides: object) -> Settings:
+    """Settings from the environment; a bad one is a line on stderr and exit 2, no traceback."""
+    try:
+        return Settings(**overrides)  # type: ignore[arg-type]
+    except ValidationError as error:
+        for line in describe(error):
+            typer.echo(f"reqcrypt: {line}", err=True)
+        raise typer.Exit(2) from None
+
+
 @cli.command()
 def serve(
     host: Annotated[str | None, typer.Option(help="bind address (REQCRYPT_HOST)")] = None,
@@ -48,7 +61,7 @@ def serve(
     if workers != 1:
         raise typer.BadParameter("reqcrypt serves from one process; volumes are in memory")
     overrides = {k: v for k, v in {"host": host, "port": port}.items() if v is not None}
-    settings = Settings(**overrides)  # type: ignore[arg-type]
+    settings = load_settings(**overrides)
     shown = "localhost" if settings.host in ("127.0.0.1", "::1") else settings.host
     typer.echo(f"reqcrypt: docs at http://{shown}:{settings.port}/docs")
     if settings.auth == "disabled":
@@ -60,6 +73,8 @@ def serve(
         )
     else:
         typer.echo("reqcrypt: authenticate with the token in REQCRYPT_ADMIN_TOKEN")
+    if settings.master_key is None:
+        typer.echo(f"reqcrypt: the master key is in {settings.resolved_master_key_file}")
     tune_malloc()
     application = create_app(settings)
     # What is built so far lives as long as the process: frozen, it is out of the cyclic
@@ -82,10 +97,18 @@ def migrate(
     """Upgrade the database to REVISION (default: head)."""
     from app.db import migrate as migrations
 
-    settings = Settings()
+    settings = load_settings()
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     migrations.upgrade(settings.resolved_database_url, revision)
     typer.echo(f"reqcrypt: database at {revision}")
+
+
+cli.add_typer(dev_app, name="dev")
+cli.add_typer(dmsetup_app, name="dmsetup")
+cli.add_typer(io_app, name="io")
+cli.command()(iostat)
+cli.command()(engines)
+cli.add_typer(bench_app, name="bench")
 
 
 def main() -> None:

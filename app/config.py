@@ -8,7 +8,14 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, SecretStr, model_validator
+from pydantic import (
+    Field,
+    SecretStr,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -28,7 +35,8 @@ def is_loopback(host: str) -> bool:
 
 
 class Settings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="REQCRYPT_", extra="ignore")
+    # An empty variable (``REQCRYPT_ADMIN_TOKEN=`` in .env.example) means unset, as in a shell.
+    model_config = SettingsConfigDict(env_prefix="REQCRYPT_", extra="ignore", env_ignore_empty=True)
 
     data_dir: Path = Field(default_factory=default_data_dir)
     database_url: str | None = None
@@ -45,6 +53,14 @@ class Settings(BaseSettings):
     log_level: str = "info"
     max_body_bytes: int = Field(default=1 << 30, ge=512)
     io_chunk_bytes: int = Field(default=1 << 20, ge=4096, le=64 << 20)
+    max_ranges: int = Field(
+        default=256, ge=1, le=65536, description="ranges in one GET, parts in one batched PUT"
+    )
+    max_batch_bytes: int = Field(
+        default=64 << 20,
+        ge=4096,
+        description="bytes of a multi-range GET or a multipart PUT, held in memory at once",
+    )
     suspend_wait_seconds: float = Field(default=30.0, ge=0)
     plug_window_us: int = Field(default=50, ge=0, le=1_000_000)
     nbd_port: int | None = Field(
@@ -62,16 +78,44 @@ class Settings(BaseSettings):
         description="really wait the modelled engine/device time, scaled by this factor",
     )
 
+    @field_validator("admin_token", "io_token")
+    @classmethod
+    def _long_token(cls, token: SecretStr | None, info: ValidationInfo) -> SecretStr | None:
+        if token is not None and len(token.get_secret_value()) < 16:
+            unset = (
+                "leave it empty to have one generated in the data directory"
+                if info.field_name == "admin_token"
+                else "leave it empty for no io token"
+            )
+            raise ValueError(
+                "too short: a token needs at least 16 characters (make one with "
+                f"`python3 -c 'import secrets; print(secrets.token_urlsafe(32))'`), or {unset}"
+            )
+        return token
+
+    @field_validator("master_key")
+    @classmethod
+    def _master_key_256_bits(cls, key: SecretStr | None) -> SecretStr | None:
+        if key is not None:
+            raw = key.get_secret_value()
+            try:
+                ok = len(bytes.fromhex(raw)) == 32
+            except ValueError:
+                ok = False
+            if not ok:
+                raise ValueError(
+                    "not a 256-bit key: it must be 64 hex digits (make one with "
+                    "`python3 -c 'import secrets; print(secrets.token_hex(32))'`), "
+                    "or leave it empty to have one generated in the data directory"
+                )
+        return key
+
     @model_validator(mode="after")
     def _refuse_unsafe(self) -> Settings:
         if self.auth == "disabled" and not is_loopback(self.host):
             raise ValueError(
                 f"REQCRYPT_AUTH=disabled is only allowed when bound to a loopback address, not {self.host!r}"
             )
-        for name in ("admin_token", "io_token"):
-            token = getattr(self, name)
-            if token is not None and len(token.get_secret_value()) < 16:
-                raise ValueError(f"REQCRYPT_{name.upper()} must be at least 16 characters")
         tls = (self.nbd_tls_cert, self.nbd_tls_key, self.nbd_tls_ca)
         if any(path is not None for path in tls) and not all(path is not None for path in tls):
             raise ValueError(
@@ -82,14 +126,6 @@ class Settings(BaseSettings):
                 f"REQCRYPT_NBD_PORT on {self.host!r} (not loopback) needs TLS with verified "
                 "client certificates: set REQCRYPT_NBD_TLS_CERT, REQCRYPT_NBD_TLS_KEY and REQCRYPT_NBD_TLS_CA"
             )
-        if self.master_key is not None:
-            raw = self.master_key.get_secret_value()
-            try:
-                ok = len(bytes.fromhex(raw)) == 32
-            except ValueError:
-                ok = False
-            if not ok:
-                raise ValueError("REQCRYPT_MASTER_KEY must be 64 hex digits (a 256-bit key)")
         return self
 
     @property
@@ -103,6 +139,30 @@ class Settings(BaseSettings):
     @property
     def devices_dir(self) -> Path:
         return self.data_dir / "devices"
+
+
+SECRETS = frozenset({"master_key", "admin_token", "io_token"})
+
+
+def describe(error: ValidationError) -> list[str]:
+    """One line per bad setting: the variable, what is wrong, what would be right.
+
+    Secret values are never echoed.
+    """
+    lines = []
+    for problem in error.errors(include_url=False):
+        message = str(problem["msg"]).removeprefix("Value error, ")
+        if not problem["loc"]:
+            lines.append(message)
+            continue
+        message = message[:1].lower() + message[1:]
+        field = str(problem["loc"][0])
+        variable = f"REQCRYPT_{field.upper()}"
+        if field in SECRETS or "input" not in problem:
+            lines.append(f"{variable}: {message}")
+        else:
+            lines.append(f"{variable}={problem['input']!s}: {message}")
+    return lines
 
 
 @lru_cache

@@ -13,7 +13,7 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, replace
-from typing import Any, Literal
+from typing import Any
 
 from sqlalchemy import delete, select
 from sqlalchemy.orm import Session, sessionmaker
@@ -22,21 +22,19 @@ from app.blk.limits import QueueLimits
 from app.crypto.keys import unwrap_key, wrap_key
 from app.db import models
 from app.dm.table import (
-    SECTOR_SIZE,
     CryptParams,
     DeviceRef,
     ErrorParams,
     Table,
     TableLine,
     format_table,
-    is_valid_name,
     parse_table,
 )
 from app.dm.targets import BlockDevice
 from app.dm.timed import TimedDevice
-from app.dm.volume import DispatchMode, Volume
+from app.dm.volume import Volume
+from app.engine.base import Engine
 from app.engine.registry import EngineRegistry
-from app.engine.simulated import Engine
 from app.errors import (
     AlreadyExists,
     DeviceBusy,
@@ -47,8 +45,7 @@ from app.errors import (
     VolumeNotFound,
 )
 from app.storage.registry import DeviceRegistry
-
-Elevator = Literal["none", "mq-deadline"]
+from app.vocab import SECTOR_SIZE, DispatchMode, ElevatorName, is_valid_name
 
 
 def check_name(kind: str, name: str) -> None:
@@ -232,7 +229,7 @@ class Control:
         dispatch_mode: DispatchMode = "request",
         engine: str = "software",
         limits: QueueLimits | None = None,
-        elevator: Elevator = "none",
+        elevator: ElevatorName = "none",
         plug_window_us: int | None = None,
         nbd_export: bool = False,
     ) -> Volume:
@@ -410,7 +407,7 @@ class Control:
         dispatch_mode: DispatchMode | None = None,
         engine: str | None = None,
         limits: QueueLimits | None = None,
-        elevator: Elevator | None = None,
+        elevator: ElevatorName | None = None,
         plug_window_us: int | None = None,
         nbd_export: bool | None = None,
     ) -> None:

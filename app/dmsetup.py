@@ -3,12 +3,12 @@
 Same words and output shapes as dmsetup(8) where they exist (``create``, ``load``,
 ``table``, ``status``, ``info``, ``ls``, ``suspend``, ``resume``, ``message``,
 ``rename``, ``remove``, ``clear``), so a device-mapper user needs no manual. The
-token comes from --token, REQCRYPT_TOKEN, or the admin token file of the data dir.
+URL and token follow app/commands/client.py (flags, REQCRYPT_URL/REQCRYPT_TOKEN, the
+admin token file of a local service).
 """
 
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 from typing import Annotated, Any
@@ -16,40 +16,30 @@ from typing import Annotated, Any
 import httpx
 import typer
 
-from app.config import default_data_dir
-
-DEFAULT_URL = "http://127.0.0.1:8000"
+from app.commands.client import (
+    DEFAULT_URL,
+    TokenOption,
+    UrlOption,
+    fail,
+    problem_detail,
+    resolve_token,
+)
 
 dmsetup_app = typer.Typer(help="dmsetup verbs against a running reqcrypt service.")
 
-UrlOption = Annotated[str, typer.Option("--url", envvar="REQCRYPT_URL", help="service base URL")]
-TokenOption = Annotated[
-    str | None, typer.Option("--token", envvar="REQCRYPT_TOKEN", help="bearer token")
-]
-
-
-def _token(token: str | None) -> str:
-    if token:
-        return token
-    path = Path(os.environ.get("REQCRYPT_DATA_DIR") or default_data_dir()) / "admin.token"
-    try:
-        return path.read_text().strip()
-    except OSError:
-        raise typer.BadParameter(
-            f"no token: pass --token, set REQCRYPT_TOKEN, or run as the owner of {path}"
-        ) from None
-
 
 def _call(url: str, token: str | None, method: str, path: str, **kwargs: Any) -> httpx.Response:
-    headers = {"Authorization": f"Bearer {_token(token)}"}
-    with httpx.Client(base_url=url, headers=headers, timeout=60) as client:
-        response = client.request(method, path, **kwargs)
+    resolved = resolve_token(token)
+    headers = {"Authorization": f"Bearer {resolved}"} if resolved else {}
+    try:
+        with httpx.Client(base_url=url, headers=headers, timeout=60) as client:
+            response = client.request(method, path, **kwargs)
+    except httpx.HTTPError as error:
+        fail(f"cannot reach {url}: {error}")
     if response.is_error:
-        try:
-            detail = response.json().get("detail", response.text)
-        except ValueError:
-            detail = response.text
-        typer.echo(f"device-mapper: {method.lower()} {path} failed: {detail}", err=True)
+        typer.echo(
+            f"device-mapper: {method.lower()} {path} failed: {problem_detail(response)}", err=True
+        )
         raise typer.Exit(1)
     return response
 

@@ -21,7 +21,8 @@ only through ``app.dm.table.redact``.
     ├── PreconditionFailed
     ├── PayloadTooLarge
     ├── TargetIOError             (error target, device failure)
-    └── Unavailable               (suspended too long; retry_after seconds)
+    ├── Unavailable               (suspended too long; retry_after seconds)
+    └── BatchFailed               (some writes of a batch; the first one's cause)
 """
 
 from __future__ import annotations
@@ -127,3 +128,12 @@ class Unavailable(ReqcryptError):
     def __init__(self, detail: str, retry_after: int = 1) -> None:
         super().__init__(detail)
         self.retry_after = retry_after
+
+
+class BatchFailed(ReqcryptError):
+    """Some writes of a batch failed; the others were written (each is independent)."""
+
+    def __init__(self, detail: str, cause: BaseException, failed: list[dict[str, object]]) -> None:
+        super().__init__(detail)
+        self.cause = cause
+        self.failed = failed

@@ -11,7 +11,7 @@ from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 from prometheus_client import CollectorRegistry
 
-from app.api import problems
+from app.api import docs, manual, problems
 from app.api.executor import IoExecutor
 from app.api.routes import benchmarks, data, devices, engines, health, volumes
 from app.api.schemas import Problem, TableIn
@@ -127,6 +127,7 @@ def install_openapi(app: FastAPI) -> None:
                             "description": "malformed body",
                             "content": {problems.PROBLEM_JSON: problem},
                         }
+            manual.apply(schema, problem)
             for unused in ("HTTPValidationError", "ValidationError"):
                 components.pop(unused, None)
             app.openapi_schema = schema
@@ -160,6 +161,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         version="0.1.0",
         description=DESCRIPTION,
         lifespan=lifespan,
+        docs_url=None,
+        redoc_url=None,
     )
     install_openapi(app)
     problems.install(app)
@@ -174,4 +177,5 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(volumes.router)
     app.include_router(benchmarks.router)
     app.include_router(engines.router)
+    docs.install(app)
     return app

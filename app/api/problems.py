@@ -31,6 +31,8 @@ STATUS_BY_ERROR: dict[type[errors.ReqcryptError], int] = {
 
 
 def status_for(exc: errors.ReqcryptError) -> int:
+    if isinstance(exc, errors.BatchFailed):
+        return status_for(exc.cause) if isinstance(exc.cause, errors.ReqcryptError) else 500
     for cls in type(exc).__mro__:
         if cls in STATUS_BY_ERROR:
             return STATUS_BY_ERROR[cls]
@@ -76,6 +78,8 @@ async def _domain_error(request: Request, exc: Exception) -> JSONResponse:
         headers["Retry-After"] = str(exc.retry_after)
     if isinstance(exc, errors.TableError):
         extra = {"line": exc.line, "field": exc.field}
+    if isinstance(exc, errors.BatchFailed):
+        extra = {"failed": exc.failed}
     if status >= 500:
         log.error("request %s failed: %s", request.url.path, exc.detail)
     return problem(

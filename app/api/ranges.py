@@ -9,7 +9,6 @@ from app.errors import InvalidRange, RangeNotSatisfiable
 
 _SPEC = re.compile(r"^\s*(\d*)\s*-\s*(\d*)\s*$")
 _CONTENT_RANGE = re.compile(r"^bytes (\d+)-(\d+)/(\d+|\*)$")
-MAX_RANGES = 16
 
 
 @dataclass(frozen=True, slots=True)
@@ -25,18 +24,19 @@ class ByteRange:
         return f"bytes {self.first}-{self.last}/{size}"
 
 
-def parse_range(header: str, size: int) -> list[ByteRange] | None:
+def parse_range(header: str, size: int, max_ranges: int) -> list[ByteRange] | None:
     """Satisfiable ranges of a ``Range`` header; None when it is not a bytes range (ignore it).
 
-    Raises RangeNotSatisfiable when no range overlaps the volume (416).
+    Raises RangeNotSatisfiable when no range overlaps the volume (416), InvalidRange
+    for more than ``max_ranges`` ranges (400).
     """
     unit, _, specs = header.partition("=")
     if unit.strip().lower() != "bytes" or not specs.strip():
         return None
     ranges: list[ByteRange] = []
     parts = specs.split(",")
-    if len(parts) > MAX_RANGES:
-        raise InvalidRange(f"at most {MAX_RANGES} ranges per request")
+    if len(parts) > max_ranges:
+        raise InvalidRange(f"at most {max_ranges} ranges per request (REQCRYPT_MAX_RANGES)")
     for part in parts:
         match = _SPEC.match(part)
         if match is None or (not match[1] and not match[2]):

@@ -7,10 +7,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from app.dm.table import NAME_PATTERN
-
-DispatchModeField = Literal["bio", "request"]
-ElevatorField = Literal["none", "mq-deadline"]
+from app.blk.limits import DEFAULT_NR_REQUESTS, MAX_NR_REQUESTS
+from app.vocab import NAME_PATTERN, DispatchMode, ElevatorName
 
 
 class Problem(BaseModel):
@@ -49,6 +47,12 @@ class QueueLimitsIn(BaseModel):
     max_segment_size: int = Field(default=65536, ge=4096, le=1 << 31)
     logical_block_size: Literal[512, 1024, 2048, 4096] = 512
     nomerges: Literal[0, 1, 2] = 0
+    nr_requests: int = Field(
+        default=DEFAULT_NR_REQUESTS,
+        ge=1,
+        le=MAX_NR_REQUESTS,
+        description="requests the scheduler holds waiting for a device tag (sysfs nr_requests)",
+    )
 
 
 class VolumeCreate(BaseModel):
@@ -62,9 +66,9 @@ class VolumeCreate(BaseModel):
             "000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f 0 sda2 0"
         ],
     )
-    dispatch_mode: DispatchModeField = "request"
+    dispatch_mode: DispatchMode = "request"
     engine: str = "software"
-    elevator: ElevatorField = "none"
+    elevator: ElevatorName = "none"
     queue_limits: QueueLimitsIn | None = None
     plug_window_us: int | None = Field(
         default=None,
@@ -78,9 +82,9 @@ class VolumeCreate(BaseModel):
 class VolumePatch(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
 
-    dispatch_mode: DispatchModeField | None = None
+    dispatch_mode: DispatchMode | None = None
     engine: str | None = None
-    elevator: ElevatorField | None = None
+    elevator: ElevatorName | None = None
     queue_limits: QueueLimitsIn | None = None
     plug_window_us: int | None = Field(default=None, ge=0, le=1_000_000)
     nbd_export: bool | None = None
@@ -136,11 +140,12 @@ class VolumeOut(BaseModel):
     event_nr: int
     tables: list[Literal["LIVE", "INACTIVE"]]
     targets: list[TargetOut]
-    dispatch_mode: DispatchModeField
+    dispatch_mode: DispatchMode
     engine: str
-    elevator: ElevatorField
+    elevator: ElevatorName
     queue_limits: QueueLimitsIn
     plug_window_us: int
+    queue_depth: int = Field(description="hardware tags, from the device model (sdcard-bbb: 1)")
     logical_block_size: int
     nbd_export: bool
     nbd_connections: list[NbdConnectionOut] = Field(

@@ -19,6 +19,7 @@ import typer
 
 from app.bench import report
 from app.bench.workload import Workload, format_size, parse_size
+from app.commands.client import DEFAULT_URL, TokenOption, UrlOption, resolve_token
 from app.errors import ReqcryptError
 
 bench_app = typer.Typer(help="Benchmarks: fio-like workloads, sweeps and built-in scenarios.")
@@ -102,7 +103,7 @@ def run(
     ] = None,
 ) -> None:
     """Run one benchmark job in-process and print the bio vs request table."""
-    from app.bench.jobs import JobSpec
+    from app.bench.spec import JobSpec
 
     job: dict[str, Any] = {
         "engine": engine,
@@ -223,8 +224,8 @@ def list_scenarios() -> None:
 
 @bench_app.command("http")
 def http(
-    url: Annotated[str, typer.Option(help="service base URL")] = "http://127.0.0.1:8000",
-    token: Annotated[str | None, typer.Option(envvar="REQCRYPT_TOKEN", help="bearer token")] = None,
+    url: UrlOption = DEFAULT_URL,
+    token: TokenOption = None,
     volume: Annotated[str, typer.Option(help="volume name")] = "vol",
     rw: Annotated[str, typer.Option(help="fio rw")] = "read",
     bs: Annotated[str, typer.Option(help="block size")] = "64k",
@@ -233,11 +234,18 @@ def http(
     numjobs: Annotated[int, typer.Option(help="jobs")] = 1,
     runtime: Annotated[float | None, typer.Option(help="seconds, time-based")] = None,
     seed: Annotated[int, typer.Option(help="random offsets seed")] = 0,
+    batch: Annotated[
+        bool,
+        typer.Option(
+            help="hand each job's iodepth I/Os to the service as one batched request "
+            "(fio's iodepth_batch); --no-batch: one request per I/O from iodepth threads"
+        ),
+    ] = True,
 ) -> None:
     """Run a workload over HTTP against a running service (client-side figures, measured).
 
-    httpx saturates near 1.6k requests/s (DESIGN.md): for small blocks this
-    measures the client as much as the service.
+    httpx saturates near 1.6k requests/s (DESIGN.md): for small blocks and
+    ``--no-batch`` this measures the client as much as the service.
     """
     from app.bench.runner import HttpTarget, run_workload
 
@@ -251,9 +259,11 @@ def http(
             runtime=runtime,
             seed=seed,
         ).validate()
-        target = HttpTarget(url, volume, token=token, concurrency=workload.concurrency)
+        target = HttpTarget(
+            url, volume, token=resolve_token(token), concurrency=workload.concurrency
+        )
         try:
-            result = run_workload(target, workload, measure_cpu=False)
+            result = run_workload(target, workload, measure_cpu=False, batch=batch and iodepth > 1)
         finally:
             target.close()
     except ReqcryptError as exc:

@@ -1,7 +1,8 @@
 """Results as the kernel thread showed them: tables with % change, CSV, JSON and plots.
 
-Pure functions over cell dicts (as ``jobs`` produces and SQL stores them), so
-the API, the CLI and the docs render the same numbers the same way. Plots use
+Pure functions over cells as mappings (``cells.CellResult`` is one; SQL stores
+them as dicts), so the API, the CLI and the docs render the same numbers the
+same way. Plots use
 matplotlib's Agg backend, imported lazily: headless and no start-up cost.
 """
 
@@ -9,11 +10,14 @@ from __future__ import annotations
 
 import csv
 import io
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from app.bench.workload import format_size
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 Cell = Mapping[str, Any]
 
@@ -190,76 +194,183 @@ def default_metric(cells: Sequence[Cell]) -> str:
     return "modelled_mb_s"
 
 
+def _style(index: int) -> dict[str, Any]:
+    """Line style, marker and width per series: equal curves stay visible, the first widest."""
+    return {
+        "linestyle": ("-", "--", ":", "-.")[index % 4],
+        "marker": ("o", "s", "^", "v", "P", "X")[index % 6],
+        "linewidth": max(1.2, 3.6 - 0.8 * index),
+        "markersize": max(4.0, 9.0 - 1.5 * index),
+    }
+
+
+@dataclass(frozen=True, slots=True)
+class Published:
+    """A figure from a paper or mailing-list thread, drawn beside the series it reproduces.
+
+    ``where`` picks that series' cells; ``x`` is its position on the plot's x axis
+    (ignored when the x axis is ``rw``: one bar per series).
+    """
+
+    rw: str
+    mb_s: float
+    where: Callable[[Cell], bool]
+    x: Any = None
+
+
+#: Numeric x axes drawn on a log2 scale (``bs`` too, with size labels).
+LOG2_AXES = ("bs", "iodepth", "numjobs", "sector_size")
+
+#: Panels, in order: a cell goes to the first whose words its ``rw`` has alone.
+PANELS = ("read", "write", "mixed")
+
+
+def _panel(rw: object) -> str:
+    text = str(rw)
+    if "read" in text and "write" not in text:
+        return "read"
+    if "write" in text and "read" not in text:
+        return "write"
+    return "mixed"
+
+
+def plot_figure(
+    cells: Sequence[Cell],
+    *,
+    metric: str | None = None,
+    title: str = "",
+    x_axis: str = "bs",
+    published: Sequence[Published] = (),
+) -> Figure:
+    """Throughput vs ``x_axis``: read and write in separate panels, one colour per variant.
+
+    A variant (series) is every other axis that varies, so its colour is the same
+    in every panel; published figures are hollow diamonds in their variant's
+    colour; the legend sits outside the data. With ``x_axis="rw"`` each panel
+    shows one bar per variant.
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib.figure import Figure
+    from matplotlib.lines import Line2D
+
+    metric = metric or default_metric(cells)
+    kind = "measured" if metric.startswith("measured") else "modelled"
+    bars = x_axis == "rw"
+    candidates = ("dispatch_mode", "engine", "cipher", "sector_size", "bs", "iodepth", "numjobs")
+    series_axes = [a for a in _varying(cells, candidates) if a != x_axis] or ["dispatch_mode"]
+    plotted = [cell for cell in cells if cell.get(metric) is not None]
+
+    def label(cell: Cell) -> str:
+        return " ".join(str(cell.get(a)) for a in series_axes)
+
+    labels = sorted({label(cell) for cell in plotted})
+    palette = matplotlib.color_sequences["tab10"]
+    colour = {name: palette[index % len(palette)] for index, name in enumerate(labels)}
+    panels = [p for p in PANELS if any(_panel(c.get("rw")) == p for c in plotted)] or ["read"]
+    categorical = not bars and any(
+        not isinstance(cell.get(x_axis), int | float) for cell in plotted
+    )
+    categories = sorted({str(cell.get(x_axis)) for cell in plotted})
+
+    def position(raw: Any) -> float:
+        return float(categories.index(str(raw))) if categorical else float(raw or 0)
+
+    figure = Figure(figsize=(3.2 + 3.6 * len(panels), 4.2), dpi=100, layout="constrained")
+    axes_row = figure.subplots(1, len(panels), sharey=True, squeeze=False)[0]
+    for axes, panel in zip(axes_row, panels, strict=True):
+        in_panel = [c for c in plotted if _panel(c.get("rw")) == panel]
+        for index, name in enumerate(labels):
+            points = sorted(
+                (position(c.get(x_axis)) if not bars else float(index), float(c[metric]))
+                for c in in_panel
+                if label(c) == name
+            )
+            if not points:
+                continue
+            if bars:
+                axes.bar(index, points[0][1], width=0.6, color=colour[name])
+            else:
+                axes.plot(*zip(*points, strict=True), color=colour[name], **_style(index))
+        for figure_ in published:
+            if _panel(figure_.rw) != panel:
+                continue
+            owners = [label(c) for c in in_panel if figure_.where(c)]
+            if not owners:
+                continue
+            owner = owners[0]
+            # Beside the modelled point, not on it, so both stay readable.
+            if bars:
+                x = labels.index(owner) + 0.4
+            elif categorical:
+                x = position(figure_.x) + 0.15
+            else:
+                x = position(figure_.x) * (1.1 if x_axis in LOG2_AXES else 1.0)
+            axes.plot(
+                [x],
+                [figure_.mb_s],
+                linestyle="none",
+                marker="D",
+                markersize=8,
+                markerfacecolor="none",
+                markeredgewidth=2,
+                color=colour[owner],
+            )
+        axes.set_title(panel)
+        axes.grid(True, alpha=0.3)
+        if bars:
+            axes.set_xticks([])
+            axes.set_xlim(-0.6, len(labels) - 0.2)
+        elif categorical:
+            axes.set_xticks(range(len(categories)), categories)
+            axes.set_xlim(-0.5, len(categories) - 0.5)
+            axes.set_xlabel(x_axis)
+        elif x_axis == "bs":
+            axes.set_xscale("log", base=2)
+            ticks = sorted({int(c.get("bs") or 0) for c in plotted if c.get("bs")})
+            axes.set_xticks(ticks, [format_size(t) for t in ticks])
+            axes.set_xlabel("block size (bs)")
+        else:
+            axes.set_xlabel(x_axis)
+            if x_axis in LOG2_AXES:
+                axes.set_xscale("log", base=2)
+                ticks = sorted({int(c.get(x_axis) or 0) for c in plotted if c.get(x_axis)})
+                axes.set_xticks(ticks, [str(t) for t in ticks])
+    axes_row[0].set_ylabel(f"{kind} MB/s")
+    figure.suptitle(title or f"throughput ({kind})")
+    handles = [
+        Line2D([], [], color=colour[name], label=name, **({} if bars else _style(index)))
+        for index, name in enumerate(labels)
+    ]
+    if published:
+        handles.append(
+            Line2D(
+                [],
+                [],
+                linestyle="none",
+                marker="D",
+                markerfacecolor="none",
+                markeredgewidth=2,
+                color="black",
+                label="published figure",
+            )
+        )
+    if handles:
+        figure.legend(handles=handles, loc="outside right upper", fontsize=8, frameon=False)
+    return figure
+
+
 def plot_png(
     cells: Sequence[Cell],
     *,
     metric: str | None = None,
     title: str = "",
     x_axis: str = "bs",
+    published: Sequence[Published] = (),
 ) -> bytes:
-    """Throughput vs ``x_axis`` (block size by default), one line per mode/engine/rw/cipher.
-
-    Writes are dashed when the plot has both reads and writes.
-    """
-    import matplotlib
-
-    matplotlib.use("Agg")
-    from matplotlib.figure import Figure
-
-    metric = metric or default_metric(cells)
-    series_axes = [
-        a
-        for a in _varying(
-            cells,
-            ("dispatch_mode", "engine", "rw", "cipher", "sector_size", "bs", "iodepth", "numjobs"),
-        )
-        if a != x_axis
-    ] or ["dispatch_mode"]
-    categories = sorted({str(cell.get(x_axis)) for cell in cells})
-    categorical = any(not isinstance(cell.get(x_axis), int | float) for cell in cells)
-    series: dict[str, list[tuple[float, float]]] = {}
-    writes: set[str] = set()
-    for cell in cells:
-        value = cell.get(metric)
-        if value is None:
-            continue
-        label = " ".join(str(cell.get(a)) for a in series_axes)
-        raw = cell.get(x_axis)
-        x = float(categories.index(str(raw))) if categorical else float(raw or 0)
-        series.setdefault(label, []).append((x, float(value)))
-        if "write" in str(cell.get("rw")) and "rw" in series_axes:
-            writes.add(label)
-    figure = Figure(figsize=(7.5, 4.5), dpi=100)
-    axes = figure.subplots()
-    for label, points in sorted(series.items()):
-        points.sort()
-        axes.plot(
-            [p[0] for p in points],
-            [p[1] for p in points],
-            marker="o",
-            linestyle="--" if label in writes else "-",
-            label=label,
-        )
-    if categorical:
-        axes.set_xticks(range(len(categories)), categories)
-        axes.set_xlabel(x_axis)
-        axes.set_xlim(-0.5, len(categories) - 0.5)
-    elif x_axis == "bs":
-        axes.set_xscale("log", base=2)
-        ticks = sorted({int(cell.get("bs") or 0) for cell in cells if cell.get("bs")})
-        axes.set_xticks(ticks, [format_size(t) for t in ticks])
-        axes.set_xlabel("block size (bs)")
-    else:
-        axes.set_xlabel(x_axis)
-        if x_axis in ("iodepth", "numjobs"):
-            axes.set_xscale("log", base=2)
-    kind = "measured" if metric.startswith("measured") else "modelled"
-    axes.set_ylabel(f"{kind} MB/s")
-    axes.set_title(title or f"throughput ({kind})")
-    axes.grid(True, alpha=0.3)
-    if series:
-        axes.legend(fontsize=8)
-    figure.tight_layout()
+    """``plot_figure`` as PNG bytes: what the API, the CLI and docs/img serve."""
+    figure = plot_figure(cells, metric=metric, title=title, x_axis=x_axis, published=published)
     buffer = io.BytesIO()
     figure.savefig(buffer, format="png")
     return buffer.getvalue()

@@ -16,14 +16,15 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from app.bench import report
-from app.bench.jobs import BenchmarkJobs, JobSpec
+from app.bench.cells import CellResult
+from app.bench.jobs import BenchmarkJobs
+from app.bench.spec import JobSpec
 from app.bench.workload import format_size
 from app.engine.model import EngineProfile
 from app.engine.presets import OMAP_AES_AM335X
 from app.engine.registry import EngineRegistry
 from app.errors import AlreadyExists, InvalidInput
 
-Cell = Mapping[str, Any]
 Run = Mapping[str, Any]
 
 STOCK_ENGINE = "omap-aes-am335x-stock"
@@ -38,6 +39,19 @@ PUBLISHED_DD = {
 }
 #: Marvell CESA, aes-cbc-essiv:sha256 writes through bio-based dm-crypt (MB/s).
 PUBLISHED_SECTOR = {512: 12.9, 4096: 40.5}
+
+
+def _published_dd(x: Any = None) -> list[report.Published]:
+    """PUBLISHED_DD as plot markers: bio beside stock dm-crypt, request beside the bulk engine."""
+
+    def stock(cell: report.Cell) -> bool:
+        return bool(cell["engine"] == STOCK_ENGINE)
+
+    def request_mode(cell: report.Cell) -> bool:
+        return cell["engine"] != STOCK_ENGINE and str(cell["dispatch_mode"]).startswith("request")
+
+    where = {"bio": stock, "request": request_mode}
+    return [report.Published(rw, mb_s, where[mode], x) for (rw, mode), mb_s in PUBLISHED_DD.items()]
 
 
 def custom_engines() -> list[EngineProfile]:
@@ -89,7 +103,7 @@ def _template(table: str, size: int, model: str) -> dict[str, Any]:
 class ScenarioReport:
     markdown: str
     plot: bytes
-    cells: list[dict[str, Any]] = field(default_factory=list)
+    cells: list[CellResult] = field(default_factory=list)
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,31 +114,33 @@ class Scenario:
     render: Callable[[Sequence[Run]], ScenarioReport]
 
 
-def _cells(runs: Sequence[Run]) -> list[dict[str, Any]]:
-    return [dict(cell) for run in runs for cell in run["cells"]]
+def _cells(runs: Sequence[Run]) -> list[CellResult]:
+    return [CellResult.from_dict(cell) for run in runs for cell in run["cells"]]
 
 
-def _relabel(cells: Sequence[Cell], label: Callable[[Cell], str]) -> list[dict[str, Any]]:
+def _relabel(
+    cells: Sequence[CellResult], label: Callable[[CellResult], str]
+) -> list[dict[str, Any]]:
     """Copies of ``cells`` whose ``dispatch_mode`` is a display label (for plots and pairing)."""
     return [{**cell, "dispatch_mode": label(cell)} for cell in cells]
 
 
-def _by_cipher_and_mode(cells: Sequence[Cell]) -> list[dict[str, Any]]:
+def _by_cipher_and_mode(cells: Sequence[CellResult]) -> list[dict[str, Any]]:
     """Copies labelled ``<iv mode> <dispatch mode>`` (cipher folded in, so plot legends stay short)."""
     return [
-        {**cell, "dispatch_mode": f"{_short_cipher(cell)} {cell['dispatch_mode']}", "cipher": None}
+        {**cell, "dispatch_mode": f"{_short_cipher(cell)} {cell.dispatch_mode}", "cipher": None}
         for cell in cells
     ]
 
 
-def _short_cipher(cell: Cell) -> str:
-    return str(cell["cipher"]).split("-")[-1]
+def _short_cipher(cell: CellResult) -> str:
+    return str(cell.cipher).split("-")[-1]
 
 
-def _kernel_label(cell: Cell) -> str:
-    if cell["engine"] == STOCK_ENGINE:
+def _kernel_label(cell: CellResult) -> str:
+    if cell.engine == STOCK_ENGINE:
         return "bio (stock dm-crypt, per-unit)"
-    return f"{cell['dispatch_mode']} (bulk engine)"
+    return f"{cell.dispatch_mode} (bulk engine)"
 
 
 # ---------------------------------------------------------------------- dd-512k
@@ -156,7 +172,7 @@ def _dd_jobs() -> list[dict[str, Any]]:
 
 def _dd_render(runs: Sequence[Run]) -> ScenarioReport:
     cells = _cells(runs)
-    kernel = [c for c in cells if c["engine"] == STOCK_ENGINE or c["dispatch_mode"] == "request"]
+    kernel = [c for c in cells if c.engine == STOCK_ENGINE or c.dispatch_mode == "request"]
     rows = report.compare(kernel, ignore=("engine",))
     published = [
         (f"{PUBLISHED_DD[(row.test, 'bio')]:.1f}", f"{PUBLISHED_DD[(row.test, 'request')]:.1f}")
@@ -172,7 +188,7 @@ def _dd_render(runs: Sequence[Run]) -> ScenarioReport:
             "published request": [p[1] for p in published],
         },
     )
-    service = [c for c in cells if c["engine"] == "omap-aes-am335x"]
+    service = [c for c in cells if c.engine == "omap-aes-am335x"]
     service_table = report.render_table(report.compare(service), unit="modelled MB/s")
     calls = _calls_table(cells, _kernel_label)
     markdown = "\n\n".join(
@@ -191,18 +207,19 @@ def _dd_render(runs: Sequence[Run]) -> ScenarioReport:
         metric="modelled_mb_s",
         title="dd 512k direct, AM335x + SD",
         x_axis="rw",
+        published=_published_dd(),
     )
     return ScenarioReport(markdown, plot, cells)
 
 
-def _calls_table(cells: Sequence[Cell], label: Callable[[Cell], str]) -> str:
+def _calls_table(cells: Sequence[CellResult], label: Callable[[CellResult], str]) -> str:
     header = "| variant | rw | bs | bios | requests | engine calls | measured MB/s (host) | modelled MB/s |"
     lines = [header, "|---|---|---|---|---|---|---|---|"]
     for cell in cells:
         lines.append(
-            f"| {label(cell)} | {cell['rw']} | {format_size(cell['bs'])} | {cell['bios']} | "
-            f"{cell['requests']} | {cell['engine_calls']} | {cell['measured_mb_s']:.1f} | "
-            f"{cell['modelled_mb_s']:.2f} |"
+            f"| {label(cell)} | {cell.rw} | {format_size(cell.bs)} | {cell.bios} | "
+            f"{cell.requests} | {cell.engine_calls} | {cell.measured_mb_s:.1f} | "
+            f"{cell.modelled_mb_s:.2f} |"
         )
     return "\n".join(lines)
 
@@ -234,7 +251,7 @@ def _bs_jobs() -> list[dict[str, Any]]:
 
 def _bs_render(runs: Sequence[Run]) -> ScenarioReport:
     cells = _cells(runs)
-    kernel = [c for c in cells if c["engine"] == STOCK_ENGINE or c["dispatch_mode"] == "request"]
+    kernel = [c for c in cells if c.engine == STOCK_ENGINE or c.dispatch_mode == "request"]
     table = report.render_table(
         report.compare(kernel, ignore=("engine",)),
         base="bio (stock)",
@@ -242,7 +259,7 @@ def _bs_render(runs: Sequence[Run]) -> ScenarioReport:
         unit="modelled MB/s",
     )
     service = report.render_table(
-        report.compare([c for c in cells if c["engine"] == "omap-aes-am335x"]),
+        report.compare([c for c in cells if c.engine == "omap-aes-am335x"]),
         unit="modelled MB/s",
     )
     markdown = "\n\n".join(
@@ -254,7 +271,10 @@ def _bs_render(runs: Sequence[Run]) -> ScenarioReport:
         ]
     )
     plot = report.plot_png(
-        _relabel(cells, _kernel_label), metric="modelled_mb_s", title="AM335x + SD, dd direct"
+        _relabel(cells, _kernel_label),
+        metric="modelled_mb_s",
+        title="AM335x + SD, dd direct",
+        published=_published_dd(512 << 10),
     )
     return ScenarioReport(markdown, plot, cells)
 
@@ -287,7 +307,7 @@ def _sector_jobs() -> list[dict[str, Any]]:
 def _sector_render(runs: Sequence[Run]) -> ScenarioReport:
     cells = _cells(runs)
     rows = report.compare(
-        [c for c in cells if c["dispatch_mode"] == "bio"], axis="sector_size", base=512, other=4096
+        [c for c in cells if c.dispatch_mode == "bio"], axis="sector_size", base=512, other=4096
     )
     published = [
         (f"{PUBLISHED_SECTOR[512]:.1f}", f"{PUBLISHED_SECTOR[4096]:.1f}")
@@ -311,7 +331,7 @@ def _sector_render(runs: Sequence[Run]) -> ScenarioReport:
         other="4096 B",
         unit="modelled MB/s",
     )
-    calls = _calls_table(cells, lambda c: f"{c['dispatch_mode']}, {c['sector_size']} B units")
+    calls = _calls_table(cells, lambda c: f"{c.dispatch_mode}, {c.sector_size} B units")
     markdown = "\n\n".join(
         [
             "aes-cbc-essiv:sha256 on Marvell CESA (no bulk: one call per data unit), bio mode, "
@@ -327,6 +347,10 @@ def _sector_render(runs: Sequence[Run]) -> ScenarioReport:
         metric="modelled_mb_s",
         title="mv-cesa + WD3000: data unit size",
         x_axis="sector_size",
+        published=[
+            report.Published("write", mb_s, lambda cell: cell["dispatch_mode"] == "bio", size)
+            for size, mb_s in PUBLISHED_SECTOR.items()
+        ],
     )
     return ScenarioReport(markdown, plot, cells)
 
@@ -372,9 +396,9 @@ def _bulk_render(runs: Sequence[Run]) -> ScenarioReport:
     lines = [header, "|---|---|---|---|---|---|---|---|---|---|"]
     for c in cells:
         lines.append(
-            f"| {c['cipher']} | {c['dispatch_mode']} | {c['rw']} | {format_size(c['bs'])} | "
-            f"{'yes' if c['bulk_applies'] else 'no'} | {c['fallback_reason'] or ''} | "
-            f"{c['bios']} | {c['requests']} | {c['engine_calls']} | {c['modelled_mb_s']:.2f} |"
+            f"| {c.cipher} | {c.dispatch_mode} | {c.rw} | {format_size(c.bs)} | "
+            f"{'yes' if c.bulk_applies else 'no'} | {c.fallback_reason or ''} | "
+            f"{c.bios} | {c.requests} | {c.engine_calls} | {c.modelled_mb_s:.2f} |"
         )
     markdown = "\n\n".join(
         [
@@ -418,11 +442,11 @@ def _concurrency_render(runs: Sequence[Run]) -> ScenarioReport:
         "|---|---|---|---|---|---|---|---|",
     ]
     for c in cells:
-        histogram = ", ".join(f"{k}: {v}" for k, v in c["request_size_histogram"].items())
+        histogram = ", ".join(f"{k}: {v}" for k, v in c.request_size_histogram.items())
         lines.append(
-            f"| {c['iodepth']} | {c['dispatch_mode']} | {c['requests']} | "
-            f"{c['avg_request_kib']} KiB | {histogram} | {c['engine_calls']} | "
-            f"{c['measured_mb_s']:.1f} | {c['modelled_mb_s']:.2f} |"
+            f"| {c.iodepth} | {c.dispatch_mode} | {c.requests} | "
+            f"{c.avg_request_kib} KiB | {histogram} | {c.engine_calls} | "
+            f"{c.measured_mb_s:.1f} | {c.modelled_mb_s:.2f} |"
         )
     markdown = "\n\n".join(
         [
@@ -475,9 +499,7 @@ def _software_render(runs: Sequence[Run]) -> ScenarioReport:
     cells = _cells(runs)
     table = report.render_table(report.compare(cells, metric="measured_mb_s"), unit="measured MB/s")
     cpu = report.render_table(report.compare(cells, metric="cpu_s"), unit="CPU s")
-    calls = _calls_table(
-        cells, lambda c: f"{_short_cipher(c)} {c['dispatch_mode']} qd {c['iodepth']}"
-    )
+    calls = _calls_table(cells, lambda c: f"{_short_cipher(c)} {c.dispatch_mode} qd {c.iodepth}")
     markdown = "\n\n".join(
         [
             "`software` engine (OpenSSL through pyca/cryptography), device `none` (a sparse "
@@ -490,7 +512,7 @@ def _software_render(runs: Sequence[Run]) -> ScenarioReport:
         ]
     )
     plot = report.plot_png(
-        _by_cipher_and_mode([c for c in cells if c["iodepth"] == 1]),
+        _by_cipher_and_mode([c for c in cells if c.iodepth == 1]),
         metric="measured_mb_s",
         title="software engine on this host, iodepth 1 (measured)",
     )

@@ -5,7 +5,7 @@ nothing about ciphers, targets, HTTP or SQL: it must not import fastapi,
 sqlalchemy, app.crypto, app.engine or app.dm (only app.errors).
 """
 
-from app.blk.bio import Bio, Op, bio_endio, bio_split
+from app.blk.bio import Bio, bio_endio, bio_split
 from app.blk.elevator import DeadlineElevator, Elevator, NoneElevator, make_elevator
 from app.blk.limits import QueueLimits
 from app.blk.merge import (
@@ -22,6 +22,7 @@ from app.blk.plug import BLK_MAX_REQUEST_COUNT, BLK_PLUG_FLUSH_SIZE, Plug
 from app.blk.queue import BlockQueue
 from app.blk.request import Request, count_phys_segments
 from app.blk.stats import QueueStats
+from app.vocab import Op
 
 __all__ = [
     "BLK_MAX_REQUEST_COUNT",

@@ -11,24 +11,10 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from enum import StrEnum
 
 from app.blk.wait import Completion
 from app.errors import InvalidInput
-
-SECTOR_SIZE = 512
-SECTOR_SHIFT = 9
-
-
-class Op(StrEnum):
-    """Request operations (``REQ_OP_*``)."""
-
-    READ = "read"
-    WRITE = "write"
-    FLUSH = "flush"
-    DISCARD = "discard"
-    WRITE_ZEROES = "write_zeroes"
-
+from app.vocab import SECTOR_SHIFT, Op
 
 #: Operations that change the device: they order against every overlapping I/O.
 WRITE_OPS = frozenset({Op.WRITE, Op.DISCARD, Op.WRITE_ZEROES})

@@ -10,12 +10,11 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from bisect import bisect_left, insort
 from collections.abc import Callable, Iterator
-from typing import Literal
 
-from app.blk.bio import WRITE_OPS, Op
+from app.blk.bio import WRITE_OPS
 from app.blk.request import Request
+from app.vocab import ElevatorName, Op
 
-ElevatorName = Literal["none", "mq-deadline"]
 Ready = Callable[[Request], bool]
 
 READ, WRITE = 0, 1

@@ -9,18 +9,24 @@ from app.errors import InvalidInput
 #: The kernel refuses segment sizes below a page (BLK_MIN_SEGMENT_SIZE).
 MIN_SEGMENT_SIZE = 4096
 MAX_SECTORS_KB_LIMIT = 65536
+#: BLKDEV_DEFAULT_RQ: the scheduler's own depth when nobody sets ``nr_requests``.
+DEFAULT_NR_REQUESTS = 128
+MAX_NR_REQUESTS = 65536
 
 
 @dataclass(frozen=True, slots=True)
 class QueueLimits:
     """Per-queue limits; ``nomerges`` follows sysfs: 0 all merges, 1 only the
-    simple one-hit merges (last request, plug), 2 none at all."""
+    simple one-hit merges (last request, plug), 2 none at all. ``nr_requests``
+    bounds the requests the scheduler holds (plugged or queued, not yet on the
+    device): a submitter needing one more waits, as for a scheduler tag."""
 
     max_sectors_kb: int = 1280
     max_segments: int = 128
     max_segment_size: int = 65536
     logical_block_size: int = 512
     nomerges: int = 0
+    nr_requests: int = DEFAULT_NR_REQUESTS
 
     @property
     def max_sectors(self) -> int:
@@ -47,4 +53,6 @@ class QueueLimits:
             raise InvalidInput(f"max_segment_size must be between {MIN_SEGMENT_SIZE} and 2^31")
         if self.nomerges not in (0, 1, 2):
             raise InvalidInput("nomerges must be 0, 1 or 2")
+        if not 1 <= self.nr_requests <= MAX_NR_REQUESTS:
+            raise InvalidInput(f"nr_requests must be between 1 and {MAX_NR_REQUESTS}")
         return self

@@ -13,9 +13,10 @@ from bisect import bisect_right
 from collections.abc import Sequence
 from enum import Enum
 
-from app.blk.bio import Bio, Op
+from app.blk.bio import Bio
 from app.blk.limits import QueueLimits
 from app.blk.request import Request, count_phys_segments
+from app.vocab import Op
 
 #: FLUSH and WRITE_ZEROES requests never merge (rq_mergeable); contiguous
 #: discards merge like reads and writes.

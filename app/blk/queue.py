@@ -18,7 +18,12 @@ submitting task in the kernel:
 
 Whoever moves requests to the elevator, or completes a request, runs the
 dispatch loop until no request is ready, calling ``dispatch(request)``
-synchronously with the lock released; several threads may dispatch at once.
+synchronously with the lock released; at most ``queue_depth`` threads dispatch
+at once (the device's tags). A request that finds no free tag stays in the
+elevator, where later bios still merge into it, and the thread that frees a tag
+dispatches the next one. A submitter that needs a new request while
+``nr_requests`` are already waiting for a tag first flushes the plug, then
+waits for one to be dispatched (not while the queue is held).
 
 Ordering. When a request is created it records every pending request that
 overlaps it where either side writes (and, for FLUSH or preflush, every
@@ -36,10 +41,9 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Sequence
-from typing import Literal
 
-from app.blk.bio import DATA_OPS, SECTOR_SHIFT, WRITE_OPS, Bio, Op, bio_split
-from app.blk.elevator import Elevator, ElevatorName, make_elevator
+from app.blk.bio import DATA_OPS, WRITE_OPS, Bio, bio_split
+from app.blk.elevator import Elevator, make_elevator
 from app.blk.limits import QueueLimits
 from app.blk.merge import (
     MergeStatus,
@@ -54,8 +58,16 @@ from app.blk.request import Request, RqState, count_phys_segments
 from app.blk.stats import QueueStats
 from app.blk.wait import WaitQueue
 from app.errors import InvalidInput
+from app.vocab import (
+    DEFAULT_QUEUE_DEPTH,
+    DISPATCH_MODES,
+    MAX_QUEUE_DEPTH,
+    SECTOR_SHIFT,
+    DispatchMode,
+    ElevatorName,
+    Op,
+)
 
-DispatchMode = Literal["bio", "request"]
 Dispatch = Callable[[Request], None]
 
 #: Overlap index granularity: 2^11 sectors = 1 MiB per bucket.
@@ -82,11 +94,14 @@ class BlockQueue:
         dispatch_mode: DispatchMode = "request",
         elevator: ElevatorName = "none",
         plug_window_us: int = 50,
+        queue_depth: int = DEFAULT_QUEUE_DEPTH,
         stats: QueueStats | None = None,
     ) -> None:
         if plug_window_us < 0:
             raise InvalidInput("plug_window_us must not be negative")
         self._check_mode(dispatch_mode)
+        self._check_queue_depth(queue_depth)
+        self._queue_depth = queue_depth
         self._dispatch = dispatch
         self._limits = limits.validate()
         self._boundaries = tuple(sorted(set(boundaries)))
@@ -105,14 +120,25 @@ class BlockQueue:
         self._overlap: dict[int, set[Request]] = {}
         self._pending: dict[Request, None] = {}
         self._dispatching = 0
+        # Requests created and not yet dispatched or absorbed: what nr_requests bounds.
+        self._scheduled = 0
         self._held = False
 
     # ---------------------------------------------------------------- tuning
 
     @staticmethod
     def _check_mode(mode: str) -> None:
-        if mode not in ("bio", "request"):
+        if mode not in DISPATCH_MODES:
             raise InvalidInput("dispatch_mode must be 'bio' or 'request'")
+
+    @staticmethod
+    def _check_queue_depth(depth: int) -> None:
+        if not 1 <= depth <= MAX_QUEUE_DEPTH:
+            raise InvalidInput(f"queue_depth must be between 1 and {MAX_QUEUE_DEPTH}")
+
+    @property
+    def queue_depth(self) -> int:
+        return self._queue_depth
 
     @property
     def limits(self) -> QueueLimits:
@@ -146,12 +172,20 @@ class BlockQueue:
             self._flush_plug_locked()
         self._run_queue()
 
+    def set_queue_depth(self, depth: int) -> None:
+        """New tag count; requests already on the device finish as they are."""
+        self._check_queue_depth(depth)
+        with self._lock:
+            self._queue_depth = depth
+        self._run_queue()
+
     def set_limits(self, limits: QueueLimits) -> None:
         """New limits apply to later merges; pending requests are flushed as they are."""
         limits.validate()
         with self._lock:
             self._limits = limits
             self._flush_plug_locked()
+            self._cond.notify_all()
         self._run_queue()
 
     def set_boundaries(self, boundaries: Sequence[int]) -> None:
@@ -268,6 +302,27 @@ class BlockQueue:
         if run:
             self._run_queue()
 
+    def submit_bios(self, bios: Sequence[Bio]) -> None:
+        """Queue several bios at once, then flush the plug (io_submit under one plug).
+
+        Raises InvalidInput before queueing anything if any bio is malformed.
+        """
+        for bio in bios:
+            self._validate(bio)
+        now = time.perf_counter_ns()
+        with self._lock:
+            for bio in bios:
+                if not bio.submit_time:
+                    bio.submit_time = now
+                pieces = self._split_to_limits(bio)
+                for piece in pieces:
+                    piece.unplug = self._unplug
+                    self._queue_bio(piece, now)
+                if len(pieces) > 1:
+                    bio.unplug = self._unplug
+            self._flush_plug_locked(now)
+        self._run_queue()
+
     def submit_and_wait(self, bio: Bio, timeout: float | None = None) -> None:
         """Submit and block until done; raises the bio's error or TimeoutError."""
         self.submit_bio(bio)
@@ -334,18 +389,26 @@ class BlockQueue:
             del self._by_start[key]
 
     def _queue_bio(self, bio: Bio, now: int) -> bool:
-        """Place one (already split) bio; True if the caller must run the dispatch loop."""
-        conflicts = self._conflicts(bio) if self._pending else []
-        if (
-            not conflicts
-            and self._mode == "request"
-            and self._limits.nomerges != 2
-            and bio_mergeable(bio)
-        ):
-            merged = self._attempt_merges(bio, now)
-            if merged is not None:
-                self.stats.account_bio(bio.op, merged.value)
-                return False
+        """Place one (already split) bio; True if the caller must run the dispatch loop.
+
+        May drop and retake the lock while it waits for a request slot; placement
+        is then decided again, since pending requests may have completed meanwhile.
+        """
+        while True:
+            conflicts = self._conflicts(bio) if self._pending else []
+            if (
+                not conflicts
+                and self._mode == "request"
+                and self._limits.nomerges != 2
+                and bio_mergeable(bio)
+            ):
+                merged = self._attempt_merges(bio, now)
+                if merged is not None:
+                    self.stats.account_bio(bio.op, merged.value)
+                    return False
+            if self._held or self._scheduled < self._limits.nr_requests:
+                break
+            self._wait_for_request_slot()
         self.stats.account_bio(bio.op, None)
         rq = Request.from_bio(bio, self._limits.max_segment_size, now)
         for earlier in conflicts:
@@ -354,6 +417,7 @@ class BlockQueue:
             rq.wait_count += 1
             rq.ordered = True
         self._pending[rq] = None
+        self._scheduled += 1
         if bio.op is not Op.FLUSH:
             self._index(rq, rq.sector, rq.sector + rq.nr_sectors)
         self.stats.request_started(now)
@@ -376,6 +440,18 @@ class BlockQueue:
         bio.plug_generation = plug.generation
         self._hash_add(rq)
         return run
+
+    def _wait_for_request_slot(self) -> None:
+        """Lock held: send what is plugged towards the device, then sleep until a
+        request leaves the scheduler (blk_mq_get_tag sleeping on the sched tags)."""
+        self._flush_plug_locked()
+        self._lock.release()
+        try:
+            self._run_queue()
+        finally:
+            self._lock.acquire()
+        while self._scheduled >= self._limits.nr_requests and not self._held:
+            self._cond.wait()
 
     def _attempt_merges(self, bio: Bio, now: int) -> MergeType | None:
         """Plug merge on the last request, then the rq hash (nomerges=0 only)."""
@@ -443,6 +519,7 @@ class BlockQueue:
         self._unindex(next_rq)
         self._index(rq, old_end, rq.sector + rq.nr_sectors)
         del self._pending[next_rq]
+        self._scheduled -= 1
         next_rq.state = RqState.DONE
         if self._last_merge is next_rq:
             self._last_merge = rq
@@ -506,12 +583,15 @@ class BlockQueue:
         ready = self._ready
         lock.acquire()
         try:
-            while not self._held:
+            while not self._held and self._dispatching < self._queue_depth:
                 now = time.perf_counter_ns()
                 rq = self._elevator.next_request(now, ready)
                 if rq is None:
                     return
                 rq.state = RqState.DISPATCHED
+                self._scheduled -= 1
+                self.stats.request_dispatched(rq, now)
+                self._cond.notify_all()
                 self._hash_del(rq)
                 if self._last_merge is rq:
                     self._last_merge = None
@@ -543,6 +623,7 @@ class BlockQueue:
         """Stop dispatching: new bios are accepted and queued, not dispatched."""
         with self._lock:
             self._held = True
+            self._cond.notify_all()
 
     def release(self) -> None:
         """Resume dispatching; queued requests go out on a short-lived thread so

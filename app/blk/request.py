@@ -5,7 +5,8 @@ from __future__ import annotations
 import itertools
 from enum import IntEnum
 
-from app.blk.bio import SECTOR_SHIFT, Bio, Op, bio_endio
+from app.blk.bio import Bio, bio_endio
+from app.vocab import SECTOR_SHIFT, Op
 
 _serials = itertools.count()
 
@@ -46,6 +47,7 @@ class Request:
     __slots__ = (
         "bios",
         "dependents",
+        "dispatch_time",
         "fifo_deadline",
         "fua",
         "no_merge",
@@ -86,6 +88,7 @@ class Request:
         self.preflush = preflush
         self.no_merge = no_merge
         self.start_time = start_time
+        self.dispatch_time = 0
         self.serial = next(_serials)
         self.state = RqState.PLUGGED
         self.wait_count = 0

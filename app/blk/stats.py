@@ -4,6 +4,9 @@ Counters are updated on the I/O path under a private lock and never touch
 SQL; ``snapshot()`` derives the averages. ``in_flight`` counts requests from
 creation (plugged, queued or dispatched) to completion, and ``aqu_sz`` is
 its time-weighted average, like the kernel's time_in_queue / interval.
+``queued`` is the part of it still waiting for a device tag, and ``*_d2c``
+the average time a request spent on the device (blktrace's dispatch to
+complete): ``*_await`` minus ``*_d2c`` is time spent queued.
 """
 
 from __future__ import annotations
@@ -12,8 +15,9 @@ import threading
 import time
 from typing import Any
 
-from app.blk.bio import WRITE_OPS, Op
+from app.blk.bio import WRITE_OPS
 from app.blk.request import Request
+from app.vocab import Op
 
 _GROUPS = ("r", "w", "d", "f")
 
@@ -51,6 +55,7 @@ class QueueStats:
             self._sectors = dict.fromkeys(_GROUPS, 0)
             self._bio_wait_ns = dict.fromkeys(_GROUPS, 0)
             self._bios_done = dict.fromkeys(_GROUPS, 0)
+            self._d2c_ns = dict.fromkeys(_GROUPS, 0)
             self.front_merges = 0
             self.back_merges = 0
             self.request_merges = 0
@@ -60,6 +65,7 @@ class QueueStats:
             self._last_change = now
             # in_flight is a level, not a counter: it survives reset.
             self.in_flight = getattr(self, "in_flight", 0)
+            self.on_device = getattr(self, "on_device", 0)
             self._weighted_ns = 0
             self._busy_ns = 0
 
@@ -87,6 +93,12 @@ class QueueStats:
             self._tick(now)
             self.in_flight += 1
 
+    def request_dispatched(self, rq: Request, now: int) -> None:
+        """The request took a device tag."""
+        rq.dispatch_time = now
+        with self._lock:
+            self.on_device += 1
+
     def request_absorbed(self, op: Op, now: int) -> None:
         """A queued request merged into another: it counts as a merge, not an I/O."""
         with self._lock:
@@ -100,6 +112,9 @@ class QueueStats:
             self._tick(now)
             self.in_flight -= 1
             group = _group(rq.op)
+            if rq.dispatch_time:
+                self.on_device -= 1
+                self._d2c_ns[group] += now - rq.dispatch_time
             self._ios[group] += 1
             self._sectors[group] += rq.nr_sectors
             if rq.op is not Op.FLUSH:
@@ -131,6 +146,10 @@ class QueueStats:
                 result[f"{group}_sectors"] = self._sectors[group]
                 result[f"{group}areq_sz"] = self._sectors[group] / 2 / ios if ios else 0.0
                 result[f"{group}_await"] = self._bio_wait_ns[group] / done / 1e6 if done else 0.0
+                result[f"{group}_d2c"] = self._d2c_ns[group] / ios / 1e6 if ios else 0.0
+                # Cumulative totals (/proc/diskstats' rd_ticks…), so a client can take deltas.
+                result[f"{group}_bios_done"] = done
+                result[f"{group}_ticks_ms"] = self._bio_wait_ns[group] / 1e6
             total_ios = sum(self._ios.values())
             result.update(
                 front_merges=self.front_merges,
@@ -138,9 +157,13 @@ class QueueStats:
                 request_merges=self.request_merges,
                 engine_calls=self.engine_calls,
                 in_flight=self.in_flight,
+                queued=self.in_flight - self.on_device,
+                on_device=self.on_device,
                 aqu_sz=self._weighted_ns / elapsed_ns,
                 util=self._busy_ns / elapsed_ns,
                 svctm=self._busy_ns / total_ios / 1e6 if total_ios else 0.0,
+                io_ticks_ms=self._busy_ns / 1e6,
+                time_in_queue_ms=self._weighted_ns / 1e6,
                 elapsed_s=elapsed_ns / 1e9,
                 request_size_histogram=dict(sorted(self.histogram.items())),
             )

@@ -36,6 +36,7 @@ from app.crypto.iv import IvGenerator, make_iv_generator
 from app.crypto.keys import KeyMaterial
 from app.crypto.spec import CipherSpec
 from app.errors import CipherSpecError, KeyNotSet
+from app.vocab import SECTOR_SHIFT, SECTOR_SIZE_512_ONLY_IV_MODES
 
 __all__ = [
     "BulkTransform",
@@ -44,7 +45,6 @@ __all__ = [
     "make_transform",
 ]
 
-SECTOR_SHIFT = 9
 _MASK64 = (1 << 64) - 1
 _XTS_POLY = 0x87
 CHUNK_BYTES = 2 << 20
@@ -78,7 +78,7 @@ class CryptTransform(ABC):
         step = sector_size >> SECTOR_SHIFT
         if not 0 <= iv_offset <= _MASK64 or iv_offset % step:
             raise CipherSpecError("invalid iv_offset sector: must be a multiple of sector_size/512")
-        if spec.ivmode in ("lmk", "tcw") and sector_size != 512:
+        if spec.ivmode in SECTOR_SIZE_512_ONLY_IV_MODES and sector_size != 512:
             raise CipherSpecError(f"unsupported sector size for {spec.ivmode.upper()}")
         if spec.chainmode != "ecb" and sector_size % spec.block_size:
             raise CipherSpecError("sector_size is not a multiple of the cipher block size")
@@ -290,7 +290,7 @@ class BulkTransform(CryptTransform):
         min_units: int = 0,
         chunk_bytes: int = CHUNK_BYTES,
     ) -> None:
-        if spec.ivmode in ("lmk", "tcw"):
+        if spec.ivmode in SECTOR_SIZE_512_ONLY_IV_MODES:
             raise CipherSpecError(f"IV mode {spec.ivmode} depends on the data: no bulk path")
         super().__init__(
             spec,
@@ -540,7 +540,7 @@ def make_transform(
         "iv_offset": iv_offset,
         "iv_large_sectors": iv_large_sectors,
     }
-    if impl == "reference" or (impl == "auto" and spec.ivmode in ("lmk", "tcw")):
+    if impl == "reference" or (impl == "auto" and spec.ivmode in SECTOR_SIZE_512_ONLY_IV_MODES):
         return ReferenceTransform(spec, key, **geometry)
     if impl == "bulk":
         return BulkTransform(spec, key, **geometry)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pathlib import Path
+from importlib.resources import files
 
 from alembic import command
 from alembic.config import Config
@@ -10,9 +10,9 @@ from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import Engine
 
-MIGRATIONS = Path(__file__).resolve().with_name("migrations")
-"""Shipped inside the package, so an installed service (the image) migrates without
-the source tree; the repository's alembic.ini points there too, for ``alembic revision``."""
+MIGRATIONS = files("app.migrations")
+"""The top-level ``migrations/`` of the source tree, installed as ``app.migrations`` (setup.py),
+so an installed service (the image) migrates without the source tree."""
 
 
 def alembic_config(url: str) -> Config:

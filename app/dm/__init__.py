@@ -7,7 +7,7 @@ Must not import fastapi or sqlalchemy: the API and the database sit above it.
 from app.dm.table import (
     CryptParams,
     DeviceRef,
-    DeviceResolver,
+    DeviceSizes,
     ErrorParams,
     LinearParams,
     Table,
@@ -23,7 +23,7 @@ from app.dm.table import (
 __all__ = [
     "CryptParams",
     "DeviceRef",
-    "DeviceResolver",
+    "DeviceSizes",
     "ErrorParams",
     "LinearParams",
     "Table",

@@ -33,14 +33,13 @@ from app.errors import (
     TableError,
     VolumeNotFound,
 )
+from app.vocab import SECTOR_SIZE, SECTOR_SIZE_512_ONLY_IV_MODES, is_valid_name
 
 __all__ = [
-    "NAME_PATTERN",
-    "SECTOR_SIZE",
     "TARGET_TYPES",
     "CryptParams",
     "DeviceRef",
-    "DeviceResolver",
+    "DeviceSizes",
     "ErrorParams",
     "LinearParams",
     "Table",
@@ -48,22 +47,16 @@ __all__ = [
     "TargetParams",
     "ZeroParams",
     "format_table",
-    "is_valid_name",
     "normalize",
     "parse_table",
     "redact",
 ]
 
-SECTOR_SIZE = 512
-"""Bytes per sector: the unit of every address in a table."""
 
 TARGET_TYPES = ("crypt", "linear", "zero", "error")
 
 _U64_MAX = 2**64 - 1
 _MAX_FEATURE_ARGS = 8  # crypt_ctr_optional: {0, 8, "Invalid number of feature args"}
-NAME_PATTERN = r"^[A-Za-z0-9._-]{1,64}$"
-"""Device and volume names (also ``.`` and ``..`` are refused): no path separators."""
-_NAME_RE = re.compile(NAME_PATTERN)
 _DECIMAL_RE = re.compile(r"[0-9]{1,20}")
 _HEX_RE = re.compile(r"[0-9A-Fa-f]+")
 _HEX_RUN_RE = re.compile(r"[0-9A-Fa-f]{16,}")
@@ -267,7 +260,7 @@ class Table:
         return {ref.name for ref in self.device_refs() if ref.kind == "volume"}
 
 
-class DeviceResolver(Protocol):
+class DeviceSizes(Protocol):
     """Sizes of backing objects, so parse can check ranges like ``dm_get_device``."""
 
     def device_size_sectors(self, ref: DeviceRef) -> int:
@@ -278,7 +271,7 @@ class DeviceResolver(Protocol):
 # --------------------------------------------------------------------------- parse
 
 
-def parse_table(text: str, *, resolve: DeviceResolver | None = None) -> Table:
+def parse_table(text: str, *, resolve: DeviceSizes | None = None) -> Table:
     """Parse and validate table text; raise TableError naming line and field.
 
     Blank lines, ``#`` comment lines and surrounding whitespace are ignored, as
@@ -327,7 +320,7 @@ def parse_table(text: str, *, resolve: DeviceResolver | None = None) -> Table:
     return Table(tuple(lines))
 
 
-def _parse_line(line_no: int, words: list[str], resolve: DeviceResolver | None) -> TableLine:
+def _parse_line(line_no: int, words: list[str], resolve: DeviceSizes | None) -> TableLine:
     start = _sector(line_no, "start", words[0], "Invalid start sector")
     if len(words) < 2:
         raise TableError(line_no, "length", "missing: a line is <start> <length> <target> <args>")
@@ -392,7 +385,7 @@ def _parse_crypt(line_no: int, length: int, args: list[str]) -> CryptParams:
         raise TableError(line_no, "crypt: cipher", redact(str(error))) from None
     key = _parse_key(line_no, cipher, key_text)
     sector_size = features.sector_size
-    if sector_size != SECTOR_SIZE and cipher.ivmode in ("lmk", "tcw"):
+    if sector_size != SECTOR_SIZE and cipher.ivmode in SECTOR_SIZE_512_ONLY_IV_MODES:
         raise TableError(
             line_no, "crypt: sector_size", f"Unsupported sector size for {cipher.ivmode.upper()}"
         )
@@ -549,7 +542,7 @@ def _check_device_range(
     device: DeviceRef,
     offset: int,
     length: int,
-    resolve: DeviceResolver,
+    resolve: DeviceSizes,
 ) -> None:
     """dm_get_device + device_area_is_invalid: the mapped range must exist."""
     field_name = f"{target_type}: device"
@@ -646,10 +639,6 @@ def _split_device_text(text: str) -> tuple[Literal["device", "volume"], str]:
     if reason is not None:
         raise InvalidInput(reason)
     return ("volume" if kind == "volume" else "device"), name
-
-
-def is_valid_name(name: str) -> bool:
-    return bool(_NAME_RE.fullmatch(name)) and name not in (".", "..")
 
 
 def _name_problem(name: str) -> str | None:

@@ -21,6 +21,10 @@ class TimedDevice:
     def size(self) -> int:
         return self.device.size
 
+    @property
+    def queue_depth(self) -> int:
+        return self.timer.model.queue_depth
+
     def read_into(self, offset: int, buffer: memoryview) -> None:
         self.device.read_into(offset, buffer)
         self.timer.account("read", len(buffer))

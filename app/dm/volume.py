@@ -22,7 +22,7 @@ from typing import Literal
 from typing_extensions import Buffer
 
 from app.blk import mempool
-from app.blk.bio import Bio, Op
+from app.blk.bio import Bio
 from app.blk.limits import QueueLimits
 from app.blk.queue import BlockQueue
 from app.blk.request import Request
@@ -32,7 +32,6 @@ from app.crypto.keys import KeyMaterial
 from app.crypto.transform import make_transform
 from app.dm.rangelock import RangeLock
 from app.dm.table import (
-    SECTOR_SIZE,
     CryptParams,
     DeviceRef,
     ErrorParams,
@@ -50,7 +49,8 @@ from app.dm.targets import (
     Target,
     ZeroTarget,
 )
-from app.engine.simulated import Engine
+from app.dm.timed import TimedDevice
+from app.engine.base import Engine
 from app.errors import (
     InvalidInput,
     InvalidState,
@@ -58,8 +58,8 @@ from app.errors import (
     RangeNotSatisfiable,
     Unavailable,
 )
+from app.vocab import DEFAULT_QUEUE_DEPTH, SECTOR_SIZE, DispatchMode, ElevatorName, Op
 
-DispatchMode = Literal["bio", "request"]
 DeviceResolver = Callable[[DeviceRef], BlockDevice]
 
 
@@ -70,6 +70,8 @@ class LiveMap:
     table: Table
     targets: list[Target]
     logical_block_size: int
+    queue_depth: int = DEFAULT_QUEUE_DEPTH
+    """The fewest hardware tags among the modelled devices it maps onto."""
 
     @property
     def size_bytes(self) -> int:
@@ -118,6 +120,7 @@ class VolumeInfo:
     elevator: str
     limits: QueueLimits
     plug_window_us: int
+    queue_depth: int
     has_live: bool
     has_inactive: bool
     size_sectors: int
@@ -135,7 +138,7 @@ class Volume:
         engine: Engine,
         limits: QueueLimits,
         dispatch_mode: DispatchMode = "request",
-        elevator: Literal["none", "mq-deadline"] = "none",
+        elevator: ElevatorName = "none",
         plug_window_us: int = 50,
         suspend_wait_seconds: float = 30.0,
     ) -> None:
@@ -144,7 +147,7 @@ class Volume:
         self.lock = threading.RLock()
         self.engine = engine
         self.dispatch_mode: DispatchMode = dispatch_mode
-        self.elevator: Literal["none", "mq-deadline"] = elevator
+        self.elevator: ElevatorName = elevator
         self.suspend_wait_seconds = suspend_wait_seconds
         self.state: Literal["active", "suspended"] = "suspended"
         self.live: LiveMap | None = None
@@ -203,6 +206,7 @@ class Volume:
             self.live = new_live
             self.inactive = None
             self.queue.set_boundaries([target.start for target in new_live.targets[1:]])
+            self.queue.set_queue_depth(new_live.queue_depth)
             self._apply_block_size(new_live.logical_block_size)
             if old is not None:
                 replaced = old.table
@@ -282,13 +286,14 @@ class Volume:
         targets = list(self.live.targets)
         targets[index].wipe()
         targets[index] = self._target(table.lines[index], resolve)
-        self.live = LiveMap(table, targets, self.live.logical_block_size)
+        self.live = replace(self.live, table=table, targets=targets)
         self.event_nr += 1
 
     def install_suspended(self, table: Table, resolve: DeviceResolver) -> None:
         """Restore a live table at startup without letting I/O flow (its key may be wiped)."""
         self.live = self._build(table, resolve)
         self.queue.set_boundaries([target.start for target in self.live.targets[1:]])
+        self.queue.set_queue_depth(self.live.queue_depth)
         self._apply_block_size(self.live.logical_block_size)
         self.queue.hold()
 
@@ -298,7 +303,7 @@ class Volume:
         dispatch_mode: DispatchMode | None = None,
         engine: Engine | None = None,
         limits: QueueLimits | None = None,
-        elevator: Literal["none", "mq-deadline"] | None = None,
+        elevator: ElevatorName | None = None,
         plug_window_us: int | None = None,
     ) -> None:
         if plug_window_us is not None:
@@ -336,14 +341,23 @@ class Volume:
 
     def _build(self, table: Table, resolve: DeviceResolver) -> LiveMap:
         targets: list[Target] = []
+        depths: list[int] = []
+
+        def resolve_noting_depth(ref: DeviceRef) -> BlockDevice:
+            device = resolve(ref)
+            if isinstance(device, TimedDevice):
+                depths.append(device.queue_depth)
+            return device
+
         try:
             for line in table.lines:
-                targets.append(self._target(line, resolve))
+                targets.append(self._target(line, resolve_noting_depth))
         except BaseException:
             for target in targets:
                 target.wipe()
             raise
-        return LiveMap(table, targets, table.logical_block_size)
+        depth = min(depths, default=DEFAULT_QUEUE_DEPTH)
+        return LiveMap(table, targets, table.logical_block_size, depth)
 
     def _target(self, line: TableLine, resolve: DeviceResolver) -> Target:
         params = line.target
@@ -504,18 +518,7 @@ class Volume:
                 with self._ranges.hold(start, end, exclusive=False):
                     self._submit(Op.WRITE, start, length, [view], fua=fua)
             else:
-                with (
-                    self._ranges.hold(start, end, exclusive=True),
-                    mempool.borrow(end - start) as merged,
-                ):
-                    head_partial = offset != start
-                    tail_partial = (offset + length) != end
-                    if head_partial:
-                        self._submit(Op.READ, start, unit, [merged[:unit]])
-                    if tail_partial and not (head_partial and end - start == unit):
-                        self._submit(Op.READ, end - unit, unit, [merged[len(merged) - unit :]])
-                    merged[offset - start : offset - start + length] = view
-                    self._submit(Op.WRITE, start, len(merged), [merged], fua=fua)
+                self._read_modify_write(unit, offset, view, fua=fua)
             self.generation += 1
 
     def submit_batch(self, ios: Sequence[BatchIo]) -> None:
@@ -567,6 +570,123 @@ class Volume:
             for io in ios:
                 if io.error is None:
                     io.error = error
+
+    def _read_modify_write(self, unit: int, offset: int, view: memoryview, *, fua: bool) -> None:
+        """A write with partial edge units, holding them exclusive from read to write."""
+        length = len(view)
+        start = offset - offset % unit
+        end = -(-(offset + length) // unit) * unit
+        with (
+            self._ranges.hold(start, end, exclusive=True),
+            mempool.borrow(end - start) as merged,
+        ):
+            head_partial = offset != start
+            tail_partial = (offset + length) != end
+            if head_partial:
+                self._submit(Op.READ, start, unit, [merged[:unit]])
+            if tail_partial and not (head_partial and end - start == unit):
+                self._submit(Op.READ, end - unit, unit, [merged[len(merged) - unit :]])
+            merged[offset - start : offset - start + length] = view
+            self._submit(Op.WRITE, start, len(merged), [merged], fua=fua)
+
+    # ------------------------------------------------------------- batched I/O
+
+    def _submit_together(
+        self, op: Op, ios: Sequence[tuple[int, memoryview]]
+    ) -> list[BaseException | None]:
+        """Aligned I/Os as bios under one plug (io_submit): adjacent ones merge into one
+        request, overlapping writes reach the device in order. Returns each one's error."""
+        if not ios:
+            return []
+        start = min(offset for offset, _ in ios)
+        end = max(offset + len(buffer) for offset, buffer in ios)
+        # One shared hold over the batch's span: it only excludes read-modify-writes.
+        with self._ranges.hold(start, end, exclusive=False):
+            bios = [
+                Bio(op, offset // SECTOR_SIZE, len(buffer) // SECTOR_SIZE, [buffer])
+                for offset, buffer in ios
+            ]
+            self.queue.submit_bios(bios)
+            errors: list[BaseException | None] = []
+            for bio in bios:
+                try:
+                    bio.wait()
+                    errors.append(None)
+                except Exception as error:
+                    errors.append(error)
+            return errors
+
+    def _write_run(
+        self,
+        ios: Sequence[tuple[int, memoryview]],
+        run: list[int],
+        errors: list[BaseException | None],
+    ) -> None:
+        if run:
+            for index, error in zip(
+                run, self._submit_together(Op.WRITE, [ios[i] for i in run]), strict=True
+            ):
+                errors[index] = error
+
+    def read_batch(self, ios: Sequence[tuple[int, memoryview]]) -> None:
+        """Fill each ``(offset, buffer)``, any alignment, all bios submitted together."""
+        for offset, buffer in ios:
+            self.check_range(offset, len(buffer))
+        with self._io() as live:
+            unit = live.logical_block_size
+            aligned: list[tuple[int, memoryview]] = []
+            copies: list[tuple[memoryview, memoryview]] = []
+            for offset, buffer in ios:
+                if not buffer:
+                    continue
+                start = offset - offset % unit
+                end = -(-(offset + len(buffer)) // unit) * unit
+                if start == offset and end == offset + len(buffer):
+                    aligned.append((offset, buffer))
+                    continue
+                whole = memoryview(bytearray(end - start))
+                aligned.append((start, whole))
+                copies.append((buffer, whole[offset - start : offset - start + len(buffer)]))
+            for error in self._submit_together(Op.READ, aligned):
+                if error is not None:
+                    raise error
+            for buffer, source in copies:
+                buffer[:] = source
+
+    def write_batch(
+        self, ios: Sequence[tuple[int, memoryview]], *, fua: bool = False
+    ) -> list[BaseException | None]:
+        """Independent writes issued together, applied in order where they overlap.
+
+        Runs of aligned writes go to the queue together; a write with partial
+        edge units is read-modify-written after the run before it completes.
+        Returns each write's error (None: written); ``fua`` makes every
+        successful write durable before returning.
+        """
+        for offset, buffer in ios:
+            self.check_range(offset, len(buffer))
+        errors: list[BaseException | None] = [None] * len(ios)
+        with self._io() as live:
+            unit = live.logical_block_size
+            run: list[int] = []
+            for index, (offset, buffer) in enumerate(ios):
+                if offset % unit == 0 and len(buffer) % unit == 0:
+                    if buffer:
+                        run.append(index)
+                    continue
+                self._write_run(ios, run, errors)
+                run = []
+                try:
+                    self._read_modify_write(unit, offset, buffer, fua=False)
+                except Exception as error:
+                    errors[index] = error
+            self._write_run(ios, run, errors)
+            self.generation += 1
+            if fua and any(error is None for error in errors):
+                bio = Bio(Op.FLUSH, 0, 0, [], preflush=True)
+                self.queue.submit_bio(bio)
+                bio.wait()
+        return errors
 
     def flush(self) -> None:
         """Returns once every write completed before it is durable."""
@@ -622,6 +742,7 @@ class Volume:
             elevator=self.elevator,
             limits=self.limits,
             plug_window_us=self.queue.plug_window_us,
+            queue_depth=self.queue.queue_depth,
             has_live=self.live is not None,
             has_inactive=self.inactive is not None,
             size_sectors=self.live.table.size_sectors if self.live else 0,

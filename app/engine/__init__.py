@@ -2,34 +2,29 @@
 
 Owns what an engine can do (``model``), which calls a request becomes
 (``planner``), what they cost (``cost``), virtual clocks and pacing
-(``clock``), the engine object (``simulated``), presets and their registry
-(``presets``, ``registry``) and the calibration fits (``fit``). Imports ``app.crypto``
-contracts structurally and ``app.errors``; never fastapi, sqlalchemy,
-``app.blk`` or ``app.dm``.
+(``clock``), the one-request interface (``base``), the engine object
+(``simulated``) and a scriptable one for tests (``mock``), presets and their
+registry (``presets``, ``registry``) and the calibration fits (``fit``).
+Imports ``app.crypto`` contracts structurally and ``app.errors``; never
+fastapi, sqlalchemy, ``app.blk`` or ``app.dm``.
 """
 
+from app.engine.base import CryptTransformLike, Engine, EngineRequest, EngineResult, EngineStats
 from app.engine.clock import ClockSnapshot, DeviceTimer, Reservation, VirtualClock
-from app.engine.cost import PlanCost, Prediction, Workload, plan_cost, predict_workload
+from app.engine.cost import ModelledWorkload, PlanCost, Prediction, plan_cost, predict_workload
+from app.engine.mock import MockEngine
 from app.engine.model import (
     Capabilities,
     CostModel,
     DeviceModel,
-    DispatchMode,
     EngineProfile,
     ModelSpec,
-    Op,
     SpecLike,
 )
 from app.engine.planner import CallPlan, EngineCall, plan_calls
 from app.engine.presets import DEVICE_MODELS, ENGINES
 from app.engine.registry import EngineRegistry, RegistryStore
-from app.engine.simulated import (
-    CryptTransformLike,
-    Engine,
-    EngineResult,
-    EngineStats,
-    SimulatedEngine,
-)
+from app.engine.simulated import SimulatedEngine
 
 __all__ = [
     "DEVICE_MODELS",
@@ -41,15 +36,16 @@ __all__ = [
     "CryptTransformLike",
     "DeviceModel",
     "DeviceTimer",
-    "DispatchMode",
     "Engine",
     "EngineCall",
     "EngineProfile",
     "EngineRegistry",
+    "EngineRequest",
     "EngineResult",
     "EngineStats",
+    "MockEngine",
     "ModelSpec",
-    "Op",
+    "ModelledWorkload",
     "PlanCost",
     "Prediction",
     "RegistryStore",
@@ -57,7 +53,6 @@ __all__ = [
     "SimulatedEngine",
     "SpecLike",
     "VirtualClock",
-    "Workload",
     "plan_calls",
     "plan_cost",
     "predict_workload",

@@ -11,7 +11,11 @@ except the engine's channels):
 - ``queue_depth > 1``: crypto of one request overlaps storage of another, so
   after the first I/O each further one costs the bottleneck stage's period
   ``max(storage, cpu, engine_busy / parallel)``, ``parallel`` being how many
-  calls can be on distinct channels at once.
+  calls can be on distinct channels at once: ``min(channels, queue_depth *
+  calls)``, since an engine only overlaps the calls that are in flight.
+
+``pipeline_time`` is that rule, the only copy: ``predict_workload`` feeds it
+modelled I/Os, the benchmark cells the means of what a run really did.
 """
 
 from __future__ import annotations
@@ -21,18 +25,22 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from app.engine.model import (
-    SECTOR_SIZE,
-    DeviceModel,
-    DispatchMode,
-    EngineProfile,
-    ModelSpec,
-    SpecLike,
-)
+from app.engine.model import DeviceModel, EngineProfile, ModelSpec, SpecLike
 from app.engine.planner import CallPlan, plan_calls
 from app.errors import InvalidInput
+from app.vocab import SECTOR_SIZE, CipherOp, DispatchMode
 
-__all__ = ["PlanCost", "Prediction", "Workload", "makespan_ns", "plan_cost", "predict_workload"]
+__all__ = [
+    "ModelledWorkload",
+    "PipelineTime",
+    "PlanCost",
+    "Prediction",
+    "StageTimes",
+    "makespan_ns",
+    "pipeline_time",
+    "plan_cost",
+    "predict_workload",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,7 +80,62 @@ def plan_cost(profile: EngineProfile, plan: CallPlan) -> PlanCost:
 
 
 @dataclass(frozen=True, slots=True)
-class Workload:
+class StageTimes:
+    """One I/O's time in each pipeline stage; ``crypto_ns`` is its CPU IVs plus calls' makespan."""
+
+    storage_ns: float
+    cpu_ns: float
+    engine_busy_ns: float
+    crypto_ns: float
+    calls: float
+
+    @classmethod
+    def mean(
+        cls,
+        items: int,
+        *,
+        storage_ns: float,
+        cpu_ns: float,
+        engine_busy_ns: float,
+        crypto_ns: float,
+        calls: float,
+    ) -> StageTimes:
+        """The per-item mean of totals measured over ``items`` I/Os (all zero for none)."""
+        share = 1 / items if items else 0.0
+        return cls(
+            storage_ns * share,
+            cpu_ns * share,
+            engine_busy_ns * share,
+            crypto_ns * share,
+            calls * share,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class PipelineTime:
+    """``latency_ns``: one I/O alone; ``period_ns``: each further one; ``total_ns``: all."""
+
+    latency_ns: float
+    period_ns: float
+    total_ns: float
+
+
+def pipeline_time(
+    stages: StageTimes, *, count: int, queue_depth: int, channels: int
+) -> PipelineTime:
+    """``count`` I/Os like ``stages`` with ``queue_depth`` in flight (the module docstring's rule)."""
+    latency = stages.storage_ns + stages.crypto_ns
+    if queue_depth <= 1:
+        period = latency
+    else:
+        parallel = max(1.0, min(channels, queue_depth * max(stages.calls, 1.0)))
+        period = max(stages.storage_ns, stages.cpu_ns, stages.engine_busy_ns / parallel)
+    total = latency + (count - 1) * period if count > 0 else 0.0
+    return PipelineTime(latency, period, total)
+
+
+@dataclass(frozen=True, slots=True)
+class ModelledWorkload:
     """``count`` sequential I/Os of ``io_bytes``, dd/fio style.
 
     Each I/O's user buffer gives ``segment_bytes`` segments (4 KiB pages). In
@@ -104,7 +167,7 @@ class Workload:
 class Prediction:
     """Modelled times for a workload; all ``*_ns`` except ``total_ns`` are per I/O."""
 
-    workload: Workload
+    workload: ModelledWorkload
     storage_ns: float
     cpu_ns: float
     engine_busy_ns: float
@@ -129,13 +192,13 @@ def _segments(nbytes: int, segment_bytes: int) -> list[int]:
 def predict_workload(
     profile: EngineProfile | None,
     device: DeviceModel,
-    workload: Workload,
+    workload: ModelledWorkload,
     spec: SpecLike | None = None,
 ) -> Prediction:
     """End-to-end modelled time of ``workload``; ``profile=None`` is the raw device."""
     workload.validate()
     spec = spec if spec is not None else ModelSpec()
-    op: Literal["encrypt", "decrypt"] = "decrypt" if workload.op == "read" else "encrypt"
+    op: CipherOp = "decrypt" if workload.op == "read" else "encrypt"
     if workload.dispatch_mode == "bio":
         requests = [workload.io_bytes]
     else:
@@ -165,23 +228,21 @@ def predict_workload(
         crypto += cost.latency_ns
         calls += len(plan.calls)
         bulk = bulk and plan.bulk
-    latency = storage + crypto
-    if workload.queue_depth == 1:
-        period = latency
-    else:
-        channels = profile.capabilities.channels if profile is not None else 1
-        parallel = max(1, min(channels, workload.queue_depth * max(calls, 1)))
-        period = max(storage, cpu, busy / parallel)
-    total = latency + (workload.count - 1) * period
+    pipeline = pipeline_time(
+        StageTimes(storage, cpu, busy, crypto, calls),
+        count=workload.count,
+        queue_depth=workload.queue_depth,
+        channels=profile.capabilities.channels if profile is not None else 1,
+    )
     return Prediction(
         workload=workload,
         storage_ns=storage,
         cpu_ns=cpu,
         engine_busy_ns=busy,
         crypto_ns=crypto,
-        latency_ns=latency,
-        period_ns=period,
-        total_ns=total,
+        latency_ns=pipeline.latency_ns,
+        period_ns=pipeline.period_ns,
+        total_ns=pipeline.total_ns,
         calls_per_io=calls,
         bulk=bulk and calls > 0,
     )

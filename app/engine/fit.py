@@ -1,6 +1,6 @@
 """Calibrate engine and device presets on published hardware figures.
 
-Every calibration experiment is a ``Workload`` run through ``predict_workload``
+Every calibration experiment is a ``ModelledWorkload`` run through ``predict_workload``
 (the very model the service uses). With queue depth 1 its modelled time is
 linear in the parameters, so the design matrix is read off the model itself
 by probing it with one parameter at 1 and the rest at 0, and the fit is a
@@ -19,14 +19,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from app.engine import presets
-from app.engine.cost import Workload, predict_workload
-from app.engine.model import (
-    CostModel,
-    DeviceModel,
-    EngineProfile,
-    ModelSpec,
-    SpecLike,
-)
+from app.engine.cost import ModelledWorkload, predict_workload
+from app.engine.model import CostModel, DeviceModel, EngineProfile, ModelSpec, SpecLike
 from app.errors import InvalidInput
 
 __all__ = [
@@ -72,7 +66,7 @@ class Observation:
 
     label: str
     mb_per_s: float
-    workload: Workload
+    workload: ModelledWorkload
     bulk: bool = True
 
 
@@ -206,8 +200,8 @@ def residuals(
 
 def _dd(
     op: str, io_bytes: int, mode: str = "request", *, count: int = 1, encrypted: bool = True
-) -> Workload:
-    return Workload(
+) -> ModelledWorkload:
+    return ModelledWorkload(
         op="read" if op == "read" else "write",
         io_bytes=io_bytes,
         count=count,

@@ -1,24 +1,41 @@
 """What an engine can do and what it costs: capabilities, cost model, device model.
 
-Pure data: frozen slotted dataclasses with ``validate()`` (raising
-``InvalidInput`` with a message a user can act on) and ``to_dict``/``from_dict``
-for the JSON column the lead persists custom models in. Nothing here knows
-about keys or bytes; the cipher spec is seen only through ``SpecLike``, so a
-workload can be modelled without a key and without ``app.crypto``.
+Pure data: frozen slotted dataclasses declared once, field constraints in
+their annotations. pydantic reads those declarations for every other view:
+``validate()``/``from_dict()`` (raising ``InvalidInput`` with a message a
+user can act on), ``to_dict()`` for the JSON column custom models persist in,
+and the API's request and response schemas, which are these classes. Rules
+between fields live in ``_check``. Nothing here knows about keys or bytes; the
+cipher spec is seen only through ``SpecLike``, so a workload can be modelled
+without a key and without ``app.crypto``.
 """
 
 from __future__ import annotations
 
-import math
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Literal, Protocol, TypeAlias
+from typing import Annotated, Any, ClassVar, Literal, Protocol, Self, TypeAlias
+
+from pydantic import (
+    AfterValidator,
+    ConfigDict,
+    Field,
+    PlainSerializer,
+    TypeAdapter,
+    ValidationError,
+)
 
 from app.errors import InvalidInput
+from app.vocab import (
+    DATA_UNIT_SIZES,
+    DEFAULT_QUEUE_DEPTH,
+    MAX_QUEUE_DEPTH,
+    MODEL_NAME_PATTERN,
+    SECTOR_SIZE,
+    CipherOp,
+)
 
 __all__ = [
-    "DATA_UNIT_SIZES",
     "DERIVABLE_IV_MODES",
     "KEYED_IV_MODES",
     "MAX_BYTES_PER_CALL_LIMIT",
@@ -26,28 +43,19 @@ __all__ = [
     "MAX_RATE",
     "MAX_SEGMENTS_LIMIT",
     "MIN_BYTES_PER_CALL",
-    "NAME_PATTERN",
     "NEVER_BULK_IV_MODES",
-    "SECTOR_SIZE",
     "UNKEYED_IV_MODES",
     "Capabilities",
     "CostModel",
     "DeviceModel",
     "DeviceOp",
-    "DispatchMode",
     "EngineProfile",
     "ModelSpec",
-    "Op",
     "SpecLike",
 ]
 
-Op: TypeAlias = Literal["encrypt", "decrypt"]
 DeviceOp: TypeAlias = Literal["read", "write", "flush"]
-DispatchMode: TypeAlias = Literal["bio", "request"]
 
-SECTOR_SIZE = 512
-DATA_UNIT_SIZES = frozenset({512, 1024, 2048, 4096})
-"""dm-crypt's ``sector_size`` choices: powers of two from 512 to 4096."""
 
 UNKEYED_IV_MODES = frozenset({"plain", "plain64", "plain64be", "null", "benbi"})
 """IVs an engine computes from the sector number alone: always derivable in bulk."""
@@ -63,8 +71,6 @@ MAX_SEGMENTS_LIMIT = 1 << 16
 MAX_CHANNELS = 1024
 MAX_RATE = 1e12  # 1 TB/s: above any real engine or device, catches unit mistakes (bits, KiB)
 _MAX_LATENCY_NS = 60e9
-NAME_PATTERN = r"^[a-z0-9][a-z0-9._-]{0,63}$"
-_NAME_RE = re.compile(NAME_PATTERN)
 
 
 class SpecLike(Protocol):
@@ -90,43 +96,81 @@ class ModelSpec:
     keycount: int = 1
 
 
-def _check_name(kind: str, name: str) -> None:
-    if not _NAME_RE.match(name):
-        raise InvalidInput(
-            f"{kind} name {name!r} must be 1-64 characters of a-z, 0-9, '.', '_', '-' "
-            "starting with a letter or digit"
-        )
+def _unit_sizes(sizes: frozenset[int]) -> frozenset[int]:
+    if not sizes <= DATA_UNIT_SIZES:
+        raise ValueError(f"must be a subset of 512, 1024, 2048, 4096, got {sorted(sizes)}")
+    return sizes
 
 
-def _check_number(label: str, value: float, *, low: float, high: float, strict_low: bool) -> None:
-    bad_low = value <= low if strict_low else value < low
-    if not math.isfinite(value) or bad_low or value > high:
-        bound = "greater than" if strict_low else "at least"
-        raise InvalidInput(f"{label} must be {bound} {low:g} and at most {high:g}, got {value!r}")
+ModelName = Annotated[str, Field(strict=True, pattern=MODEL_NAME_PATTERN)]
+Description = Annotated[str, Field(strict=True, max_length=1000)]
+Nanoseconds = Annotated[float, Field(strict=True, ge=0, le=_MAX_LATENCY_NS, allow_inf_nan=False)]
+BytesPerSecond = Annotated[float, Field(strict=True, gt=0, le=MAX_RATE, allow_inf_nan=False)]
+Names = Annotated[
+    frozenset[ModelName], Field(min_length=1), PlainSerializer(sorted, return_type=list[str])
+]
+UnitSizes = Annotated[
+    frozenset[Annotated[int, Field(strict=True)]],
+    Field(min_length=1),
+    AfterValidator(_unit_sizes),
+    PlainSerializer(sorted, return_type=list[int]),
+]
 
 
-def _check_int(label: str, value: int, *, low: int, high: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-        raise InvalidInput(f"{label} must be an integer from {low} to {high}, got {value!r}")
+_ADAPTERS: dict[type[Any], TypeAdapter[Any]] = {}
 
 
-def _names(values: frozenset[str] | None) -> list[str] | None:
-    return None if values is None else sorted(values)
+def _adapter(cls: type[Any]) -> TypeAdapter[Any]:
+    """Built on first use: the classes must be complete before pydantic reads them."""
+    adapter = _ADAPTERS.get(cls)
+    if adapter is None:
+        adapter = _ADAPTERS[cls] = TypeAdapter(cls)
+    return adapter
 
 
-def _frozen(values: Any) -> frozenset[str] | None:
-    return None if values is None else frozenset(str(value) for value in values)
+def _invalid(kind: str, exc: ValidationError) -> InvalidInput:
+    """Locations and messages only, as the API renders its own validation errors."""
+    issues = "; ".join(
+        f"{'.'.join(str(part) for part in error['loc'])}: {error['msg']}" for error in exc.errors()
+    )
+    return InvalidInput(f"{kind}: {issues}")
 
 
-def _field(data: Mapping[str, Any], key: str, kind: str) -> Any:
-    try:
-        return data[key]
-    except KeyError:
-        raise InvalidInput(f"{kind}: missing field {key!r}") from None
+class _Schema:
+    """One declaration, every view: pydantic validates and (de)serialises the dataclass itself."""
+
+    __slots__ = ()
+    __pydantic_config__: ClassVar[ConfigDict] = ConfigDict(
+        extra="forbid", revalidate_instances="always"
+    )
+    _kind: ClassVar[str]
+
+    def validate(self) -> None:
+        try:
+            _adapter(type(self)).validate_python(self)
+        except ValidationError as exc:
+            raise _invalid(self._kind, exc) from None
+        self._check()
+
+    def _check(self) -> None:
+        """Rules between fields, beyond what each field's type says."""
+
+    def to_dict(self) -> dict[str, Any]:
+        data: dict[str, Any] = _adapter(type(self)).dump_python(self, mode="json")
+        return data
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Self:
+        try:
+            value: Self = _adapter(cls).validate_python(data)
+        except ValidationError as exc:
+            raise _invalid(cls._kind, exc) from None
+        value._check()
+        return value
 
 
 @dataclass(frozen=True, slots=True)
-class Capabilities:
+class Capabilities(_Schema):
     """``CRYPTO_ALG_BULK`` made precise: what one engine call may cover.
 
     ``bulk_ivmodes`` are the IV modes the engine derives per data unit from one
@@ -136,14 +180,31 @@ class Capabilities:
     crypto layer has" (the software engine).
     """
 
-    ciphers: frozenset[str] | None = frozenset({"aes"})
-    chainmodes: frozenset[str] | None = frozenset({"cbc", "ecb"})
-    bulk_ivmodes: frozenset[str] = frozenset()
-    keyed_iv: bool = False
-    data_unit_sizes: frozenset[int] = DATA_UNIT_SIZES
-    max_bytes_per_call: int = 1 << 20
-    max_segments_per_call: int = 256
-    channels: int = 1
+    _kind: ClassVar[str] = "capabilities"
+
+    ciphers: Annotated[Names | None, Field(description="null: every cipher")] = frozenset({"aes"})
+    chainmodes: Annotated[Names | None, Field(description="null: every chain mode")] = frozenset(
+        {"cbc", "ecb"}
+    )
+    bulk_ivmodes: Annotated[
+        frozenset[ModelName],
+        PlainSerializer(sorted, return_type=list[str]),
+        Field(description="IV modes derived per data unit from one IV"),
+    ] = frozenset()
+    keyed_iv: Annotated[
+        bool, Field(strict=True, description="holds the ESSIV salt / EBOIV key")
+    ] = False
+    data_unit_sizes: UnitSizes = DATA_UNIT_SIZES
+    max_bytes_per_call: Annotated[
+        int,
+        Field(
+            strict=True, ge=MIN_BYTES_PER_CALL, le=MAX_BYTES_PER_CALL_LIMIT, multiple_of=SECTOR_SIZE
+        ),
+    ] = 1 << 20
+    max_segments_per_call: Annotated[int, Field(strict=True, ge=1, le=MAX_SEGMENTS_LIMIT)] = 256
+    channels: Annotated[
+        int, Field(strict=True, ge=1, le=MAX_CHANNELS, description="calls run in parallel")
+    ] = 1
 
     @property
     def bulk(self) -> bool:
@@ -186,7 +247,7 @@ class Capabilities:
     def derives_iv(self, spec: SpecLike) -> bool:
         return self.fallback_reason(spec) is None
 
-    def validate(self) -> None:
+    def _check(self) -> None:
         for ivmode in sorted(self.bulk_ivmodes):
             if ivmode in NEVER_BULK_IV_MODES or ivmode not in DERIVABLE_IV_MODES:
                 raise InvalidInput(
@@ -197,107 +258,32 @@ class Capabilities:
                 raise InvalidInput(
                     f"bulk_ivmodes: {ivmode} needs keyed_iv=true (the engine must hold the IV key)"
                 )
-        if not self.data_unit_sizes or not self.data_unit_sizes <= DATA_UNIT_SIZES:
-            raise InvalidInput(
-                "data_unit_sizes must be a non-empty subset of 512, 1024, 2048, 4096, "
-                f"got {sorted(self.data_unit_sizes)}"
-            )
-        for label, names in (("ciphers", self.ciphers), ("chainmodes", self.chainmodes)):
-            if names is not None and (not names or not all(_NAME_RE.match(n) for n in names)):
-                raise InvalidInput(f"{label} must be null (any) or a non-empty list of names")
-        _check_int(
-            "max_bytes_per_call",
-            self.max_bytes_per_call,
-            low=MIN_BYTES_PER_CALL,
-            high=MAX_BYTES_PER_CALL_LIMIT,
-        )
-        if self.max_bytes_per_call % SECTOR_SIZE:
-            raise InvalidInput("max_bytes_per_call must be a multiple of 512")
         if min(self.data_unit_sizes) > self.max_bytes_per_call:
             raise InvalidInput("max_bytes_per_call is smaller than every supported data unit size")
-        _check_int(
-            "max_segments_per_call", self.max_segments_per_call, low=1, high=MAX_SEGMENTS_LIMIT
-        )
-        _check_int("channels", self.channels, low=1, high=MAX_CHANNELS)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "ciphers": _names(self.ciphers),
-            "chainmodes": _names(self.chainmodes),
-            "bulk_ivmodes": sorted(self.bulk_ivmodes),
-            "keyed_iv": self.keyed_iv,
-            "data_unit_sizes": sorted(self.data_unit_sizes),
-            "max_bytes_per_call": self.max_bytes_per_call,
-            "max_segments_per_call": self.max_segments_per_call,
-            "channels": self.channels,
-        }
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> Capabilities:
-        kind = "capabilities"
-        caps = cls(
-            ciphers=_frozen(_field(data, "ciphers", kind)),
-            chainmodes=_frozen(_field(data, "chainmodes", kind)),
-            bulk_ivmodes=frozenset(_field(data, "bulk_ivmodes", kind)),
-            keyed_iv=bool(_field(data, "keyed_iv", kind)),
-            data_unit_sizes=frozenset(int(size) for size in _field(data, "data_unit_sizes", kind)),
-            max_bytes_per_call=_field(data, "max_bytes_per_call", kind),
-            max_segments_per_call=_field(data, "max_segments_per_call", kind),
-            channels=_field(data, "channels", kind),
-        )
-        caps.validate()
-        return caps
 
 
 @dataclass(frozen=True, slots=True)
-class CostModel:
+class CostModel(_Schema):
     """Time of one engine call: ``setup + segments * segment + bytes / throughput``.
 
     The per-call setup is what made hardware engines lose to the CPU at 512 B
     units; the per-segment term is the DMA descriptor per scatterlist entry.
     """
 
-    setup_ns: float
-    segment_ns: float
-    encrypt_bytes_per_s: float
-    decrypt_bytes_per_s: float
+    _kind: ClassVar[str] = "cost"
 
-    def call_ns(self, op: Op, nbytes: int, nr_segments: int = 1) -> float:
+    setup_ns: Annotated[Nanoseconds, Field(description="fixed cost of one engine call")]
+    encrypt_bytes_per_s: BytesPerSecond
+    decrypt_bytes_per_s: BytesPerSecond
+    segment_ns: Annotated[Nanoseconds, Field(description="per scatterlist entry")] = 0.0
+
+    def call_ns(self, op: CipherOp, nbytes: int, nr_segments: int = 1) -> float:
         rate = self.encrypt_bytes_per_s if op == "encrypt" else self.decrypt_bytes_per_s
         return self.setup_ns + nr_segments * self.segment_ns + nbytes * 1e9 / rate
 
-    def validate(self) -> None:
-        _check_number("setup_ns", self.setup_ns, low=0, high=_MAX_LATENCY_NS, strict_low=False)
-        _check_number("segment_ns", self.segment_ns, low=0, high=_MAX_LATENCY_NS, strict_low=False)
-        for label, rate in (
-            ("encrypt_bytes_per_s", self.encrypt_bytes_per_s),
-            ("decrypt_bytes_per_s", self.decrypt_bytes_per_s),
-        ):
-            _check_number(label, rate, low=0, high=MAX_RATE, strict_low=True)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "setup_ns": self.setup_ns,
-            "segment_ns": self.segment_ns,
-            "encrypt_bytes_per_s": self.encrypt_bytes_per_s,
-            "decrypt_bytes_per_s": self.decrypt_bytes_per_s,
-        }
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> CostModel:
-        kind = "cost"
-        cost = cls(
-            setup_ns=float(_field(data, "setup_ns", kind)),
-            segment_ns=float(_field(data, "segment_ns", kind)),
-            encrypt_bytes_per_s=float(_field(data, "encrypt_bytes_per_s", kind)),
-            decrypt_bytes_per_s=float(_field(data, "decrypt_bytes_per_s", kind)),
-        )
-        cost.validate()
-        return cost
-
 
 @dataclass(frozen=True, slots=True)
-class EngineProfile:
+class EngineProfile(_Schema):
     """One engine: capabilities, cost of a call, and CPU cost of software IVs.
 
     ``cpu_iv_ns`` is charged per data unit whose IV the CPU computes (every
@@ -306,62 +292,52 @@ class EngineProfile:
     account the wall time they took; their ``cost`` serves predictions only.
     """
 
-    name: str
+    _kind: ClassVar[str] = "engine"
+
+    name: ModelName
     capabilities: Capabilities
     cost: CostModel
-    description: str = ""
-    cpu_iv_ns: float = 0.0
-    measured: bool = False
+    description: Description = ""
+    cpu_iv_ns: Annotated[
+        Nanoseconds, Field(description="software IV cost per data unit on the fallback path")
+    ] = 0.0
+    measured: Annotated[
+        bool, Field(strict=True, description="calls really made and timed (software only)")
+    ] = False
 
-    def validate(self) -> None:
-        _check_name("engine", self.name)
-        self.capabilities.validate()
-        self.cost.validate()
-        _check_number("cpu_iv_ns", self.cpu_iv_ns, low=0, high=_MAX_LATENCY_NS, strict_low=False)
-        if len(self.description) > 1000:
-            raise InvalidInput("description must be at most 1000 characters")
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "name": self.name,
-            "description": self.description,
-            "capabilities": self.capabilities.to_dict(),
-            "cost": self.cost.to_dict(),
-            "cpu_iv_ns": self.cpu_iv_ns,
-            "measured": self.measured,
-        }
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> EngineProfile:
-        kind = "engine"
-        profile = cls(
-            name=str(_field(data, "name", kind)),
-            description=str(data.get("description", "")),
-            capabilities=Capabilities.from_dict(_field(data, "capabilities", kind)),
-            cost=CostModel.from_dict(_field(data, "cost", kind)),
-            cpu_iv_ns=float(data.get("cpu_iv_ns", 0.0)),
-            measured=bool(data.get("measured", False)),
-        )
-        profile.validate()
-        return profile
+    def _check(self) -> None:
+        self.capabilities._check()
 
 
 @dataclass(frozen=True, slots=True)
-class DeviceModel:
+class DeviceModel(_Schema):
     """Backing-device timing: ``latency + bytes / bandwidth`` per I/O, one I/O at a time.
 
     The per-I/O latency is what makes a 512 KiB write faster per byte than a
     64 KiB one (the SD card figures need it). A bandwidth of ``None`` is
     unlimited: with zero latencies that is the ``none`` model of a plain file.
+    ``queue_depth`` is the device's tags: how many requests a volume on it may
+    have on the device at once; the others wait in its elevator, and merge.
     """
 
-    name: str
-    description: str = ""
-    read_latency_ns: float = 0.0
-    read_bytes_per_s: float | None = None
-    write_latency_ns: float = 0.0
-    write_bytes_per_s: float | None = None
-    flush_ns: float = 0.0
+    _kind: ClassVar[str] = "device model"
+
+    name: ModelName
+    description: Description = ""
+    read_latency_ns: Nanoseconds = 0.0
+    read_bytes_per_s: Annotated[BytesPerSecond | None, Field(description="null: unlimited")] = None
+    write_latency_ns: Nanoseconds = 0.0
+    write_bytes_per_s: Annotated[BytesPerSecond | None, Field(description="null: unlimited")] = None
+    flush_ns: Nanoseconds = 0.0
+    queue_depth: Annotated[
+        int,
+        Field(
+            strict=True,
+            ge=1,
+            le=MAX_QUEUE_DEPTH,
+            description="hardware tags (mmc 1, SATA NCQ 32, NVMe up to 1023)",
+        ),
+    ] = DEFAULT_QUEUE_DEPTH
 
     @property
     def instant(self) -> bool:
@@ -381,49 +357,3 @@ class DeviceModel:
         else:
             latency, rate = self.write_latency_ns, self.write_bytes_per_s
         return latency + (0.0 if rate is None else nbytes * 1e9 / rate)
-
-    def validate(self) -> None:
-        _check_name("device model", self.name)
-        for label, value in (
-            ("read_latency_ns", self.read_latency_ns),
-            ("write_latency_ns", self.write_latency_ns),
-            ("flush_ns", self.flush_ns),
-        ):
-            _check_number(label, value, low=0, high=_MAX_LATENCY_NS, strict_low=False)
-        for label, rate in (
-            ("read_bytes_per_s", self.read_bytes_per_s),
-            ("write_bytes_per_s", self.write_bytes_per_s),
-        ):
-            if rate is not None:
-                _check_number(label, rate, low=0, high=MAX_RATE, strict_low=True)
-        if len(self.description) > 1000:
-            raise InvalidInput("description must be at most 1000 characters")
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "name": self.name,
-            "description": self.description,
-            "read_latency_ns": self.read_latency_ns,
-            "read_bytes_per_s": self.read_bytes_per_s,
-            "write_latency_ns": self.write_latency_ns,
-            "write_bytes_per_s": self.write_bytes_per_s,
-            "flush_ns": self.flush_ns,
-        }
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> DeviceModel:
-        def rate(key: str) -> float | None:
-            value = data.get(key)
-            return None if value is None else float(value)
-
-        model = cls(
-            name=str(_field(data, "name", "device model")),
-            description=str(data.get("description", "")),
-            read_latency_ns=float(data.get("read_latency_ns", 0.0)),
-            read_bytes_per_s=rate("read_bytes_per_s"),
-            write_latency_ns=float(data.get("write_latency_ns", 0.0)),
-            write_bytes_per_s=rate("write_bytes_per_s"),
-            flush_ns=float(data.get("flush_ns", 0.0)),
-        )
-        model.validate()
-        return model

@@ -18,8 +18,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import accumulate
 
-from app.engine.model import SECTOR_SIZE, Capabilities, DispatchMode, Op, SpecLike
+from app.engine.model import Capabilities, SpecLike
 from app.errors import InvalidInput
+from app.vocab import SECTOR_SIZE, CipherOp, DispatchMode
 
 __all__ = ["CallPlan", "EngineCall", "plan_calls"]
 
@@ -46,7 +47,7 @@ class EngineCall:
 class CallPlan:
     """The calls for one request, in order, and why they are bulk or not."""
 
-    op: Op
+    op: CipherOp
     dispatch_mode: DispatchMode
     data_unit_size: int
     nbytes: int
@@ -76,7 +77,7 @@ def plan_calls(
     spec: SpecLike,
     segments: Sequence[int],
     *,
-    op: Op,
+    op: CipherOp,
     data_unit_size: int,
     dispatch_mode: DispatchMode,
     sector: int = 0,
@@ -167,8 +168,7 @@ def _bulk_calls(
         last_allowed = first + max_segments - 1
         if last_allowed < len(ends) - 1:
             by_segments = offset + (ends[last_allowed] - offset) // unit * unit
-            # One data unit spread over more segments than allowed still goes alone:
-            # the driver would bounce it; there is no smaller call to make.
+            # A unit over more segments than allowed still goes alone: there is no smaller call.
             stop = min(stop, max(by_segments, offset + unit))
         _, count = _segments_touched(ends, offset, stop)
         length = stop - offset

@@ -111,6 +111,7 @@ SDCARD_BBB = DeviceModel(
     read_bytes_per_s=23.12e6,
     write_latency_ns=2_812_000.0,
     write_bytes_per_s=14.40e6,
+    queue_depth=1,
 )
 HDD_WD3000 = DeviceModel(
     name="hdd-wd3000",
@@ -122,6 +123,7 @@ HDD_WD3000 = DeviceModel(
     read_bytes_per_s=193.3e6,
     write_latency_ns=500_000.0,
     write_bytes_per_s=194.5e6,
+    queue_depth=32,
 )
 
 DEVICE_MODELS: dict[str, DeviceModel] = {

@@ -36,7 +36,6 @@ from typing import Any, cast
 
 from app.api.executor import IoExecutor
 from app.blk import mempool
-from app.blk.bio import Op
 from app.control import Control
 from app.dm.volume import BatchIo, Volume
 from app.errors import InvalidInput, RangeNotSatisfiable, ReqcryptError
@@ -53,6 +52,7 @@ from app.nbd.protocol import (
     Reply,
     RequestHeader,
 )
+from app.vocab import Op
 
 log = logging.getLogger("reqcrypt.nbd")
 

@@ -10,6 +10,8 @@ import anyio
 import httpx
 import pytest
 
+from app.engine.cost import ModelledWorkload, predict_workload
+from app.engine.model import DeviceModel, EngineProfile
 from tests.factories import CBC_KEY
 
 pytestmark = pytest.mark.anyio
@@ -98,6 +100,33 @@ async def test_storage_time_is_the_device_timers_one_io_per_request(
         assert cell["storage_ms"] > 0
         assert cell["modelled_ms"] >= cell["storage_ms"] / cell["requests"]
     assert finished["figures"]["storage_ms"] == "modelled"
+
+
+async def test_a_cells_modelled_time_is_the_predictors_for_the_same_workload(
+    client: httpx.AsyncClient,
+) -> None:
+    """Queue depth 2 keeps at most 2 one-call I/Os in flight: 2 of the 4 channels overlap."""
+    caps = {"ciphers": ["aes"], "chainmodes": ["cbc"], "bulk_ivmodes": ["plain64"], "channels": 4}
+    cost = {"setup_ns": 1e6, "encrypt_bytes_per_s": 1e12, "decrypt_bytes_per_s": 1e12}
+    engine = await client.post(
+        "/v1/engines", json={"name": "four-lanes", "capabilities": caps, "cost": cost}
+    )
+    assert engine.status_code == 201, engine.text
+    job = {
+        "volume_template": {**TEMPLATE, "device_model": "none"},
+        "engine": "four-lanes",
+        "workload": {"rw": "read", "bs": "4k", "size": "40k", "iodepth": 2, "numjobs": 1},
+        "sweep": {"dispatch_mode": ["bio"]},
+    }
+    (cell,) = (await run_job(client, job))["cells"]
+    assert (cell["requests"], cell["engine_calls"]) == (10, 10)
+    shown = {key: value for key, value in engine.json().items() if key != "stats"}
+    profile = EngineProfile.from_dict(shown)
+    workload = ModelledWorkload(
+        op="read", io_bytes=4096, count=10, queue_depth=2, dispatch_mode="bio"
+    )
+    predicted = predict_workload(profile, DeviceModel(name="none"), workload)
+    assert cell["modelled_ms"] == pytest.approx(predicted.total_ns / 1e6, abs=1e-3)
 
 
 async def test_the_run_records_machine_and_a_redacted_spec(finished: dict[str, Any]) -> None:

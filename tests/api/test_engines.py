@@ -1,9 +1,12 @@
 import httpx
 import pytest
 
+from app.engine.model import Capabilities
 from tests.factories import CBC_KEY, XTS_KEY, make_device, make_volume
 
 pytestmark = pytest.mark.anyio
+
+COST = {"setup_ns": 1000, "encrypt_bytes_per_s": 1e8, "decrypt_bytes_per_s": 1e8}
 
 
 async def test_presets_are_listed(client: httpx.AsyncClient) -> None:
@@ -22,16 +25,58 @@ async def test_unknown_engine_is_404(client: httpx.AsyncClient) -> None:
     assert (await client.get("/v1/engines/nope")).status_code == 404
 
 
-async def test_custom_engine_is_validated(client: httpx.AsyncClient) -> None:
+@pytest.mark.parametrize(
+    ("capabilities", "location"),
+    [
+        ({"max_bytes_per_call": 1}, "capabilities.max_bytes_per_call"),
+        ({"max_bytes_per_call": 1000}, "capabilities.max_bytes_per_call"),
+        ({"channels": "2"}, "capabilities.channels"),
+        ({"ciphers": []}, "capabilities.ciphers"),
+        ({"data_unit_sizes": [768]}, "capabilities.data_unit_sizes"),
+        ({"lanes": 2}, "capabilities.lanes"),
+    ],
+)
+async def test_custom_engine_field_errors_are_problems(
+    client: httpx.AsyncClient, capabilities: dict[str, object], location: str
+) -> None:
     response = await client.post(
-        "/v1/engines",
-        json={
-            "name": "bad",
-            "capabilities": {"max_bytes_per_call": 1},
-            "cost": {"setup_ns": 1000, "encrypt_bytes_per_s": 1e8, "decrypt_bytes_per_s": 1e8},
-        },
+        "/v1/engines", json={"name": "bad", "capabilities": capabilities, "cost": COST}
     )
     assert response.status_code == 422
+    assert response.headers["content-type"] == "application/problem+json"
+    assert location in response.json()["detail"]
+
+
+async def test_custom_engine_omissions_take_the_models_defaults(client: httpx.AsyncClient) -> None:
+    response = await client.post(
+        "/v1/engines", json={"name": "plain", "capabilities": {}, "cost": COST}
+    )
+    assert response.status_code == 201, response.text
+    assert response.json()["capabilities"] == Capabilities().to_dict()
+    assert response.json()["cost"]["segment_ns"] == 0.0
+    assert (await client.get("/v1/engines/plain")).json()["capabilities"][
+        "max_segments_per_call"
+    ] == 256
+
+
+async def test_custom_engine_rules_between_fields_are_problems(client: httpx.AsyncClient) -> None:
+    response = await client.post(
+        "/v1/engines",
+        json={"name": "keyless", "capabilities": {"bulk_ivmodes": ["essiv"]}, "cost": COST},
+    )
+    assert response.status_code == 422
+    assert response.headers["content-type"] == "application/problem+json"
+    assert "keyed_iv" in response.json()["detail"]
+    assert (await client.get("/v1/engines/keyless")).status_code == 404
+
+
+async def test_openapi_documents_the_models_defaults_and_limits(client: httpx.AsyncClient) -> None:
+    schemas = (await client.get("/openapi.json")).json()["components"]["schemas"]
+    caps = next(schema for name, schema in schemas.items() if name.startswith("Capabilities"))
+    assert caps["properties"]["max_segments_per_call"]["default"] == 256
+    assert caps["properties"]["max_bytes_per_call"]["multipleOf"] == 512
+    assert caps["additionalProperties"] is False
+    assert any(name.startswith("EngineView") for name in schemas)
 
 
 async def test_custom_engine_and_device_model_drive_a_volume(client: httpx.AsyncClient) -> None:
@@ -39,7 +84,7 @@ async def test_custom_engine_and_device_model_drive_a_volume(client: httpx.Async
         "/v1/engines",
         json={
             "name": "slow",
-            "capabilities": {"bulk_ivmodes": ["plain64"]},
+            "capabilities": {"chainmodes": ["xts"], "bulk_ivmodes": ["plain64"]},
             "cost": {"setup_ns": 5000, "encrypt_bytes_per_s": 5e7, "decrypt_bytes_per_s": 5e7},
         },
     )

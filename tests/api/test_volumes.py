@@ -181,6 +181,7 @@ async def test_queue_limits_are_the_kernel_defaults(volume: dict[str, object]) -
         "max_segment_size": 65536,
         "logical_block_size": 512,
         "nomerges": 0,
+        "nr_requests": 128,
     }
 
 
@@ -234,3 +235,18 @@ async def test_nonsense_queue_limits_are_refused(client: httpx.AsyncClient, volu
     )
     assert response.status_code == 422
     assert "logical_block_size" in response.json()["detail"]
+
+
+async def test_queue_depth_comes_from_the_device_model(client: httpx.AsyncClient) -> None:
+    response = await client.post(
+        "/v1/devices", json={"name": "mmc", "size_bytes": 1 << 20, "model": "sdcard-bbb"}
+    )
+    assert response.status_code == 201, response.text
+    body = await make_volume(client, name="card", table=xts_table(device="mmc"))
+    assert body["queue_depth"] == 1
+
+
+async def test_a_device_without_a_model_gets_the_default_queue_depth(
+    volume: dict[str, object],
+) -> None:
+    assert volume["queue_depth"] == 32

@@ -12,7 +12,8 @@ import pytest
 from app.crypto.keys import KeyMaterial
 from app.crypto.spec import parse_cipher_spec
 from app.crypto.transform import make_transform
-from app.engine.cost import Workload, predict_workload
+from app.engine.base import EngineRequest
+from app.engine.cost import ModelledWorkload, predict_workload
 from app.engine.fit import CALIBRATIONS, residuals
 from app.engine.model import ModelSpec
 from app.engine.presets import DEVICE_MODELS, ENGINES, SOFTWARE
@@ -35,14 +36,14 @@ def test_dd_512k_bio_vs_request_on_am335x_sdcard():
     print("\ndd bs=512K direct, aes-cbc-plain64, omap-aes-am335x + sdcard-bbb")
     print(f"{'op':6} {'mode':8} {'calls/io':>9} {'modelled MB/s':>14} {'published':>10}")
     for (op, mode), figure in published.items():
-        workload = Workload(op=op, io_bytes=512 * KIB, count=64, dispatch_mode=mode)
+        workload = ModelledWorkload(op=op, io_bytes=512 * KIB, count=64, dispatch_mode=mode)
         # Stock bio-based dm-crypt never used bulk; the RFC's request path did.
         profile = stock if mode == "bio" else engine
         result = predict_workload(profile, device, workload, spec)
         print(f"{op:6} {mode:8} {result.calls_per_io:9d} {result.mb_per_s:14.2f} {figure:10.1f}")
         assert abs(result.mb_per_s / figure - 1) <= 0.10
     with_bulk = predict_workload(
-        engine, device, Workload(op="read", io_bytes=512 * KIB, dispatch_mode="bio"), spec
+        engine, device, ModelledWorkload(op="read", io_bytes=512 * KIB, dispatch_mode="bio"), spec
     )
     print(f"bio mode with the bulk engine (one call per bio): {with_bulk.mb_per_s:.2f} MB/s")
     for name, calibration in sorted(CALIBRATIONS.items()):
@@ -57,8 +58,8 @@ def test_dd_512k_bio_vs_request_on_am335x_sdcard():
 def _measure(engine, transform, payload, repeat):
     began = time.perf_counter()
     for index in range(repeat):
-        engine.process("encrypt", transform, [payload], index * len(payload) // 512,
-                       dispatch_mode="request")  # fmt: skip
+        engine.process(EngineRequest("encrypt", transform, [payload], index * len(payload) // 512,
+                       dispatch_mode="request"))  # fmt: skip
     return len(payload) * repeat / (time.perf_counter() - began) / 1e6
 
 

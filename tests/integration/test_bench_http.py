@@ -26,7 +26,7 @@ def server(tmp_path: Path) -> Iterator[Server]:
         running.stop()
 
 
-def bench_http(server: Server, rw: str) -> str:
+def bench_http(server: Server, rw: str, *extra: str) -> str:
     result = CliRunner().invoke(
         cli,
         [
@@ -46,6 +46,7 @@ def bench_http(server: Server, rw: str) -> str:
             "1M",
             "--iodepth",
             "2",
+            *extra,
         ],
     )
     assert result.exit_code == 0, result.output
@@ -77,3 +78,19 @@ def test_the_http_runner_writes_and_reads_through_the_service(server: Server) ->
         assert read(MIB, BS) == next_block_before
 
         assert f"{MIB} bytes in 16 I/Os" in bench_http(server, "randread")
+
+
+def test_iodepth_goes_to_the_service_as_batches(server: Server) -> None:
+    with server.client() as client:
+        make_volume(client, 4 * MIB)
+        bench_http(server, "write")
+        stats = client.get("/v1/volumes/v/status").json()["stats"]
+    # 16 sequential 64 KiB writes in 8 batches of 2 adjacent ones: 8 merged requests.
+    assert (stats["w_bios"], stats["w_ios"]) == (16, 8)
+
+
+def test_no_batch_sends_one_request_per_io(server: Server) -> None:
+    with server.client() as client:
+        make_volume(client, 4 * MIB)
+        assert f"{MIB} bytes in 16 I/Os" in bench_http(server, "randwrite", "--no-batch")
+        assert client.get("/v1/volumes/v/status").json()["stats"]["w_bios"] == 16

@@ -56,6 +56,21 @@ def test_secrets_come_from_the_env_file_not_the_image() -> None:
     assert "HEALTHCHECK" in dockerfile
 
 
+def test_the_image_builds_the_wheel_from_what_the_wheel_test_builds_it_from() -> None:
+    """No docker here: the build stage must copy every input the tested wheel build uses."""
+    from tests.integration.test_migrations import BUILD_INPUTS
+
+    build_stage = (ROOT / "Dockerfile").read_text().split("FROM ")[1]
+    copied = {
+        word.rstrip("/")
+        for line in build_stage.splitlines()
+        if line.startswith("COPY ")
+        for word in line.split()[1:-1]
+    }
+    assert copied == set(BUILD_INPUTS)
+    assert "pip wheel" in build_stage
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -124,3 +139,60 @@ def test_entrypoint_serves_on_postgres_with_the_compose_environment(
         f"{base}/v1/devices", json={"name": "pv", "size_bytes": 1 << 20}, headers=auth
     )
     assert created.status_code == 201
+
+
+def env_example() -> dict[str, str]:
+    """.env.example as docker compose reads it: KEY=VALUE lines, comments skipped."""
+    values = {}
+    for line in (ROOT / ".env.example").read_text().splitlines():
+        if line.strip() and not line.lstrip().startswith("#"):
+            key, _, value = line.partition("=")
+            values[key.strip()] = value.strip()
+    return values
+
+
+@pytest.mark.postgres
+@pytest.mark.e2e
+def test_entrypoint_becomes_healthy_with_exactly_the_env_example(
+    postgres_url: str, tmp_path: Path
+) -> None:
+    """`cp .env.example .env` (new POSTGRES_PASSWORD only), then what `docker compose up` runs."""
+    env = env_example()
+    assert {"REQCRYPT_MASTER_KEY", "REQCRYPT_ADMIN_TOKEN", "REQCRYPT_IO_TOKEN"} <= set(env)
+    env["POSTGRES_PASSWORD"] = secrets.token_hex(8)
+    app = compose()["services"]["app"]
+    for key, value in app["environment"].items():
+        env[key] = str(value).replace("${POSTGRES_PASSWORD}", env["POSTGRES_PASSWORD"])
+    compose_url = env["REQCRYPT_DATABASE_URL"]
+    assert compose_url.endswith("@postgres:5432/reqcrypt")
+    # Only the host differs: this machine's PostgreSQL (trust auth) stands in for the service.
+    env["REQCRYPT_DATABASE_URL"] = postgres_url
+    env["REQCRYPT_DATA_DIR"] = str(tmp_path / "data")
+    port = free_port()
+    env["REQCRYPT_PORT"] = str(port)
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("REQCRYPT_")}
+    process = subprocess.Popen(
+        [str(Path(sys.executable).with_name("reqcrypt")), *app["command"]],
+        env={**clean, **env},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        cwd=tmp_path,
+    )
+    try:
+        base = f"http://127.0.0.1:{port}"
+        wait_ready(f"{base}/healthz", process)
+        wait_ready(f"{base}/readyz", process)
+        token_file = tmp_path / "data" / "admin.token"
+        assert oct(token_file.stat().st_mode & 0o777) == "0o600"
+        assert oct((tmp_path / "data" / "master.key").stat().st_mode & 0o777) == "0o600"
+        auth = {"Authorization": f"Bearer {token_file.read_text().strip()}"}
+        assert httpx.get(f"{base}/v1/devices", headers=auth).status_code == 200
+    finally:
+        process.terminate()
+        process.wait(timeout=15)
+    assert process.stdout is not None
+    output = process.stdout.read().decode()
+    process.stdout.close()
+    assert str(token_file) in output
+    assert str(tmp_path / "data" / "master.key") in output
+    assert "Traceback" not in output

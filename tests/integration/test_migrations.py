@@ -1,7 +1,11 @@
 """Migrations round-trip and match the models, on SQLite and on the real PostgreSQL."""
 
-import tomllib
-from fnmatch import fnmatch
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -11,6 +15,9 @@ from sqlalchemy import create_engine, inspect
 
 from app.db import migrate
 
+ROOT = Path(__file__).resolve().parents[2]
+#: What the wheel is built from: the image's build stage copies exactly these.
+BUILD_INPUTS = ("pyproject.toml", "setup.py", "README.md", "app", "migrations")
 EXPECTED_TABLES = {
     "alembic_version",
     "benchmark_runs",
@@ -50,23 +57,88 @@ def test_postgres_upgrade_downgrade_upgrade_and_no_drift(postgres_url: str) -> N
     round_trip(postgres_url)
 
 
-def test_every_migration_file_ships_in_the_package() -> None:
-    """An installed service (the image) has no source tree: migrations are package data."""
-    root = Path(migrate.__file__).parent
-    pyproject = tomllib.loads((root.parents[1] / "pyproject.toml").read_text())
-    patterns = pyproject["tool"]["setuptools"]["package-data"]["app.db"]
-    files = [
-        path.relative_to(root).as_posix()
-        for path in (root / "migrations").rglob("*")
-        if path.is_file() and "__pycache__" not in path.parts
-    ]
-    assert any(name.startswith("migrations/versions/") for name in files)
-    assert [name for name in files if not any(fnmatch(name, p) for p in patterns)] == []
+def test_the_script_directory_is_the_top_level_migrations() -> None:
+    service = ScriptDirectory.from_config(migrate.alembic_config("sqlite://"))
+    assert Path(service.dir).resolve() == ROOT / "migrations"
+    assert (ROOT / "migrations" / "alembic.ini").is_file()
+    assert not (ROOT / "app" / "db" / "migrations").exists()
 
 
 def test_the_alembic_cli_and_the_service_use_the_same_migrations() -> None:
-    ini = Path(migrate.__file__).parents[2] / "alembic.ini"
-    cli = ScriptDirectory.from_config(Config(str(ini)))
+    cli = ScriptDirectory.from_config(Config(str(ROOT / "migrations" / "alembic.ini")))
     service = ScriptDirectory.from_config(migrate.alembic_config("sqlite://"))
     assert Path(cli.dir).resolve() == Path(service.dir).resolve()
     assert cli.get_heads() == service.get_heads()
+
+
+def test_the_alembic_command_line_migrates_from_the_source_tree(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'cli.db'}"
+    alembic = Path(sys.executable).with_name("alembic")
+    subprocess.run(
+        [str(alembic), "-c", str(ROOT / "migrations" / "alembic.ini"), "upgrade", "head"],
+        env={**os.environ, "REQCRYPT_DATABASE_URL": url},
+        cwd=tmp_path,
+        check=True,
+        capture_output=True,
+    )
+    assert table_names(url) == EXPECTED_TABLES
+
+
+@pytest.mark.e2e
+def test_an_installed_wheel_migrates_without_the_source_tree(tmp_path: Path) -> None:
+    """The image installs the wheel only: its `reqcrypt migrate` must find the migrations."""
+    source = tmp_path / "src"
+    source.mkdir()
+    ignore = shutil.ignore_patterns("__pycache__", "*.so")
+    for name in BUILD_INPUTS:
+        if (ROOT / name).is_dir():
+            shutil.copytree(ROOT / name, source / name, ignore=ignore)
+        else:
+            shutil.copy(ROOT / name, source / name)
+    pip = [sys.executable, "-m", "pip", "-qq"]
+    quiet = {**os.environ, "PYTHONWARNINGS": "ignore"}
+    subprocess.run(
+        [*pip, "wheel", "--no-deps", "--no-build-isolation", "-w", str(tmp_path), str(source)],
+        check=True,
+        env=quiet,
+    )
+    (wheel,) = tmp_path.glob("reqcrypt-*.whl")
+    with zipfile.ZipFile(wheel) as archive:
+        names = archive.namelist()
+    shipped = sorted(n for n in names if n.startswith("app/migrations/versions/"))
+    expected = sorted(
+        f"app/migrations/versions/{p.name}" for p in (ROOT / "migrations" / "versions").glob("*.py")
+    )
+    assert shipped == expected
+    assert "app/migrations/env.py" in names
+    assert "app/migrations/script.py.mako" in names
+
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    (site,) = venv.glob("lib/python*/site-packages")
+    subprocess.run([*pip, "install", "--no-deps", "--target", str(site), str(wheel)], check=True)
+    # The dependencies come from the test environment; its editable reqcrypt does not
+    # (a plain path entry: the editable install's .pth hook is not run).
+    (site / "dependencies.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    url = f"sqlite:///{tmp_path / 'wheel.db'}"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("REQCRYPT_")}
+    env.update(REQCRYPT_DATABASE_URL=url, REQCRYPT_DATA_DIR=str(tmp_path / "data"))
+    where = subprocess.run(
+        [str(venv / "bin" / "python"), "-c", "import app.db.migrate as m; print(m.MIGRATIONS)"],
+        env=env,
+        cwd=tmp_path,
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    assert where.stdout.strip() == str(site / "app" / "migrations")
+    migrated = subprocess.run(
+        [str(venv / "bin" / "python"), "-c", "from app.cli import main; main()", "migrate"],
+        env=env,
+        cwd=tmp_path,
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    assert "database at head" in migrated.stdout
+    assert table_names(url) == EXPECTED_TABLES

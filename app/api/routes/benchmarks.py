@@ -10,7 +10,9 @@ from pydantic import BaseModel, ConfigDict, Field
 from app.api.deps import AdminDep, RoleDep, StateDep
 from app.api.problems import responses
 from app.bench import report
-from app.bench.jobs import BenchmarkJobs, JobSpec
+from app.bench.jobs import BenchmarkJobs
+from app.bench.spec import JobSpec
+from app.vocab import DispatchMode
 
 router = APIRouter(prefix="/v1/benchmarks", tags=["benchmarks"], responses=responses(401, 403))
 
@@ -58,7 +60,7 @@ class SweepIn(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    dispatch_mode: list[Literal["bio", "request"]] | None = None
+    dispatch_mode: list[DispatchMode] | None = None
     bs: list[Size] | None = None
     engine: list[str] | None = None
     rw: list[RwField] | None = None

@@ -16,14 +16,21 @@ from fastapi.responses import StreamingResponse
 from starlette.exceptions import HTTPException
 
 from app import _native
-from app.api.deps import BEARER_SECURITY, IoDep
+from app.api.deps import BEARER_SECURITY, IoContext, IoDep
 from app.api.executor import IoExecutor
+from app.api.multipart import multipart_boundary, parse_byteranges_body
 from app.api.problems import responses
 from app.api.ranges import ByteRange, parse_content_range, parse_range
 from app.api.schemas import RangeIn
 from app.blk import mempool
 from app.dm.volume import Volume
-from app.errors import InvalidRange, PayloadTooLarge, PreconditionFailed
+from app.errors import (
+    BatchFailed,
+    InvalidRange,
+    PayloadTooLarge,
+    PreconditionFailed,
+    ReqcryptError,
+)
 
 router = APIRouter(prefix="/v1/volumes/{name}", tags=["data"], responses=responses(401, 404))
 
@@ -46,7 +53,7 @@ def check_if_match(request: Request, volume: Volume) -> None:
 
 
 def read_preconditions(
-    request: Request, volume: Volume
+    request: Request, volume: Volume, max_ranges: int
 ) -> tuple[dict[str, str] | None, list[ByteRange] | None]:
     """Shared by GET and HEAD: If-Match (412), If-None-Match (None: answer 304), If-Range
     (a stale validator drops the Range) and the satisfiable ranges (416 when none)."""
@@ -59,7 +66,7 @@ def read_preconditions(
     if_range = request.headers.get("if-range")
     if range_header is not None and if_range is not None and if_range.strip() != tag:
         range_header = None
-    ranges = parse_range(range_header, volume.size) if range_header is not None else None
+    ranges = parse_range(range_header, volume.size, max_ranges) if range_header else None
     return {"Accept-Ranges": "bytes", "ETag": tag}, ranges
 
 
@@ -91,20 +98,23 @@ async def open_stream(
     return chunks()
 
 
-async def stream_multipart(
-    executor: IoExecutor, volume: Volume, ranges: list[ByteRange], boundary: str, chunk: int
+async def multipart_body(
+    ranges: list[ByteRange], buffers: list[memoryview], size: int, boundary: str
 ) -> AsyncIterator[bytes | memoryview]:
-    size = volume.size
-    for byte_range in ranges:
+    for byte_range, buffer in zip(ranges, buffers, strict=True):
         yield (
             f"\r\n--{boundary}\r\nContent-Type: {OCTETS}\r\n"
             f"Content-Range: {byte_range.content_range(size)}\r\n\r\n"
         ).encode()
-        async for piece in stream_range(
-            executor, volume, byte_range.first, byte_range.length, chunk
-        ):
-            yield piece
+        yield buffer
     yield f"\r\n--{boundary}--\r\n".encode()
+
+
+def check_batch_bytes(total: int, limit: int) -> None:
+    if total > limit:
+        raise PayloadTooLarge(
+            f"a batch of {total} bytes exceeds the {limit}-byte maximum (REQCRYPT_MAX_BATCH_BYTES)"
+        )
 
 
 @router.get(
@@ -114,17 +124,21 @@ async def stream_multipart(
         200: {"content": {OCTETS: {}}, "description": "the whole volume"},
         206: {"content": {OCTETS: {}, "multipart/byteranges": {}}, "description": "ranges"},
         304: {"description": "If-None-Match matched"},
-        **responses(412, 416, 503),
+        **responses(400, 412, 413, 416, 503),
     },
     openapi_extra=BEARER_SECURITY,
 )
 async def read_data(name: str, request: Request, io: IoDep) -> Response:
-    """Read with ``Range: bytes=a-b | a- | -N`` (several ranges: multipart/byteranges).
+    """Read with ``Range: bytes=a-b | a- | -N``.
 
-    Honours If-Match (412), If-None-Match (304) and If-Range (full 200 when stale).
+    Several ranges (up to REQCRYPT_MAX_RANGES, 256 by default; more: 400) are one
+    batch: all their bios enter the queue together, in one worker job, and the
+    answer is multipart/byteranges. A batch holds at most REQCRYPT_MAX_BATCH_BYTES
+    (64 MiB by default; more: 413). Honours If-Match (412), If-None-Match (304)
+    and If-Range (full 200 when stale).
     """
     volume = io.control.volume(name)
-    headers, ranges = read_preconditions(request, volume)
+    headers, ranges = read_preconditions(request, volume, io.settings.max_ranges)
     if headers is None:
         return Response(status_code=304, headers={"Accept-Ranges": "bytes", "ETag": etag(volume)})
     size = volume.size
@@ -149,9 +163,11 @@ async def read_data(name: str, request: Request, io: IoDep) -> Response:
             media_type=OCTETS,
             headers=headers,
         )
+    check_batch_bytes(sum(r.length for r in ranges), io.settings.max_batch_bytes)
+    buffers = await io.executor.run(_read_batch, volume, ranges)
     boundary = secrets.token_hex(12)
     return StreamingResponse(
-        stream_multipart(io.executor, volume, ranges, boundary, chunk),
+        multipart_body(ranges, buffers, size, boundary),
         status_code=206,
         media_type=f"multipart/byteranges; boundary={boundary}",
         headers=headers,
@@ -170,7 +186,7 @@ async def read_data(name: str, request: Request, io: IoDep) -> Response:
 async def head_data(name: str, request: Request, io: IoDep) -> Response:
     """GET's headers without the body: size, ETag, and the Content-Range a Range would get."""
     volume = io.control.volume(name)
-    headers, ranges = read_preconditions(request, volume)
+    headers, ranges = read_preconditions(request, volume, io.settings.max_ranges)
     if headers is None:
         return Response(status_code=304, headers={"Accept-Ranges": "bytes", "ETag": etag(volume)})
     size = volume.size
@@ -185,15 +201,22 @@ async def head_data(name: str, request: Request, io: IoDep) -> Response:
 @router.put(
     "/data",
     status_code=204,
-    responses=responses(400, 411, 412, 413, 416, 503),
+    responses=responses(400, 411, 412, 413, 416, 500, 503),
     openapi_extra={
         **BEARER_SECURITY,
-        "requestBody": {"content": {OCTETS: {"schema": {"type": "string", "format": "binary"}}}},
+        "requestBody": {
+            "content": {
+                OCTETS: {"schema": {"type": "string", "format": "binary"}},
+                "multipart/byteranges": {"schema": {"type": "string", "format": "binary"}},
+            }
+        },
         "parameters": [
             {
                 "name": "Content-Range",
                 "in": "header",
-                "required": True,
+                "required": False,
+                "description": "required for an application/octet-stream body; "
+                "each part carries its own in a multipart/byteranges body",
                 "schema": {"type": "string", "example": "bytes 0-4095/*"},
             }
         ],
@@ -204,9 +227,23 @@ async def write_data(name: str, request: Request, io: IoDep, fua: bool = False) 
 
     The body must be exactly b-a+1 bytes (Content-Length required). ``?fua=true``
     returns only once the data is durable. Answers 204 with the new ETag.
+
+    A batch: ``Content-Type: multipart/byteranges; boundary=…`` with one part per
+    write, each with its own ``Content-Range`` (parts in any order; overlapping
+    parts apply in body order). The whole body (at most REQCRYPT_MAX_BATCH_BYTES,
+    and REQCRYPT_MAX_RANGES parts) is checked before anything is written: a
+    malformed part, one beyond the volume or one whose length differs from its
+    Content-Range fails the batch with 400/416 and writes nothing. The parts then
+    enter the queue together, in one worker job, so adjacent ones merge. Each part
+    is an independent write: when some fail, the problem lists them under
+    ``failed`` and the others are written. If-Match and ``?fua=true`` apply to the
+    batch as a whole.
     """
     volume = io.control.volume(name)
     settings = io.settings
+    boundary = multipart_boundary(request.headers.get("content-type", ""))
+    if boundary is not None:
+        return await write_batch(request, io, volume, boundary, fua)
     byte_range = parse_content_range(request.headers.get("content-range"), volume.size)
     declared = request.headers.get("content-length")
     if declared is None:
@@ -241,6 +278,55 @@ async def write_data(name: str, request: Request, io: IoDep, fua: bool = False) 
     if position != end:
         raise InvalidRange(f"body ended at byte {position - byte_range.first + filled}")
     return Response(status_code=204, headers={"ETag": etag(volume)})
+
+
+async def write_batch(
+    request: Request, io: IoContext, volume: Volume, boundary: str, fua: bool
+) -> Response:
+    """A multipart/byteranges PUT: read and check the whole body, then write every part in
+    one worker job; parts that fail are named in the problem, the others are written."""
+    declared = request.headers.get("content-length")
+    if declared is None:
+        raise HTTPException(411, "a multipart PUT needs Content-Length")
+    check_batch_bytes(int(declared), io.settings.max_batch_bytes)
+    body = bytearray(int(declared))
+    filled = 0
+    async for piece in request.stream():
+        if filled + len(piece) > len(body):
+            raise InvalidRange(f"body is longer than its Content-Length {declared}")
+        body[filled : filled + len(piece)] = piece
+        filled += len(piece)
+    if filled != len(body):
+        raise InvalidRange(f"body ended at byte {filled} of its Content-Length {declared}")
+    parts = parse_byteranges_body(
+        memoryview(body), boundary, volume.size, max_parts=io.settings.max_ranges
+    )
+    check_if_match(request, volume)
+    errors = await io.executor.run(
+        functools.partial(volume.write_batch, [(p.range.first, p.data) for p in parts], fua=fua)
+    )
+    failed = [(part, error) for part, error in zip(parts, errors, strict=True) if error is not None]
+    if failed:
+        first_error = failed[0][1]
+        raise BatchFailed(
+            f"{len(failed)} of {len(parts)} parts failed, the first with: "
+            + (first_error.detail if isinstance(first_error, ReqcryptError) else "I/O error"),
+            first_error,
+            [
+                {
+                    "range": f"bytes {part.range.first}-{part.range.last}",
+                    "detail": error.detail if isinstance(error, ReqcryptError) else "I/O error",
+                }
+                for part, error in failed
+            ],
+        )
+    return Response(status_code=204, headers={"ETag": etag(volume)})
+
+
+def _read_batch(volume: Volume, ranges: list[ByteRange]) -> list[memoryview]:
+    buffers = [memoryview(bytearray(r.length)) for r in ranges]
+    volume.read_batch([(r.first, buffer) for r, buffer in zip(ranges, buffers, strict=True)])
+    return buffers
 
 
 def _read(volume: Volume, offset: int, length: int) -> memoryview:
@@ -334,7 +420,7 @@ async def null_read(
     (``?thread=true``: plus one worker-thread round trip)."""
     if thread:
         await io.executor.run(_nothing)
-    ranges = parse_range(request.headers.get("range", f"bytes=0-{size - 1}"), size) or [
+    ranges = parse_range(request.headers.get("range", f"bytes=0-{size - 1}"), size, 1) or [
         ByteRange(0, size - 1)
     ]
     byte_range = ranges[0]

@@ -25,9 +25,10 @@ from app.api.schemas import (
     VolumePatch,
 )
 from app.blk.limits import QueueLimits
-from app.dm.table import SECTOR_SIZE, format_table
+from app.dm.table import format_table
 from app.dm.volume import Volume
 from app.nbd.server import NbdServer
+from app.vocab import SECTOR_SIZE
 
 router = APIRouter(prefix="/v1/volumes", tags=["volumes"], responses=responses(401, 403))
 
@@ -61,6 +62,7 @@ def volume_out(volume: Volume, nbd: NbdServer | None = None) -> VolumeOut:
         elevator=info.elevator,
         queue_limits=QueueLimitsIn(**asdict(info.limits)),
         plug_window_us=info.plug_window_us,
+        queue_depth=info.queue_depth,
         logical_block_size=info.limits.logical_block_size,
         nbd_export=volume.nbd_export,
         nbd_connections=[

@@ -5,13 +5,12 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal, Protocol
+from typing import Protocol
 
 from typing_extensions import Buffer
 
 from app.blk.request import Request
-
-SECTOR_SHIFT = 9
+from app.vocab import DispatchMode
 
 
 class BlockDevice(Protocol):
@@ -37,7 +36,7 @@ class BlockDevice(Protocol):
 class MapContext:
     """Per-dispatch facts a target needs beyond the request itself."""
 
-    dispatch_mode: Literal["bio", "request"]
+    dispatch_mode: DispatchMode
 
 
 @dataclass(frozen=True, slots=True)

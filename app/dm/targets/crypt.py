@@ -2,19 +2,13 @@
 
 from __future__ import annotations
 
-from app.blk.bio import Op
 from app.blk.request import Request
 from app.crypto.transform import CryptTransform
 from app.dm.table import CryptParams
-from app.dm.targets.base import (
-    SECTOR_SHIFT,
-    BlockDevice,
-    MapContext,
-    MapResult,
-    Target,
-)
-from app.engine.simulated import Engine
+from app.dm.targets.base import BlockDevice, MapContext, MapResult, Target
+from app.engine.base import Engine, EngineRequest
 from app.errors import InvalidState
+from app.vocab import SECTOR_SHIFT, Op
 
 
 class CryptTarget(Target):
@@ -45,13 +39,15 @@ class CryptTarget(Target):
             # The ciphertext lands in the bio's pages and is decrypted there, in place.
             self.device.readv_into(position, request.segments)
             done = self.engine.process(
-                "decrypt",
-                self.transform,
-                request.segments,
-                relative,
-                dispatch_mode=context.dispatch_mode,
-                bios=bios,
-                into=request.segments,
+                EngineRequest(
+                    "decrypt",
+                    self.transform,
+                    request.segments,
+                    relative,
+                    context.dispatch_mode,
+                    bios=bios,
+                    into=request.segments,
+                )
             )
             result = MapResult(done.calls, done.modelled_ns)
         elif request.op in (Op.WRITE, Op.WRITE_ZEROES):
@@ -61,12 +57,9 @@ class CryptTarget(Target):
                 else [memoryview(bytes(request.nr_sectors << SECTOR_SHIFT))]
             )
             done = self.engine.process(
-                "encrypt",
-                self.transform,
-                segments,
-                relative,
-                dispatch_mode=context.dispatch_mode,
-                bios=bios,
+                EngineRequest(
+                    "encrypt", self.transform, segments, relative, context.dispatch_mode, bios=bios
+                )
             )
             self.device.writev(position, done.outputs)
             result = MapResult(done.calls, done.modelled_ns)

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from app.blk.bio import Op
 from app.blk.request import Request
 from app.dm.targets.base import MapContext, MapResult, Target
 from app.errors import TargetIOError
+from app.vocab import Op
 
 
 class ErrorTarget(Target):

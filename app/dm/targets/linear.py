@@ -2,15 +2,9 @@
 
 from __future__ import annotations
 
-from app.blk.bio import Op
 from app.blk.request import Request
-from app.dm.targets.base import (
-    SECTOR_SHIFT,
-    BlockDevice,
-    MapContext,
-    MapResult,
-    Target,
-)
+from app.dm.targets.base import BlockDevice, MapContext, MapResult, Target
+from app.vocab import SECTOR_SHIFT, Op
 
 
 class LinearTarget(Target):

@@ -1,4 +1,4 @@
-"""Tables like the kernel thread's, % change math, CSV."""
+"""Tables like the kernel thread's, % change math, CSV, and plots a reader takes in at a glance."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import io
 
 import pytest
 
+from app.bench import report
 from app.bench.report import cells_csv, compare, format_pct, pct_change, render_table
 
 
@@ -96,3 +97,92 @@ def test_csv_has_one_row_per_cell_and_the_contract_columns() -> None:
     assert [row["dispatch_mode"] for row in rows] == ["bio", "request"]
     assert rows[0]["engine_calls"] == "8"
     assert {"measured_mb_s", "modelled_mb_s", "p99_ms", "cpu_s"} <= set(rows[0])
+
+
+def sweep_cells(measured: bool = False) -> list[dict]:
+    """bio/request x read/write x 4k/64k, each value unique so a line names its series."""
+    cells = []
+    for rw_index, rw in enumerate(("read", "write")):
+        for mode_index, mode in enumerate(("bio", "request")):
+            for bs_index, bs in enumerate((4096, 65536)):
+                value = 10.0 * (1 + rw_index * 4 + mode_index * 2 + bs_index)
+                cells.append(
+                    {
+                        "rw": rw,
+                        "dispatch_mode": mode,
+                        "engine": "omap-aes-am335x",
+                        "engine_measured": measured,
+                        "bs": bs,
+                        "modelled_mb_s": value,
+                        "measured_mb_s": value / 2,
+                    }
+                )
+    return cells
+
+
+def line_with(axes, ys):
+    (line,) = [line for line in axes.get_lines() if list(line.get_ydata()) == ys]
+    return line
+
+
+def test_plot_puts_read_and_write_in_separate_panels():
+    figure = report.plot_figure(sweep_cells())
+    assert [axes.get_title() for axes in figure.axes] == ["read", "write"]
+    read, write = figure.axes
+    assert len(read.get_lines()) == len(write.get_lines()) == 2
+
+
+def test_plot_gives_a_variant_one_colour_in_every_panel_and_its_own_line_style():
+    read, write = report.plot_figure(sweep_cells()).axes
+    bio_read, bio_write = line_with(read, [10.0, 20.0]), line_with(write, [50.0, 60.0])
+    request_read = line_with(read, [30.0, 40.0])
+    assert bio_read.get_color() == bio_write.get_color()
+    assert bio_read.get_color() != request_read.get_color()
+    # Equal curves must not hide each other: styles and widths differ too.
+    assert bio_read.get_linestyle() != request_read.get_linestyle()
+    assert bio_read.get_linewidth() > request_read.get_linewidth()
+
+
+def test_plot_legend_sits_outside_the_data():
+    figure = report.plot_figure(sweep_cells())
+    assert all(axes.get_legend() is None for axes in figure.axes)
+    (legend,) = figure.legends
+    assert [text.get_text() for text in legend.get_texts()] == ["bio", "request"]
+    figure.canvas.draw()
+    box = legend.get_window_extent()
+    assert not any(box.overlaps(axes.get_window_extent()) for axes in figure.axes)
+
+
+@pytest.mark.parametrize(("measured", "kind"), [(False, "modelled"), (True, "measured")])
+def test_plot_axis_says_measured_or_modelled(measured, kind):
+    figure = report.plot_figure(sweep_cells(measured))
+    assert figure.axes[0].get_ylabel() == f"{kind} MB/s"
+
+
+def test_published_figures_are_markers_beside_their_variant():
+    published = [
+        report.Published("write", 42.0, lambda cell: cell["dispatch_mode"] == "request", 65536)
+    ]
+    figure = report.plot_figure(sweep_cells(), published=published)
+    read, write = figure.axes
+    marker = line_with(write, [42.0])
+    assert marker.get_marker() == "D"
+    assert marker.get_markerfacecolor() == "none"
+    assert marker.get_color() == line_with(write, [70.0, 80.0]).get_color()
+    x = marker.get_xdata()[0]
+    assert 65536 < x < 65536 * 1.2
+    assert not [line for line in read.get_lines() if line.get_marker() == "D"]
+    labels = [text.get_text() for text in figure.legends[0].get_texts()]
+    assert labels[-1] == "published figure"
+
+
+def test_an_rw_axis_draws_one_bar_per_variant_per_panel():
+    cells = [c for c in sweep_cells() if c["bs"] == 4096]
+    read, write = report.plot_figure(cells, x_axis="rw").axes
+    assert [bar.get_height() for bar in read.patches] == [10.0, 30.0]
+    assert [bar.get_height() for bar in write.patches] == [50.0, 70.0]
+    assert read.patches[0].get_facecolor() == write.patches[0].get_facecolor()
+
+
+def test_plot_png_is_a_png():
+    assert report.plot_png(sweep_cells()).startswith(b"\x89PNG\r\n\x1a\n")

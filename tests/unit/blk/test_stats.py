@@ -1,3 +1,5 @@
+import pytest
+
 from app.blk import Bio, BlockQueue, Op, QueueLimits, QueueStats
 
 from .helpers import RecordingDevice, read_bio, write_bio
@@ -52,3 +54,19 @@ def test_in_flight_counts_plugged_and_queued_requests():
     queue.finish_plug()
     assert queue.in_flight == 0
     assert queue.stats.snapshot()["in_flight"] == 0
+
+
+def test_cumulative_ticks_let_a_client_take_deltas():
+    """iostat divides deltas: the totals behind the averages are exported too."""
+    device = RecordingDevice()
+    stats = QueueStats()
+    queue = BlockQueue(
+        device.dispatch, limits=QueueLimits(), plug_window_us=10_000_000, stats=stats
+    )
+    run(queue, [write_bio(0, 8), write_bio(8, 8), write_bio(100, 8)])
+    snap = stats.snapshot()
+    assert snap["w_bios_done"] == 3
+    assert snap["w_ticks_ms"] == pytest.approx(snap["w_await"] * 3)
+    assert snap["io_ticks_ms"] == pytest.approx(snap["util"] * snap["elapsed_s"] * 1e3)
+    assert snap["time_in_queue_ms"] == pytest.approx(snap["aqu_sz"] * snap["elapsed_s"] * 1e3)
+    assert snap["time_in_queue_ms"] >= snap["io_ticks_ms"] > 0

@@ -1,6 +1,13 @@
 import pytest
 
-from app.engine.cost import Workload, makespan_ns, plan_cost, predict_workload
+from app.engine.cost import (
+    ModelledWorkload,
+    StageTimes,
+    makespan_ns,
+    pipeline_time,
+    plan_cost,
+    predict_workload,
+)
 from app.engine.model import Capabilities, CostModel, DeviceModel, EngineProfile, ModelSpec
 from app.engine.planner import plan_calls
 
@@ -67,7 +74,7 @@ def test_plan_cost_charges_cpu_ivs_only_on_the_fallback_path():
 
 
 def test_queue_depth_one_is_storage_and_crypto_in_series():
-    workload = Workload(op="write", io_bytes=8192, count=3, segment_bytes=4096)
+    workload = ModelledWorkload(op="write", io_bytes=8192, count=3, segment_bytes=4096)
     result = predict_workload(profile(), DEVICE, workload)
     storage = 20_000 + 8192 * 2
     crypto = 1000 + 2 * 100 + 8192
@@ -79,7 +86,7 @@ def test_queue_depth_one_is_storage_and_crypto_in_series():
 
 
 def test_deeper_queue_overlaps_crypto_with_storage():
-    workload = Workload(op="read", io_bytes=8192, count=10, queue_depth=4)
+    workload = ModelledWorkload(op="read", io_bytes=8192, count=10, queue_depth=4)
     result = predict_workload(profile(), DEVICE, workload)
     storage = 10_000 + 8192.0
     crypto = 1000 + 2 * 100 + 8192 * 2
@@ -88,7 +95,7 @@ def test_deeper_queue_overlaps_crypto_with_storage():
 
 
 def test_channels_divide_the_engine_stage_when_the_queue_is_deep():
-    workload = Workload(op="read", io_bytes=4096, count=100, queue_depth=8)
+    workload = ModelledWorkload(op="read", io_bytes=4096, count=100, queue_depth=8)
     instant = DeviceModel(name="none")
     one = predict_workload(profile(channels=1), instant, workload)
     four = predict_workload(profile(channels=4), instant, workload)
@@ -96,21 +103,51 @@ def test_channels_divide_the_engine_stage_when_the_queue_is_deep():
 
 
 def test_bio_mode_without_bulk_makes_one_call_per_unit():
-    workload = Workload(op="write", io_bytes=512 * 1024, dispatch_mode="bio")
+    workload = ModelledWorkload(op="write", io_bytes=512 * 1024, dispatch_mode="bio")
     result = predict_workload(profile(bulk=False), DEVICE, workload)
     assert result.calls_per_io == 1024
     assert not result.bulk
 
 
 def test_request_mode_splits_io_above_max_request_bytes():
-    workload = Workload(op="read", io_bytes=1 << 20, max_request_bytes=256 * 1024)
+    workload = ModelledWorkload(op="read", io_bytes=1 << 20, max_request_bytes=256 * 1024)
     result = predict_workload(profile(), DEVICE, workload)
     assert result.calls_per_io == 4
     assert result.storage_ns == pytest.approx(4 * 10_000 + (1 << 20))
 
 
 def test_raw_device_has_no_crypto():
-    workload = Workload(op="read", io_bytes=65536, encrypted=False)
+    workload = ModelledWorkload(op="read", io_bytes=65536, encrypted=False)
     result = predict_workload(profile(), DEVICE, workload)
     assert result.crypto_ns == 0
     assert result.mb_per_s == pytest.approx(65536 / (10_000 + 65536) * 1e3)
+
+
+def test_queue_depth_bounds_the_channels_that_overlap():
+    """Two one-call I/Os in flight keep two of four channels busy, not four."""
+    stages = StageTimes(storage_ns=0.0, cpu_ns=0.0, engine_busy_ns=10e3, crypto_ns=10e3, calls=1)
+    pipeline = pipeline_time(stages, count=10, queue_depth=2, channels=4)
+    assert pipeline.period_ns == pytest.approx(5e3)
+    assert pipeline.total_ns == pytest.approx(10e3 + 9 * 5e3)
+
+
+def test_queue_depth_one_adds_storage_and_crypto():
+    stages = StageTimes.mean(
+        2, storage_ns=30e6, cpu_ns=1e6, engine_busy_ns=10e6, crypto_ns=11e6, calls=2
+    )
+    assert pipeline_time(stages, count=2, queue_depth=1, channels=1).total_ns == pytest.approx(41e6)
+
+
+def test_measured_totals_overlap_at_the_bottleneck_after_the_first_item():
+    stages = StageTimes.mean(
+        4, storage_ns=8e6, cpu_ns=0.0, engine_busy_ns=100e6, crypto_ns=100e6, calls=4
+    )
+    pipeline = pipeline_time(stages, count=4, queue_depth=8, channels=2)
+    assert pipeline.total_ns == pytest.approx((8e6 + 100e6) / 4 + 3 * 100e6 / 4 / 2)
+
+
+def test_no_items_is_no_time():
+    stages = StageTimes.mean(
+        0, storage_ns=0.0, cpu_ns=0.0, engine_busy_ns=0.0, crypto_ns=0.0, calls=0
+    )
+    assert pipeline_time(stages, count=0, queue_depth=4, channels=1).total_ns == 0.0

@@ -104,9 +104,40 @@ def test_device_models_round_trip_through_json_dicts(model):
 
 def test_from_dict_names_the_missing_field():
     data = ENGINES["mv-cesa"].to_dict()
-    del data["capabilities"]["channels"]
-    with pytest.raises(InvalidInput, match="channels"):
+    del data["cost"]["setup_ns"]
+    with pytest.raises(InvalidInput, match=r"cost\.setup_ns: Field required"):
         EngineProfile.from_dict(data)
+
+
+def test_from_dict_fills_omitted_fields_with_the_declared_defaults():
+    data = {
+        "name": "minimal",
+        "capabilities": {},
+        "cost": {"setup_ns": 1.0, "encrypt_bytes_per_s": 1e6, "decrypt_bytes_per_s": 1e6},
+    }
+    profile = EngineProfile.from_dict(data)
+    assert profile.capabilities == Capabilities()
+    assert profile.cost.segment_ns == 0.0
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        ({"max_segments_per_call": "8"}, "max_segments_per_call"),
+        ({"keyed_iv": 1}, "keyed_iv"),
+        ({"ciphers": ["AES"]}, "ciphers"),
+        ({"channel": 2}, "channel"),
+    ],
+)
+def test_from_dict_refuses_coercions_bad_names_and_unknown_fields(data, message):
+    with pytest.raises(InvalidInput, match=message):
+        Capabilities.from_dict(data)
+
+
+def test_to_dict_lists_sets_sorted():
+    data = Capabilities(bulk_ivmodes=frozenset({"plain64", "essiv"}), keyed_iv=True).to_dict()
+    assert data["bulk_ivmodes"] == ["essiv", "plain64"]
+    assert data["data_unit_sizes"] == [512, 1024, 2048, 4096]
 
 
 def test_none_device_is_instant():

@@ -8,6 +8,7 @@ from hypothesis import strategies as st
 from app.crypto.keys import KeyMaterial
 from app.crypto.spec import parse_cipher_spec
 from app.crypto.transform import make_transform
+from app.engine.base import EngineRequest
 from app.engine.model import DERIVABLE_IV_MODES, Capabilities
 from app.engine.presets import ENGINES, MV_CESA, OMAP_AES_AM335X, SOFTWARE
 from app.engine.registry import EngineRegistry
@@ -74,12 +75,14 @@ def test_engine_output_is_byte_identical_to_the_per_unit_reference(request):
         first = len(segments[0]) // 512
         total = sum(len(s) for s in segments) // 512
         bios = [(sector, first), (sector + first, total - first)]
-    result = engine.process("encrypt", transform, segments, sector, dispatch_mode=mode, bios=bios)
+    result = engine.process(
+        EngineRequest("encrypt", transform, segments, sector, dispatch_mode=mode, bios=bios)
+    )
     expected = reference.encrypt(b"".join(segments), sector)
     assert b"".join(result.outputs) == expected
     assert [len(o) for o in result.outputs] == [len(s) for s in segments]
     back = engine.process(
-        "decrypt", transform, result.outputs, sector, dispatch_mode=mode, bios=bios
+        EngineRequest("decrypt", transform, result.outputs, sector, dispatch_mode=mode, bios=bios)
     )
     assert b"".join(back.outputs) == b"".join(segments)
 
@@ -87,7 +90,9 @@ def test_engine_output_is_byte_identical_to_the_per_unit_reference(request):
 def test_software_engine_measures_every_planned_call():
     _, _, transform = transform_for("aes-cbc-essiv:sha256", 512)
     engine = SimulatedEngine(SOFTWARE)
-    result = engine.process("encrypt", transform, [bytes(8192)], 0, dispatch_mode="request")
+    result = engine.process(
+        EngineRequest("encrypt", transform, [bytes(8192)], 0, dispatch_mode="request")
+    )
     assert result.plan.bulk
     assert result.calls == 1
     assert result.modelled_ns > 0
@@ -95,7 +100,7 @@ def test_software_engine_measures_every_planned_call():
         SOFTWARE, capabilities=dataclasses.replace(SOFTWARE.capabilities, bulk_ivmodes=frozenset())
     )
     per_unit = SimulatedEngine(cesa_like).process(
-        "encrypt", transform, [bytes(8192)], 0, dispatch_mode="request"
+        EngineRequest("encrypt", transform, [bytes(8192)], 0, dispatch_mode="request")
     )
     assert per_unit.calls == 16
     assert per_unit.outputs == result.outputs
@@ -104,7 +109,9 @@ def test_software_engine_measures_every_planned_call():
 def test_hardware_engine_models_calls_and_cpu_ivs():
     _, _, transform = transform_for("aes-cbc-essiv:sha256", 512)
     engine = SimulatedEngine(MV_CESA)
-    result = engine.process("encrypt", transform, [bytes(4096)], 0, dispatch_mode="request")
+    result = engine.process(
+        EngineRequest("encrypt", transform, [bytes(4096)], 0, dispatch_mode="request")
+    )
     per_call = MV_CESA.cost.call_ns("encrypt", 512, 1)
     assert result.calls == 8
     assert result.cpu_ns == round(8 * MV_CESA.cpu_iv_ns)
@@ -115,12 +122,14 @@ def test_bio_mode_on_a_bulk_engine_is_one_call_per_bio():
     _, _, transform = transform_for("aes-cbc-plain64", 512)
     engine = SimulatedEngine(OMAP_AES_AM335X)
     result = engine.process(
-        "encrypt",
-        transform,
-        [bytes(4096), bytes(4096)],
-        8,
-        dispatch_mode="bio",
-        bios=[(8, 8), (16, 8)],
+        EngineRequest(
+            "encrypt",
+            transform,
+            [bytes(4096), bytes(4096)],
+            8,
+            dispatch_mode="bio",
+            bios=[(8, 8), (16, 8)],
+        )
     )
     assert result.plan.bulk_calls == 2
 
@@ -128,8 +137,8 @@ def test_bio_mode_on_a_bulk_engine_is_one_call_per_bio():
 def test_snapshot_counts_calls_bytes_and_busy_time():
     _, _, transform = transform_for("aes-cbc-essiv:sha256", 512)
     engine = SimulatedEngine(MV_CESA)
-    engine.process("encrypt", transform, [bytes(1024)], 0, dispatch_mode="bio")
-    engine.process("decrypt", transform, [bytes(512)], 0, dispatch_mode="bio")
+    engine.process(EngineRequest("encrypt", transform, [bytes(1024)], 0, dispatch_mode="bio"))
+    engine.process(EngineRequest("decrypt", transform, [bytes(512)], 0, dispatch_mode="bio"))
     stats = engine.snapshot()
     assert (stats.requests, stats.unit_calls, stats.bulk_calls) == (2, 3, 0)
     assert (stats.bytes_encrypted, stats.bytes_decrypted) == (1024, 512)
@@ -141,7 +150,9 @@ def test_engine_refuses_a_spec_it_cannot_run():
     _, _, transform = transform_for("aes-xts-plain64", 512)
     engine = SimulatedEngine(MV_CESA)
     with pytest.raises(InvalidInput, match="chain mode xts"):
-        engine.process("encrypt", transform, [bytes(512)], 0, dispatch_mode="request")
+        engine.process(
+            EngineRequest("encrypt", transform, [bytes(512)], 0, dispatch_mode="request")
+        )
     with pytest.raises(InvalidInput, match="mv-cesa"):
         engine.check(transform.spec, 512)
 
@@ -150,7 +161,9 @@ def test_pacing_really_sleeps_at_least_the_scaled_modelled_time():
     _, _, transform = transform_for("aes-cbc-essiv:sha256", 512)
     engine = SimulatedEngine(MV_CESA, pacing=0.01)
     before = engine.clock.now_ns()
-    result = engine.process("encrypt", transform, [bytes(4096)], 0, dispatch_mode="request")
+    result = engine.process(
+        EngineRequest("encrypt", transform, [bytes(4096)], 0, dispatch_mode="request")
+    )
     assert engine.clock.now_ns() - before >= result.modelled_ns
 
 

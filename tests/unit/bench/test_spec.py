@@ -1,10 +1,10 @@
-"""Job specs and the modelled-time composition."""
+"""Job specs: validation, the sweep, what is persisted."""
 
 from __future__ import annotations
 
 import pytest
 
-from app.bench.jobs import JobSpec, modelled_time
+from app.bench.spec import JobSpec
 from app.errors import InvalidInput
 
 TABLE = "0 8192 crypt aes-cbc-plain64 " + "11" * 16 + " 0 {dev} 0"
@@ -46,36 +46,3 @@ def test_the_persisted_spec_zeroes_keys() -> None:
 def test_bad_specs_are_refused(job: dict[str, object]) -> None:
     with pytest.raises(InvalidInput):
         JobSpec.from_dict(job)
-
-
-def test_queue_depth_one_adds_storage_and_crypto() -> None:
-    model = modelled_time(
-        storage_ns=30e6,
-        ios=2,
-        engine_busy_ns=10e6,
-        engine_cpu_ns=1e6,
-        channels=1,
-        queue_depth=1,
-    )
-    assert model.storage_ns == 30e6
-    assert model.total_ns == pytest.approx(41e6)
-
-
-def test_deeper_queues_overlap_at_the_bottleneck() -> None:
-    model = modelled_time(
-        storage_ns=8e6,
-        ios=4,
-        engine_busy_ns=100e6,
-        engine_cpu_ns=0.0,
-        channels=2,
-        queue_depth=8,
-    )
-    first = (8e6 + 100e6) / 4
-    assert model.total_ns == pytest.approx(first + 50e6 * 3 / 4)
-
-
-def test_no_requests_is_no_time() -> None:
-    model = modelled_time(
-        storage_ns=0.0, ios=0, engine_busy_ns=0.0, engine_cpu_ns=0.0, channels=1, queue_depth=4
-    )
-    assert model.total_ns == 0.0

@@ -1,0 +1,377 @@
+"""The API manual: a summary, a description and examples for every operation.
+
+Kept in one table rather than spread over the routers so a reader (and the test
+that every operation is covered) sees the whole manual at once; route docstrings,
+where present, follow the manual's text. ``apply`` merges it into the generated
+OpenAPI document: summaries, descriptions, named request examples, documented
+request headers (Range, Content-Range, If-Match…) and the readiness 503.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+KEY = "0" * 128
+XTS_TABLE = f"0 131072 crypt aes-xts-plain64 {KEY} 0 sda2 0"
+GROWN = XTS_TABLE.replace("131072", "262144")
+ESSIV_TABLE = (
+    "0 1024 crypt aes-cbc-essiv:sha256 "
+    "000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f 0 sda2 0 "
+    "2 allow_discards sector_size:4096"
+)
+
+
+def header(name: str, description: str, example: str, required: bool = False) -> dict[str, Any]:
+    return {
+        "name": name,
+        "in": "header",
+        "required": required,
+        "description": description,
+        "schema": {"type": "string"},
+        "example": example,
+    }
+
+
+RANGE = header(
+    "Range",
+    "`bytes=a-b`, `bytes=a-` or `bytes=-N`; several ranges (a batch: read in one "
+    "submission, up to REQCRYPT_MAX_RANGES and REQCRYPT_MAX_BATCH_BYTES) answer "
+    "`multipart/byteranges`. Without it the whole volume is sent (200).",
+    "bytes=0-4095",
+)
+del RANGE["example"]  # a parameter has example or examples, not both
+RANGE["examples"] = {
+    "one range": {"value": "bytes=0-4095"},
+    "offset to the end": {"value": "bytes=1048576-"},
+    "the last 512 bytes": {"value": "bytes=-512"},
+    "several (multipart/byteranges)": {"value": "bytes=0-511,4096-4607"},
+}
+IF_MATCH = header("If-Match", "the volume's ETag: 412 when the volume changed", '"<uuid>.<n>"')
+IF_NONE_MATCH = header("If-None-Match", "the ETag you hold: 304 when unchanged", '"<uuid>.<n>"')
+IF_RANGE = header("If-Range", "the ETag you hold: a stale one drops Range (200)", '"<uuid>.<n>"')
+CONTENT_RANGE = header(
+    "Content-Range",
+    "where the body goes: `bytes a-b/*` (inclusive, b - a + 1 == body length); "
+    "unaligned ranges are read-modify-written",
+    "bytes 0-4095/*",
+    required=True,
+)
+
+
+def body(*examples: tuple[str, Any], media: str = "application/json") -> dict[str, Any]:
+    return {
+        media: {"examples": {name: {"summary": name, "value": value} for name, value in examples}}
+    }
+
+
+OPERATIONS: dict[tuple[str, str], dict[str, Any]] = {
+    ("get", "/healthz"): {
+        "summary": "Liveness",
+        "description": "200 while the process serves HTTP. No token needed.",
+    },
+    ("get", "/readyz"): {
+        "summary": "Readiness: database, migrations, data directory",
+        "description": "200 when the database answers, its schema is at the migrations' "
+        "head and the data directory is writable; otherwise 503 with the failing checks.",
+        "responses": {"503": "not ready: the problem lists each failing check"},
+    },
+    ("get", "/metrics"): {
+        "summary": "Prometheus metrics",
+        "description": "HTTP request counters and latencies per route, and per volume: "
+        "bios, requests, merges, sectors, in-flight requests, engine calls.",
+    },
+    ("get", "/v1/devices"): {
+        "summary": "List backing devices",
+        "description": "Each device's size, bytes allocated in its sparse file, timing "
+        "model and the volumes that map it.",
+    },
+    ("post", "/v1/devices"): {
+        "summary": "Create a backing device",
+        "description": "A sparse file of `size_bytes` (a multiple of 512) under the data "
+        "directory, named in tables as `NAME` or `/dev/NAME`. `model` picks a device timing "
+        "model (`GET /v1/device-models`).",
+        "examples": body(
+            ("64 MiB", {"name": "sda2", "size_bytes": 64 << 20}),
+            ("SD card model", {"name": "mmcblk0", "size_bytes": 1 << 30, "model": "sdcard-bbb"}),
+        ),
+    },
+    ("get", "/v1/devices/{name}"): {
+        "summary": "Inspect a backing device",
+        "description": "Size, allocation, model and the volumes mapping it.",
+    },
+    ("delete", "/v1/devices/{name}"): {
+        "summary": "Delete a backing device",
+        "description": "Removes the file. 409 while a volume maps the device.",
+    },
+    ("get", "/v1/volumes"): {
+        "summary": "List volumes (dmsetup ls)",
+        "description": "Every volume with its state, size, dispatch mode, engine and "
+        "tables; keys are never shown here.",
+    },
+    ("post", "/v1/volumes"): {
+        "summary": "Create and activate a volume (dmsetup create)",
+        "description": "`table` is dmsetup's table text: `<start> <length> <target> <args…>` "
+        "per line, in 512-byte sectors. Targets: crypt, linear, zero, error. "
+        "`dispatch_mode` is `bio` (every bio alone) or `request` (bios merged in the plug "
+        "window); `engine` names a crypto engine model.",
+        "examples": body(
+            ("aes-xts-plain64", {"name": "secret", "table": XTS_TABLE}),
+            (
+                "cbc-essiv, bio mode, engine model",
+                {
+                    "name": "legacy",
+                    "table": ESSIV_TABLE,
+                    "dispatch_mode": "bio",
+                    "engine": "mv-cesa",
+                },
+            ),
+        ),
+    },
+    ("get", "/v1/volumes/{name}"): {
+        "summary": "Volume info (dmsetup info)",
+        "description": "State, open count, event number, tables present, targets (keys "
+        "zeroed), dispatch mode, engine, elevator and queue limits.",
+    },
+    ("patch", "/v1/volumes/{name}"): {
+        "summary": "Retune a live volume",
+        "description": "Change dispatch mode, engine, elevator, queue limits or the plug "
+        "window without suspending; I/O in flight finishes under the old settings.",
+        "examples": body(
+            ("request mode", {"dispatch_mode": "request"}),
+            ("queue limits", {"queue_limits": {"max_sectors_kb": 512, "max_segments": 64}}),
+        ),
+    },
+    ("delete", "/v1/volumes/{name}"): {
+        "summary": "Remove a volume (dmsetup remove)",
+        "description": "409 while the volume is open or mapped by another volume; "
+        "`force=true` first replaces its table with an error target, as dmsetup "
+        "remove --force does.",
+    },
+    ("get", "/v1/volumes/{name}/table"): {
+        "summary": "Table text (dmsetup table)",
+        "description": "Exactly dmsetup's format. Keys are zeroed unless `show_keys=true` "
+        "with the admin token.",
+    },
+    ("put", "/v1/volumes/{name}/table"): {
+        "summary": "Load an inactive table (dmsetup load)",
+        "description": 'The table text as the body (`text/plain`) or `{"table": …}`; it '
+        "replaces the live table on the next resume.",
+        "examples": {
+            **body(("grow to 128 MiB", GROWN), media="text/plain"),
+            **body(("grow to 128 MiB", {"table": GROWN})),
+        },
+    },
+    ("delete", "/v1/volumes/{name}/table"): {
+        "summary": "Drop the inactive table (dmsetup clear)",
+        "description": "The live table is untouched.",
+    },
+    ("post", "/v1/volumes/{name}/suspend"): {
+        "summary": "Suspend (dmsetup suspend)",
+        "description": "Drains in-flight I/O (unless `noflush`), then holds new I/O until "
+        "resume; 503 when draining takes longer than the suspend wait.",
+        "examples": body(("drain", {}), ("noflush", {"noflush": True})),
+    },
+    ("post", "/v1/volumes/{name}/resume"): {
+        "summary": "Resume (dmsetup resume)",
+        "description": "Swaps in the inactive table if there is one, then releases held I/O.",
+    },
+    ("post", "/v1/volumes/{name}/message"): {
+        "summary": "Target message (dmsetup message)",
+        "description": "crypt understands `key wipe` and `key set <hex>`, on a suspended "
+        "volume; `sector` selects the target as dmsetup's sector argument does.",
+        "examples": body(
+            ("wipe the key", {"message": "key wipe", "sector": 0}),
+            ("set the key", {"message": f"key set {KEY}", "sector": 0}),
+        ),
+    },
+    ("post", "/v1/volumes/{name}/rename"): {
+        "summary": "Rename (dmsetup rename)",
+        "description": "409 when the new name is taken.",
+        "examples": body(("rename", {"new_name": "vault"})),
+    },
+    ("get", "/v1/volumes/{name}/status"): {
+        "summary": "Status and I/O statistics (dmsetup status, iostat -x)",
+    },
+    ("post", "/v1/volumes/{name}/stats/reset"): {
+        "summary": "Reset the I/O statistics",
+        "description": "Counters and averages start again from zero; in-flight requests "
+        "stay counted.",
+    },
+    ("get", "/v1/volumes/{name}/data"): {
+        "summary": "Read bytes (Range)",
+        "headers": [RANGE, IF_MATCH, IF_NONE_MATCH, IF_RANGE],
+    },
+    ("head", "/v1/volumes/{name}/data"): {
+        "summary": "Size, ETag and Content-Range without the bytes",
+        "headers": [RANGE, IF_MATCH, IF_NONE_MATCH, IF_RANGE],
+    },
+    ("put", "/v1/volumes/{name}/data"): {
+        "summary": "Write bytes (Content-Range), or a batch (multipart/byteranges)",
+        "description": "Durable after a flush, or at once with `fua=true` (REQ_FUA). 416 "
+        "outside the volume, 413 over the body limit, 411 without Content-Length. A "
+        "`multipart/byteranges` body is a batch: one part per write, each with its own "
+        "Content-Range; the whole body is checked before anything is written, then the "
+        "parts enter the queue together.",
+        "headers": [IF_MATCH],
+        "examples": {
+            "application/octet-stream": {
+                "examples": {
+                    "4 KiB at offset 0": {
+                        "summary": "curl -T file -H 'Content-Range: bytes 0-4095/*'",
+                        "value": "<4096 bytes>",
+                    }
+                }
+            },
+            "multipart/byteranges": {
+                "examples": {
+                    "two writes in one request": {
+                        "summary": "Content-Type: multipart/byteranges; boundary=b0undary",
+                        "value": "--b0undary\r\nContent-Range: bytes 0-4095/*\r\n\r\n"
+                        "<4096 bytes>\r\n--b0undary\r\nContent-Range: bytes 65536-65541/*"
+                        "\r\n\r\nhello!\r\n--b0undary--\r\n",
+                    }
+                }
+            },
+        },
+    },
+    ("post", "/v1/volumes/{name}/flush"): {
+        "summary": "Flush (REQ_PREFLUSH)",
+    },
+    ("post", "/v1/volumes/{name}/discard"): {
+        "summary": "Discard a range",
+        "examples": body(("first MiB", {"offset": 0, "length": 1 << 20})),
+    },
+    ("post", "/v1/volumes/{name}/write-zeroes"): {
+        "summary": "Write zeroes to a range",
+        "examples": body(("first MiB", {"offset": 0, "length": 1 << 20})),
+    },
+    ("put", "/v1/null/data"): {
+        "summary": "Null write: the HTTP ceiling",
+        "examples": {
+            "application/octet-stream": {
+                "examples": {"1 MiB": {"summary": "any body", "value": "<bytes>"}}
+            }
+        },
+    },
+    ("get", "/v1/null/data"): {
+        "summary": "Null read: the HTTP ceiling",
+        "headers": [RANGE],
+    },
+    ("get", "/v1/benchmarks"): {
+        "summary": "List benchmark runs",
+        "description": "Every run with its state and progress, newest first.",
+    },
+    ("post", "/v1/benchmarks"): {
+        "summary": "Start a benchmark",
+        "examples": body(
+            (
+                "bio vs request on a template volume",
+                {
+                    "volume_template": {
+                        "table": "0 131072 crypt aes-cbc-essiv:sha256 "
+                        "000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f "
+                        "0 {dev} 0",
+                        "device_size": "64M",
+                        "device_model": "sdcard-bbb",
+                    },
+                    "engine": "omap-aes-am335x",
+                    "workload": {"rw": "read", "bs": "512k", "size": "8M"},
+                    "sweep": {"dispatch_mode": ["bio", "request"]},
+                    "label": "dd 512k",
+                },
+            ),
+            (
+                "an existing volume",
+                {"volume": "secret", "workload": {"rw": "randwrite", "bs": "4k", "iodepth": 8}},
+            ),
+        ),
+    },
+    ("get", "/v1/benchmarks/{run_id}"): {"summary": "A benchmark run"},
+    ("get", "/v1/benchmarks/{run_id}/results.json"): {"summary": "A run's results as JSON"},
+    ("get", "/v1/benchmarks/{run_id}/results.csv"): {
+        "summary": "A run's cells as CSV",
+        "description": "One row per cell: the swept parameters and the measured or "
+        "modelled figures.",
+    },
+    ("get", "/v1/benchmarks/{run_id}/plot.png"): {"summary": "A run's plot (PNG)"},
+    ("get", "/v1/engines"): {
+        "summary": "List crypto engine models",
+        "description": "Presets (software, mv-cesa, omap-aes-am335x…) and custom models: "
+        "capabilities (bulk IV modes, largest call), cost model and live statistics.",
+    },
+    ("post", "/v1/engines"): {
+        "summary": "Add a crypto engine model",
+        "description": "A custom engine: which ciphers and IV modes it takes in bulk, how "
+        "much per call, and its cost (fixed setup per call plus bytes per second).",
+        "examples": body(
+            (
+                "a bulk-capable engine",
+                {
+                    "name": "bulk-xts",
+                    "description": "takes 1 MiB per call, derives plain64 IVs",
+                    "capabilities": {"bulk_ivmodes": ["plain64"], "max_bytes_per_call": 1 << 20},
+                    "cost": {
+                        "setup_ns": 40000,
+                        "encrypt_bytes_per_s": 30e6,
+                        "decrypt_bytes_per_s": 30e6,
+                    },
+                },
+            )
+        ),
+    },
+    ("get", "/v1/engines/{name}"): {"summary": "A crypto engine model"},
+    ("get", "/v1/device-models"): {
+        "summary": "List device timing models",
+        "description": "Latency and throughput per direction, and flush cost, that a "
+        "device with this model is paced by.",
+    },
+    ("post", "/v1/device-models"): {
+        "summary": "Add a device timing model",
+        "description": "Reads and writes cost `latency + bytes / bytes_per_s`; flushes `flush_ns`.",
+        "examples": body(
+            (
+                "an SD card",
+                {
+                    "name": "slow-card",
+                    "read_latency_ns": 300000,
+                    "read_bytes_per_s": 18.4e6,
+                    "write_latency_ns": 800000,
+                    "write_bytes_per_s": 8.9e6,
+                    "flush_ns": 2000000,
+                },
+            )
+        ),
+    },
+    ("get", "/v1/device-models/{name}"): {
+        "summary": "A device timing model",
+        "description": "The model and the time it has charged so far.",
+    },
+}
+
+
+def apply(schema: dict[str, Any], problem: dict[str, Any]) -> None:
+    """Merge the manual into ``schema`` (FastAPI's generated document), in place."""
+    for path, operations in schema.get("paths", {}).items():
+        for method, operation in operations.items():
+            entry = OPERATIONS.get((method, path))
+            if entry is None:
+                continue
+            operation["summary"] = entry["summary"]
+            text = [entry.get("description", ""), operation.get("description", "")]
+            operation["description"] = "\n\n".join(part for part in text if part)
+            if "headers" in entry:
+                known = {p["name"].lower() for p in operation.get("parameters", [])}
+                added = [h for h in entry["headers"] if h["name"].lower() not in known]
+                operation["parameters"] = [*operation.get("parameters", []), *added]
+            for parameter in operation.get("parameters", []):
+                if parameter["name"] == "Content-Range":
+                    parameter.update(CONTENT_RANGE)
+            if "examples" in entry:
+                content = operation.setdefault("requestBody", {}).setdefault("content", {})
+                for media, examples in entry["examples"].items():
+                    content.setdefault(media, {}).update(examples)
+            for status, description in entry.get("responses", {}).items():
+                operation["responses"][status] = {
+                    "description": description,
+                    "content": {"application/problem+json": problem},
+                }

@@ -1,0 +1,289 @@
+"""One cell of a benchmark: build or retune its volume, run the workload, measure and model.
+
+A cell's figures are either measured on this host (wall-clock MB/s, IOPS,
+latency percentiles, process CPU, and the block-layer counters the queue
+really produced) or modelled: the crypto time the engine's virtual clock
+charged for the calls this cell made (for the measured ``software`` engine,
+the calls' wall time) and what the data path's ``DeviceTimer`` charged for its
+device I/O (one per dispatched request, plus flushes), combined by
+``app.engine.cost.pipeline_time`` over the cell's mean request. Each field of
+``CellResult`` says which it is (``FIGURE_KINDS``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any
+
+from app.bench.runner import run_workload
+from app.bench.spec import CellPlan, JobSpec, VolumeTemplate
+from app.control import Control
+from app.dm.table import CryptParams
+from app.dm.volume import Volume
+from app.engine.cost import StageTimes, pipeline_time
+from app.engine.model import EngineProfile, SpecLike
+from app.engine.registry import EngineRegistry
+from app.errors import InvalidInput
+from app.vocab import DispatchMode
+
+__all__ = ["FIGURE_KINDS", "CellResult", "CellRunner"]
+
+_MEASURED = {"figure": "measured"}
+_MODELLED = {"figure": "modelled"}
+
+
+@dataclass(frozen=True, slots=True)
+class CellResult(Mapping[str, Any]):
+    """What one cell did; also a read-only mapping, for the report's pivots by axis name.
+
+    Persisted (and served) as ``to_dict()``; ``None`` where a figure does not
+    apply (no crypt target, no request to model).
+    """
+
+    n: int
+    volume: str
+    dispatch_mode: DispatchMode
+    engine: str
+    engine_measured: bool
+    device_model: str
+    cipher: str | None
+    sector_size: int | None
+    bulk_applies: bool | None
+    fallback_reason: str | None
+    rw: str
+    bs: int
+    iodepth: int
+    numjobs: int
+    bytes: int
+    measured_mb_s: float = field(metadata=_MEASURED)
+    modelled_mb_s: float | None = field(metadata=_MODELLED)
+    iops: float = field(metadata=_MEASURED)
+    p50_ms: float = field(metadata=_MEASURED)
+    p99_ms: float = field(metadata=_MEASURED)
+    cpu_s: float | None = field(metadata=_MEASURED)
+    elapsed_s: float = field(metadata=_MEASURED)
+    bios: int = field(metadata=_MEASURED)
+    requests: int = field(metadata=_MEASURED)
+    merges: int = field(metadata=_MEASURED)
+    engine_calls: int = field(metadata=_MEASURED)
+    bulk_calls: int = field(metadata=_MEASURED)
+    unit_calls: int = field(metadata=_MEASURED)
+    avg_request_kib: float = field(metadata=_MEASURED)
+    request_size_histogram: dict[str, int] = field(metadata=_MEASURED)
+    modelled_ms: float = field(metadata=_MODELLED)
+    device_ios: int = field(metadata=_MEASURED)
+    crypto_ms: float = field(metadata=_MODELLED)
+    storage_ms: float = field(metadata=_MODELLED)
+    modelled_basis: str
+
+    def __getitem__(self, key: str) -> Any:
+        if key not in _FIELD_NAMES:
+            raise KeyError(key)
+        return getattr(self, key)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(_FIELD_NAMES)
+
+    def __len__(self) -> int:
+        return len(_FIELD_NAMES)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> CellResult:
+        return cls(**{name: data[name] for name in _FIELD_NAMES})
+
+
+_FIELD_NAMES = tuple(f.name for f in fields(CellResult))
+
+#: What each cell figure is; persisted with every run so a reader never has to guess.
+FIGURE_KINDS: dict[str, str] = {
+    f.name: f.metadata["figure"] for f in fields(CellResult) if "figure" in f.metadata
+}
+
+
+_COUNTERS = ("ios", "bios", "merges", "sectors")
+
+
+def _counter_delta(before: Mapping[str, Any], after: Mapping[str, Any]) -> dict[str, int]:
+    delta = {"engine_calls": after["engine_calls"] - before["engine_calls"]}
+    for group in ("r", "w"):
+        for counter in _COUNTERS:
+            key = f"{group}_{counter}"
+            delta[key] = after[key] - before[key]
+    return delta
+
+
+def _histogram_delta(before: Mapping[str, Any], after: Mapping[str, Any]) -> dict[str, int]:
+    old: Mapping[int, int] = before["request_size_histogram"]
+    new: Mapping[int, int] = after["request_size_histogram"]
+    return {
+        f"{kib}k": count - old.get(kib, 0) for kib, count in new.items() if count - old.get(kib, 0)
+    }
+
+
+def _crypt_params(volume: Volume) -> CryptParams | None:
+    if volume.live is None:
+        return None
+    for line in volume.live.table.lines:
+        if isinstance(line.target, CryptParams):
+            return line.target
+    return None
+
+
+class CellRunner:
+    """Runs one cell: builds (or retunes) its volume, runs the workload, measures and models."""
+
+    def __init__(self, control: Control, engines: EngineRegistry) -> None:
+        self.control = control
+        self.engines = engines
+
+    def run(
+        self,
+        spec: JobSpec,
+        plan: CellPlan,
+        name: str,
+        progress: Callable[[int], None] | None = None,
+    ) -> CellResult:
+        template = spec.volume_template
+        if template is not None:
+            assert plan.table is not None
+            self.control.create_device(name, template.device_size, _model_arg(template))
+            try:
+                volume = self.control.create_volume(
+                    name,
+                    plan.table.replace("{dev}", name),
+                    dispatch_mode=plan.dispatch_mode or "request",
+                    engine=plan.engine or "software",
+                )
+            except BaseException:
+                self.control.delete_device(name)
+                raise
+            try:
+                return self._measure(volume, plan, template.device_model, progress)
+            finally:
+                self.control.remove(name, force=True)
+                self.control.delete_device(name)
+        assert spec.volume is not None
+        volume = self.control.volume(spec.volume)
+        original = (volume.dispatch_mode, volume.engine.name)
+        self.control.retune(
+            spec.volume,
+            dispatch_mode=plan.dispatch_mode,
+            engine=plan.engine,
+        )
+        try:
+            return self._measure(volume, plan, self._device_model_of(volume), progress)
+        finally:
+            self.control.retune(spec.volume, dispatch_mode=original[0], engine=original[1])
+
+    def _device_model_of(self, volume: Volume) -> str:
+        params = _crypt_params(volume)
+        if params is None or params.device.kind != "device":
+            return "none"
+        return self.control.device_models.get(params.device.name) or "none"
+
+    def _measure(
+        self,
+        volume: Volume,
+        plan: CellPlan,
+        device_model: str,
+        progress: Callable[[int], None] | None,
+    ) -> CellResult:
+        workload = plan.workload
+        if workload.span > volume.size:
+            raise InvalidInput(
+                f"the workload touches {workload.span} bytes; volume {volume.name} has {volume.size}"
+            )
+        engine = volume.engine
+        profile: EngineProfile = engine.profile
+        timer = self.engines.device_timer(device_model)
+        stats_before = volume.stats.snapshot()
+        engine_before = engine.snapshot()
+        timer_before = timer.snapshot()
+        result = run_workload(volume, workload, progress=progress)
+        engine_after = engine.snapshot()
+        timer_after = timer.snapshot()
+        stats_after = volume.stats.snapshot()
+        counters = _counter_delta(stats_before, stats_after)
+        n_requests = counters["r_ios"] + counters["w_ios"]
+        device_ios = sum(timer_after["ios"].values()) - sum(timer_before["ios"].values())
+        storage_ns = timer_after["busy_ns"] - timer_before["busy_ns"]
+        engine_busy_ns = engine_after.clock.busy_ns - engine_before.clock.busy_ns
+        engine_cpu_ns = engine_after.cpu_ns - engine_before.cpu_ns
+        crypto_ns = engine_busy_ns + engine_cpu_ns
+        model = pipeline_time(
+            StageTimes.mean(
+                n_requests,
+                storage_ns=storage_ns,
+                cpu_ns=engine_cpu_ns,
+                engine_busy_ns=engine_busy_ns,
+                crypto_ns=crypto_ns,
+                calls=counters["engine_calls"],
+            ),
+            count=n_requests,
+            queue_depth=workload.concurrency,
+            channels=profile.capabilities.channels,
+        )
+        params = _crypt_params(volume)
+        spec_like: SpecLike | None = params.cipher if params is not None else None
+        return CellResult(
+            n=plan.index,
+            volume=volume.name,
+            dispatch_mode=volume.dispatch_mode,
+            engine=profile.name,
+            engine_measured=profile.measured,
+            device_model=device_model,
+            cipher=str(spec_like) if params is not None else None,
+            sector_size=params.sector_size if params is not None else None,
+            bulk_applies=(
+                profile.capabilities.derives_iv(spec_like) if spec_like is not None else None
+            ),
+            fallback_reason=(
+                profile.capabilities.fallback_reason(spec_like) if spec_like is not None else None
+            ),
+            rw=workload.rw,
+            bs=workload.bs,
+            iodepth=workload.iodepth,
+            numjobs=workload.numjobs,
+            bytes=result.nbytes,
+            measured_mb_s=round(result.mb_s, 3),
+            modelled_mb_s=(
+                round(result.nbytes / model.total_ns * 1e3, 3) if model.total_ns else None
+            ),
+            iops=round(result.iops, 1),
+            p50_ms=round(result.percentile_ms(50), 4),
+            p99_ms=round(result.percentile_ms(99), 4),
+            cpu_s=None if result.cpu_s is None else round(result.cpu_s, 4),
+            elapsed_s=round(result.elapsed_s, 4),
+            bios=counters["r_bios"] + counters["w_bios"],
+            requests=n_requests,
+            merges=counters["r_merges"] + counters["w_merges"],
+            engine_calls=counters["engine_calls"],
+            bulk_calls=engine_after.bulk_calls - engine_before.bulk_calls,
+            unit_calls=engine_after.unit_calls - engine_before.unit_calls,
+            avg_request_kib=(
+                round((counters["r_sectors"] + counters["w_sectors"]) / 2 / n_requests, 1)
+                if n_requests
+                else 0.0
+            ),
+            request_size_histogram=_histogram_delta(stats_before, stats_after),
+            modelled_ms=round(model.total_ns / 1e6, 3),
+            device_ios=device_ios,
+            crypto_ms=round(crypto_ns / 1e6, 3),
+            storage_ms=round(storage_ns / 1e6, 3),
+            modelled_basis=(
+                (
+                    "software engine: measured call times"
+                    if profile.measured
+                    else "engine virtual clock (cost model over this cell's calls)"
+                )
+                + f"; storage: the data path's {device_model} device timer"
+            ),
+        )
+
+
+def _model_arg(template: VolumeTemplate) -> str | None:
+    return None if template.device_model == "none" else template.device_model

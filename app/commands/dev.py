@@ -1,0 +1,65 @@
+"""``reqcrypt dev``: backing devices (sparse files in the service's data directory)."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from app.commands.client import DEFAULT_URL, TokenOption, UrlOption, connect
+from app.commands.sizes import format_size, size
+
+dev_app = typer.Typer(help="Backing devices: create, list, remove.", no_args_is_help=True)
+
+
+@dev_app.command()
+def create(
+    name: Annotated[
+        str, typer.Argument(metavar="NAME", help="device name, used in tables (e.g. sda2)")
+    ],
+    size_bytes: Annotated[
+        int,
+        typer.Argument(
+            metavar="SIZE", parser=size, help="size: 64M, 1G, 4096k or bytes (multiple of 512)"
+        ),
+    ],
+    model: Annotated[
+        str | None, typer.Option(help="device timing model (GET /v1/device-models)")
+    ] = None,
+    url: UrlOption = DEFAULT_URL,
+    token: TokenOption = None,
+) -> None:
+    """Create a backing device (a sparse file)."""
+    body: dict[str, object] = {"name": name, "size_bytes": size_bytes}
+    if model is not None:
+        body["model"] = model
+    with connect(url, token) as service:
+        service.request("POST", "/v1/devices", json=body)
+
+
+@dev_app.command("ls")
+def list_devices(url: UrlOption = DEFAULT_URL, token: TokenOption = None) -> None:
+    """List devices: size, space allocated, timing model and the volumes mapping each."""
+    with connect(url, token) as service:
+        devices = service.request("GET", "/v1/devices").json()
+    if not devices:
+        typer.echo("No devices found")
+        return
+    typer.echo(f"{'NAME':<16} {'SIZE':>8} {'ALLOC':>8} {'MODEL':<14} MAPPED BY")
+    for device in devices:
+        typer.echo(
+            f"{device['name']:<16} {format_size(device['size_bytes']):>8} "
+            f"{format_size(device['allocated_bytes']):>8} {device['model'] or '-':<14} "
+            f"{','.join(device['mapped_by']) or '-'}"
+        )
+
+
+@dev_app.command("rm")
+def remove(
+    name: Annotated[str, typer.Argument(metavar="NAME", help="device name")],
+    url: UrlOption = DEFAULT_URL,
+    token: TokenOption = None,
+) -> None:
+    """Remove a device and its file (refused while a volume maps it)."""
+    with connect(url, token) as service:
+        service.request("DELETE", f"/v1/devices/{name}")

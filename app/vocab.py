@@ -1,0 +1,65 @@
+"""The words every layer shares, each defined once: sectors, data units, ops, modes, names.
+
+A leaf: imports nothing from ``app``, so any package may use it without
+bending the downward dependencies (``api -> dm -> blk/engine -> crypto``).
+"""
+
+from __future__ import annotations
+
+import re
+from enum import StrEnum
+from typing import Literal, TypeAlias, get_args
+
+SECTOR_SIZE = 512
+"""Bytes per sector: the unit of every address in a table and a bio."""
+SECTOR_SHIFT = 9
+
+DATA_UNIT_SIZES = frozenset({512, 1024, 2048, 4096})
+"""dm-crypt's ``sector_size`` choices: powers of two from 512 to 4096."""
+
+SECTOR_SIZE_512_ONLY_IV_MODES = frozenset({"lmk", "tcw"})
+"""IV modes dm-crypt only runs on 512-byte data units (crypt_ctr_optional)."""
+
+
+class Op(StrEnum):
+    """Block request operations (``REQ_OP_*``)."""
+
+    READ = "read"
+    WRITE = "write"
+    FLUSH = "flush"
+    DISCARD = "discard"
+    WRITE_ZEROES = "write_zeroes"
+
+
+CipherOp: TypeAlias = Literal["encrypt", "decrypt"]
+"""What a cipher call does to a data unit; not a block op."""
+
+DispatchMode: TypeAlias = Literal["bio", "request"]
+"""Per volume: each bio alone (``bio``) or bios merged into requests (``request``)."""
+DISPATCH_MODES: tuple[DispatchMode, ...] = get_args(DispatchMode)
+
+ElevatorName: TypeAlias = Literal["none", "mq-deadline"]
+"""I/O scheduler names, as in ``/sys/block/*/queue/scheduler``."""
+ELEVATOR_NAMES: tuple[ElevatorName, ...] = get_args(ElevatorName)
+
+DEFAULT_QUEUE_DEPTH = 32
+"""Hardware tags of a device whose model does not say (SATA NCQ's depth)."""
+MAX_QUEUE_DEPTH = 1023
+"""NVMe's deepest queue: the largest ``queue_depth`` a model may ask for."""
+
+NAME_PATTERN = r"^[A-Za-z0-9._-]{1,64}$"
+"""Device and volume names (``.`` and ``..`` are refused too): no path separators."""
+_NAME_RE = re.compile(NAME_PATTERN)
+
+MODEL_NAME_PATTERN = r"^[a-z0-9][a-z0-9._-]{0,63}$"
+"""Engine and device model names: lower case, as preset names are."""
+_MODEL_NAME_RE = re.compile(MODEL_NAME_PATTERN)
+
+
+def is_valid_name(name: str) -> bool:
+    """A device or volume name: also a file name under the data directory."""
+    return bool(_NAME_RE.fullmatch(name)) and name not in (".", "..")
+
+
+def is_valid_model_name(name: str) -> bool:
+    return bool(_MODEL_NAME_RE.fullmatch(name))

@@ -1,0 +1,1 @@
+"""Alembic's script directory, installed as ``app.migrations`` (see setup.py) so a wheel migrates."""

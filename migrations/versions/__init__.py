@@ -1,0 +1,1 @@
+"""Alembic revisions (a package so setuptools installs them; Alembic skips this file)."""

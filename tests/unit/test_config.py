@@ -1,0 +1,73 @@
+"""Configuration errors read as one line per bad setting, and empty variables mean unset."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from app.config import Settings
+
+REQCRYPT = str(Path(sys.executable).with_name("reqcrypt"))
+
+
+def run(command: str, tmp_path: Path, **env: str) -> subprocess.CompletedProcess[str]:
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("REQCRYPT_")}
+    return subprocess.run(
+        [REQCRYPT, command],
+        env={**clean, "REQCRYPT_DATA_DIR": str(tmp_path / "data"), **env},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+@pytest.mark.parametrize("command", ["serve", "migrate"])
+def test_each_bad_setting_is_one_line_and_exit_code_2(command: str, tmp_path: Path) -> None:
+    result = run(
+        command,
+        tmp_path,
+        REQCRYPT_PORT="70000",
+        REQCRYPT_ADMIN_TOKEN="shortQWX",
+        REQCRYPT_MASTER_KEY="zzQWY",
+        REQCRYPT_AUTH="maybe",
+    )
+    assert result.returncode == 2
+    lines = result.stderr.splitlines()
+    assert sorted(line.split(":")[1].split("=")[0].strip() for line in lines) == [
+        "REQCRYPT_ADMIN_TOKEN",
+        "REQCRYPT_AUTH",
+        "REQCRYPT_MASTER_KEY",
+        "REQCRYPT_PORT",
+    ]
+    assert "REQCRYPT_PORT=70000: input should be less than or equal to 65535" in result.stderr
+    assert "'enabled' or 'disabled'" in result.stderr
+    assert "64 hex digits" in result.stderr
+    assert "at least 16 characters" in result.stderr
+    assert "Traceback" not in result.stderr + result.stdout
+    assert "QW" not in result.stderr
+    assert not (tmp_path / "data").exists()
+
+
+def test_a_rule_across_settings_is_one_line_too(tmp_path: Path) -> None:
+    result = run("serve", tmp_path, REQCRYPT_AUTH="disabled", REQCRYPT_HOST="0.0.0.0")
+    assert result.returncode == 2
+    assert result.stderr.splitlines() == [
+        "reqcrypt: REQCRYPT_AUTH=disabled is only allowed when bound to a loopback address,"
+        " not '0.0.0.0'"
+    ]
+
+
+def test_empty_variables_mean_unset(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    for name in ("MASTER_KEY", "ADMIN_TOKEN", "IO_TOKEN", "DATABASE_URL", "PORT"):
+        monkeypatch.setenv(f"REQCRYPT_{name}", "")
+    settings = Settings(data_dir=tmp_path)
+    assert settings.master_key is None
+    assert settings.admin_token is None
+    assert settings.io_token is None
+    assert settings.database_url is None
+    assert settings.port == 8000
