@@ -523,10 +523,9 @@ class Volume:
 
     def submit_batch(self, ios: Sequence[BatchIo]) -> None:
         """Whole-block reads and writes from one submitter (an NBD client's pipelined
-        requests), submitted back to back under one plug and merged as one task's
-        plugged bios are, dispatched at once (blk_finish_plug: the batch was the
-        plug's window), then waited for together. Never raises: each I/O's failure
-        lands in its ``error``."""
+        requests), queued under one plug and merged as one task's plugged bios are,
+        dispatched at once (``submit_bios``: the batch was the plug's window), then
+        waited for together. Never raises: each I/O's failure lands in its ``error``."""
         if not ios:
             return
         try:
@@ -541,22 +540,25 @@ class Volume:
                     admitted.append(io)
                 ranges = [(io.offset, io.offset + len(io.buffer)) for io in admitted]
                 with self._ranges.hold_shared(ranges):
-                    submitted: list[tuple[BatchIo, Bio]] = []
-                    for io in admitted:
-                        bio = Bio(
-                            io.op,
-                            io.offset // SECTOR_SIZE,
-                            len(io.buffer) // SECTOR_SIZE,
-                            [io.buffer],
-                            fua=io.fua,
+                    submitted = [
+                        (
+                            io,
+                            Bio(
+                                io.op,
+                                io.offset // SECTOR_SIZE,
+                                len(io.buffer) // SECTOR_SIZE,
+                                [io.buffer],
+                                fua=io.fua,
+                            ),
                         )
-                        try:
-                            self.queue.submit_bio(bio)
-                        except Exception as error:
+                        for io in admitted
+                    ]
+                    try:
+                        self.queue.submit_bios([bio for _, bio in submitted])
+                    except Exception as error:  # a bio the queue refused: nothing was queued
+                        for io in admitted:
                             io.error = error
-                            continue
-                        submitted.append((io, bio))
-                    self.queue.finish_plug()
+                        return
                     wrote = False
                     for io, bio in submitted:
                         try:

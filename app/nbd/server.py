@@ -5,12 +5,13 @@ I/O itself. In transmission, every complete request waiting in the buffer
 becomes one batch, handed to the I/O executor as one job (``execute_batch``):
 its whole-block reads and writes enter the volume's queue back to back, under
 one plug, so request mode merges a client's queue depth as the kernel merges a
-plug. Small requests run one batch at a time per connection (group commit): what
-arrives while a batch runs waits and becomes the next batch. With a batch per
-socket read instead, fio's 4 KiB sequential writes at iodepth 32 settled into
-either ~30 or ~2 requests per batch from run to run; one at a time, nearer half
-the client's queue depth. Pending requests moving BIG_BATCH bytes or more start
-at once. Replies go out as each batch completes, matched by handle.
+plug. Small requests run one batch at a time per connection (group commit), and
+a batch waits out the volume's plug window before it starts, so the rest of a
+client's burst joins it. With a batch per socket read instead, fio's 4 KiB
+sequential writes at iodepth 32 settled into either ~30 or ~2 requests per batch
+from run to run; one batch at a time, into half the queue depth; with the window
+before each batch, 18-23 on average. Pending requests moving BIG_BATCH bytes or
+more start at once. Replies go out as each batch completes, matched by handle.
 
 Back-pressure. A worker never blocks on the socket: replies are queued on the
 transport. When the transport's buffer passes its high-water mark (a slow
@@ -331,9 +332,8 @@ class NbdConnection(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         self.buffer += data
         if self.transmission:
-            idle = not self.pending and not self.jobs
             self._parse()
-            self._schedule(arrived=idle)
+            self._schedule()
         elif self._waiter is not None and not self._waiter.done():
             self._waiter.set_result(None)
 
@@ -354,7 +354,7 @@ class NbdConnection(asyncio.Protocol):
         self._update_reading()
         if self.buffer and self.transmission:
             self._parse()
-            self._schedule(arrived=False)
+            self._schedule()
 
     def _lost(self) -> None:
         self.closed = True
@@ -482,7 +482,7 @@ class NbdConnection(asyncio.Protocol):
         self.transmission = True
         if self.buffer:
             self._parse()
-            self._schedule(arrived=False)
+            self._schedule()
 
     # ----------------------------------------------------------- transmission
 
@@ -546,12 +546,12 @@ class NbdConnection(asyncio.Protocol):
             self._send(b"".join(replies))
         self._update_reading()
 
-    def _schedule(self, *, arrived: bool) -> None:
-        """Submit the pending requests now, or hold them for the plug window.
+    def _schedule(self) -> None:
+        """Submit the pending requests, after the plug window unless they are big.
 
-        A batch that starts on an idle connection (``arrived``: from the socket) is held
-        for the volume's plug window, so that the rest of a client's burst, still on the
-        wire, joins it; requests gathered while a batch ran go at once; big ones always.
+        Small requests wait out the volume's plug window (request mode) before their
+        batch starts, so that the rest of a client's burst, still on the wire, joins
+        it: a client answered in one burst answers with one burst.
         """
         if not self.pending or self._linger is not None:
             return
@@ -561,7 +561,7 @@ class NbdConnection(asyncio.Protocol):
             if self.jobs:
                 return
             window = volume.queue.plug_window_us
-            if arrived and window and volume.dispatch_mode == "request":
+            if window and volume.dispatch_mode == "request":
                 loop = asyncio.get_running_loop()
                 self._linger = loop.call_later(window / 1e6, self._end_linger)
                 return
@@ -626,7 +626,7 @@ class NbdConnection(asyncio.Protocol):
             if self.transmission and not self.closed:
                 if not self._writing_paused:
                     self._parse()  # requests left waiting while the connection was at its bound
-                self._schedule(arrived=False)
+                self._schedule()
 
         return done
 

@@ -445,3 +445,29 @@ async def test_a_removed_volume_leaves_no_nbd_statistics_behind(
     assert await raw.closed_by_server()
     await asyncio.sleep(0.5)
     assert server.stats == {}
+
+
+async def test_requests_answered_in_one_burst_form_one_batch_with_those_already_waiting(
+    port: int, client: httpx.AsyncClient
+) -> None:
+    await make_device(client, "pvb", MIB)
+    await make_volume(
+        client, "burst", xts_table("pvb", 2048), nbd_export=True, plug_window_us=200_000
+    )
+    raw = await RawClient.open(port, "burst")
+    assert (await client.post("/v1/volumes/burst/suspend")).status_code == 200
+    first = raw.send(Command.WRITE, 0, 4096, payload=b"\x01" * 4096)
+    await raw.writer.drain()
+    await asyncio.sleep(0.3)  # its batch has started and waits on the suspended volume
+    raw.send(Command.WRITE, 4096, 4096, payload=b"\x02" * 4096)  # waits for the next batch
+    await raw.writer.drain()
+    assert (await client.post("/v1/volumes/burst/resume")).status_code == 200
+    answer = await raw.answer()
+    assert answer.handle == first
+    raw.send(Command.WRITE, 8192, 4096, payload=b"\x03" * 4096)  # the client's reply to it
+    answers = [await raw.answer() for _ in range(2)]
+    assert all(a.error == 0 for a in answers)
+    status = (await client.get("/v1/volumes/burst/status")).json()
+    assert status["nbd"]["batches"] == 2
+    assert status["stats"]["w_ios"] == 2  # the second and third merged
+    await raw.close()
