@@ -132,7 +132,9 @@ def tls_server(tmp_path: Path, pki: Path) -> Iterator[Server]:
 
 
 @pytest.mark.e2e
-def test_nbdinfo_over_tls_with_client_certificates(tls_server: Server, pki: Path) -> None:
+def test_nbdinfo_and_qemu_io_over_tls_with_client_certificates(
+    tls_server: Server, pki: Path
+) -> None:
     with tls_server.client() as http:
         assert http.post("/v1/devices", json={"name": "pv", "size_bytes": MIB}).is_success
         body = {"name": "vol", "table": xts_table("pv", 2048), "nbd_export": True}
@@ -148,3 +150,14 @@ def test_nbdinfo_over_tls_with_client_certificates(tls_server: Server, pki: Path
         ["nbdinfo", f"nbd://localhost:{port}/vol"], capture_output=True, timeout=60
     )
     assert plain.returncode != 0
+    qemu = subprocess.run(
+        [
+            "qemu-io", "--object", f"tls-creds-x509,id=tls0,dir={pki},endpoint=client",
+            "--image-opts", f"driver=nbd,host=localhost,port={port},export=vol,tls-creds=tls0",
+            "-c", "write -P 0x3c 512 4096", "-c", "read -P 0x3c 512 4096",
+        ],
+        capture_output=True,
+        timeout=60,
+    )  # fmt: skip
+    assert qemu.returncode == 0, qemu.stderr.decode() + qemu.stdout.decode()
+    assert b"Pattern verification failed" not in qemu.stdout
