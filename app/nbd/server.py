@@ -33,9 +33,8 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, cast
+from typing import Any, Protocol, TypeVar, cast
 
-from app.api.executor import IoExecutor
 from app.blk import mempool
 from app.control import Control
 from app.dm.volume import BatchIo, Volume
@@ -56,6 +55,7 @@ from app.nbd.protocol import (
 from app.vocab import Op
 
 log = logging.getLogger("reqcrypt.nbd")
+T = TypeVar("T")
 
 FUA = int(CommandFlag.FUA)
 
@@ -193,13 +193,19 @@ def errno_of(error: BaseException) -> Errno:
 # ------------------------------------------------------------------ the server
 
 
+class Executor(Protocol):
+    """Runs blocking work off the event loop (the service's ``IoExecutor``)."""
+
+    async def run(self, func: Callable[..., T], *args: Any) -> T: ...
+
+
 class NbdServer:
     """Serves every volume whose ``nbd_export`` is set, under its name."""
 
     def __init__(
         self,
         control: Control,
-        executor: IoExecutor,
+        executor: Executor,
         *,
         host: str,
         port: int,

@@ -16,6 +16,7 @@ FORBIDDEN: dict[str, set[str]] = {
     "engine": {"api", "dm", "blk", "storage", "db", "bench", "control"},
     "storage": {"api", "dm", "blk", "engine", "crypto", "db", "bench", "control"},
     "dm": {"api", "db", "bench", "control"},
+    "nbd": {"api", "db", "bench"},
 }
 FRAMEWORKS = {"fastapi", "starlette", "sqlalchemy", "alembic"}
 
