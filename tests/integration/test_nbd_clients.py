@@ -60,8 +60,8 @@ def export(client: httpx.Client, name: str, size: int, table: str | None = None)
     assert response.status_code == 201, response.text
 
 
-def run(*command: str, input_bytes: bytes | None = None) -> str:
-    result = subprocess.run(command, capture_output=True, timeout=300, input=input_bytes)
+def run(*command: str, cwd: Path | None = None) -> str:
+    result = subprocess.run(command, capture_output=True, timeout=300, cwd=cwd)
     assert result.returncode == 0, result.stderr.decode() + result.stdout.decode()
     return result.stdout.decode()
 
@@ -179,7 +179,9 @@ def test_nbdcopy_both_ways(server: NbdServer, http: httpx.Client, tmp_path: Path
     assert http.get("/v1/volumes/copy/data").content == source.read_bytes()
 
 
-def test_fio_random_writes_verify_crc32c(server: NbdServer, http: httpx.Client) -> None:
+def test_fio_random_writes_verify_crc32c(
+    server: NbdServer, http: httpx.Client, tmp_path: Path
+) -> None:
     export(http, "fio", 16 * MIB)
     output = run(
         "fio",
@@ -193,6 +195,7 @@ def test_fio_random_writes_verify_crc32c(server: NbdServer, http: httpx.Client) 
         "--verify=crc32c",
         "--do_verify=1",
         "--output-format=json",
+        cwd=tmp_path,  # fio leaves its verify state file in the working directory
     )
     job = json.loads(output[output.index("{") :])["jobs"][0]
     assert job["error"] == 0
