@@ -18,6 +18,11 @@
  * 1 MiB buffers that left the cache between passes: 530 µs per MiB against 300.
  * On CPUs with VAES, AES-128/256-XTS runs on those instructions instead (below).
  *
+ * cbc_encrypt: AES-CBC encryption of a request, data units in parallel lanes (VAES, else
+ * AES-NI). OpenSSL encrypts one CBC chain at the latency of its rounds, about 1 GB/s here, and
+ * the numpy column-by-column path reached 1.5-2 GB/s; a unit's chain is serial, units are not.
+ * cbc_decrypt: the same for decryption on VAES, one pass instead of ECB then numpy XORs.
+ *
  * gather: an HTTP body arrives in pieces of arbitrary length; the block layer
  * wants one contiguous buffer of whole data units.
  *
@@ -229,49 +234,47 @@ static int xts_run(XtsJob *job, uint8_t *dst, const uint8_t *src, const uint8_t 
 #include <immintrin.h>
 
 #define VAES_TARGET __attribute__((target("aes,avx2,avx512f,avx512bw,vaes")))
+#define AESNI_TARGET __attribute__((target("aes")))
 
 typedef struct {
     __m128i enc[15], dec[15];
     int rounds;
 } AesSchedule;
 
-VAES_TARGET static inline __m128i expand_step(__m128i key, __m128i gen)
+/* FIPS-197's SubWord, from the S-box inside aeskeygenassist (its result's word 0 is SubWord of
+ * the source's word 1). */
+AESNI_TARGET static inline uint32_t sub_word(uint32_t w)
 {
-    key = _mm_xor_si128(key, _mm_slli_si128(key, 4));
-    key = _mm_xor_si128(key, _mm_slli_si128(key, 4));
-    key = _mm_xor_si128(key, _mm_slli_si128(key, 4));
-    return _mm_xor_si128(key, gen);
+    return (uint32_t)_mm_cvtsi128_si32(_mm_aeskeygenassist_si128(_mm_set_epi32(0, 0, (int)w, 0), 0));
 }
 
-/* aeskeygenassist needs its round constant as an immediate: one macro use per round key. */
-#define ASSIST(key, rcon, lane) _mm_shuffle_epi32(_mm_aeskeygenassist_si128(key, rcon), lane)
-#define EXPAND128(i, rcon) rk[i] = expand_step(rk[i - 1], ASSIST(rk[i - 1], rcon, 0xff))
-
-#define EXPAND256(i, rcon)                                                                     \
-    rk[i] = expand_step(rk[i - 2], ASSIST(rk[i - 1], rcon, 0xff));                             \
-    if (i + 1 < 15)                                                                            \
-        rk[i + 1] = expand_step(rk[i - 1], ASSIST(rk[i], 0, 0xaa))
-
-/* FIPS-197 key expansion for 16- or 32-byte keys, plus the equivalent inverse cipher's schedule. */
-VAES_TARGET static void aes_schedule(AesSchedule *s, const uint8_t *key, int key_bytes)
+/* FIPS-197 key expansion (section 5.2) for 16-, 24- or 32-byte keys, word by word (words are
+ * little-endian, so RotWord is a right rotation by 8), plus the equivalent inverse cipher's
+ * schedule. */
+AESNI_TARGET static void aes_schedule(AesSchedule *s, const uint8_t *key, int key_bytes)
 {
-    __m128i *rk = s->enc;
-    rk[0] = _mm_loadu_si128((const __m128i *)key);
-    if (key_bytes == 16) {
-        s->rounds = 10;
-        EXPAND128(1, 0x01); EXPAND128(2, 0x02); EXPAND128(3, 0x04); EXPAND128(4, 0x08);
-        EXPAND128(5, 0x10); EXPAND128(6, 0x20); EXPAND128(7, 0x40); EXPAND128(8, 0x80);
-        EXPAND128(9, 0x1b); EXPAND128(10, 0x36);
-    } else {
-        s->rounds = 14;
-        rk[1] = _mm_loadu_si128((const __m128i *)(key + 16));
-        EXPAND256(2, 0x01); EXPAND256(4, 0x02); EXPAND256(6, 0x04); EXPAND256(8, 0x08);
-        EXPAND256(10, 0x10); EXPAND256(12, 0x20); EXPAND256(14, 0x40);
+    uint32_t w[60];
+    int nk = key_bytes / 4, total = 4 * (nk + 7);
+    uint32_t rcon = 1;
+    memcpy(w, key, (size_t)key_bytes);
+    for (int i = nk; i < total; i++) {
+        uint32_t t = w[i - 1];
+        if (i % nk == 0) {
+            t = sub_word(t);
+            t = (t >> 8 | t << 24) ^ rcon;
+            rcon = rcon << 1 ^ (0x11b & (0 - (rcon >> 7)));
+        } else if (nk > 6 && i % nk == 4) {
+            t = sub_word(t);
+        }
+        w[i] = w[i - nk] ^ t;
     }
-    s->dec[0] = rk[s->rounds];
+    s->rounds = nk + 6;
+    memcpy(s->enc, w, (size_t)total * 4);
+    OPENSSL_cleanse(w, sizeof w);
+    s->dec[0] = s->enc[s->rounds];
     for (int i = 1; i < s->rounds; i++)
-        s->dec[i] = _mm_aesimc_si128(rk[s->rounds - i]);
-    s->dec[s->rounds] = rk[0];
+        s->dec[i] = _mm_aesimc_si128(s->enc[s->rounds - i]);
+    s->dec[s->rounds] = s->enc[0];
 }
 
 /* Lane i of t times x^k[i] (k[i] <= 4, the same in both halves of a lane): IEEE 1619's
@@ -308,7 +311,7 @@ static inline __m128i mul_x_block(__m128i t)
         c = opl(c, keys[rounds]); d = opl(d, keys[rounds]);                                     \
     } while (0)
 
-VAES_TARGET static inline __m128i aes_block(const __m128i *keys, int rounds, __m128i x, int encrypt)
+AESNI_TARGET static inline __m128i aes_block(const __m128i *keys, int rounds, __m128i x, int encrypt)
 {
     x = _mm_xor_si128(x, keys[0]);
     for (int r = 1; r < rounds; r++)
@@ -380,6 +383,164 @@ VAES_TARGET static void xts_vaes(const AesSchedule *data, const AesSchedule *twe
     OPENSSL_cleanse(first, sizeof first);
 }
 
+/*
+ * Multi-lane CBC encryption. CBC is serial inside a data unit (each block waits for the
+ * previous one's ciphertext) but data units are independent: lane l carries unit u0 + l, and
+ * block j of every lane goes through the rounds together, so the AES units see CBC_LANES
+ * independent blocks per round instead of one chain's latency. VAES holds four lanes per
+ * register; AES-NI one. Lanes past the last unit read a zero block and write a sink.
+ */
+#define CBC_VAES_REGS 4
+#define CBC_AESNI_LANES 8
+#define CBC_MAX_LANES (4 * CBC_VAES_REGS)
+
+typedef struct {
+    const uint8_t *in[CBC_MAX_LANES];
+    uint8_t *out[CBC_MAX_LANES];
+    size_t step[CBC_MAX_LANES];
+    uint8_t sink[16];
+} CbcLanes;
+
+static const uint8_t zero_block[16];
+
+/* Lanes for units u0.. of a group of at most lanes units; returns how many are real. */
+static size_t cbc_lanes(CbcLanes *g, uint8_t *dst, const uint8_t *src, size_t u0, size_t units,
+                        size_t unit_bytes, size_t lanes)
+{
+    size_t n = units - u0 < lanes ? units - u0 : lanes;
+    for (size_t l = 0; l < lanes; l++) {
+        int real = l < n;
+        g->in[l] = real ? src + (u0 + l) * unit_bytes : zero_block;
+        g->out[l] = real ? dst + (u0 + l) * unit_bytes : g->sink;
+        g->step[l] = real ? 16 : 0;
+    }
+    return n;
+}
+
+VAES_TARGET static void cbc_encrypt_vaes(const AesSchedule *s, uint8_t *dst, const uint8_t *src,
+                                         const uint8_t *ivs, size_t units, size_t unit_bytes)
+{
+    __m512i rk[15], state[CBC_VAES_REGS];
+    CbcLanes g;
+    int rounds = s->rounds;
+    for (int r = 0; r <= rounds; r++)
+        rk[r] = _mm512_broadcast_i32x4(s->enc[r]);
+    for (size_t u0 = 0; u0 < units; u0 += CBC_MAX_LANES) {
+        size_t n = cbc_lanes(&g, dst, src, u0, units, unit_bytes, CBC_MAX_LANES);
+        for (size_t r = 0; r < CBC_VAES_REGS; r++) {
+            /* Two 64-bit lanes per IV; past the last unit, zeros. */
+            size_t words = 4 * r >= n ? 0 : (n - 4 * r >= 4 ? 8 : 2 * (n - 4 * r));
+            state[r] = _mm512_maskz_loadu_epi64((__mmask8)((1u << words) - 1), ivs + 16 * (u0 + 4 * r));
+        }
+        for (size_t j = 0; j < unit_bytes / 16; j++) {
+            for (size_t r = 0; r < CBC_VAES_REGS; r++) {
+                const uint8_t *const *in = g.in + 4 * r;
+                __m512i p = _mm512_castsi128_si512(_mm_loadu_si128((const __m128i *)in[0]));
+                p = _mm512_inserti32x4(p, _mm_loadu_si128((const __m128i *)in[1]), 1);
+                p = _mm512_inserti32x4(p, _mm_loadu_si128((const __m128i *)in[2]), 2);
+                p = _mm512_inserti32x4(p, _mm_loadu_si128((const __m128i *)in[3]), 3);
+                state[r] = _mm512_ternarylogic_epi64(state[r], p, rk[0], 0x96);
+            }
+            for (int k = 1; k < rounds; k++)
+                for (size_t r = 0; r < CBC_VAES_REGS; r++)
+                    state[r] = _mm512_aesenc_epi128(state[r], rk[k]);
+            for (size_t r = 0; r < CBC_VAES_REGS; r++) {
+                state[r] = _mm512_aesenclast_epi128(state[r], rk[rounds]);
+                uint8_t *const *out = g.out + 4 * r;
+                _mm_storeu_si128((__m128i *)out[0], _mm512_castsi512_si128(state[r]));
+                _mm_storeu_si128((__m128i *)out[1], _mm512_extracti32x4_epi32(state[r], 1));
+                _mm_storeu_si128((__m128i *)out[2], _mm512_extracti32x4_epi32(state[r], 2));
+                _mm_storeu_si128((__m128i *)out[3], _mm512_extracti32x4_epi32(state[r], 3));
+            }
+            for (size_t l = 0; l < CBC_MAX_LANES; l++) {
+                g.in[l] += g.step[l];
+                g.out[l] += g.step[l];
+            }
+        }
+    }
+    OPENSSL_cleanse(rk, sizeof rk);
+    OPENSSL_cleanse(state, sizeof state);
+    OPENSSL_cleanse(g.sink, sizeof g.sink);
+}
+
+AESNI_TARGET static void cbc_encrypt_aesni(const AesSchedule *s, uint8_t *dst, const uint8_t *src,
+                                           const uint8_t *ivs, size_t units, size_t unit_bytes)
+{
+    __m128i state[CBC_AESNI_LANES];
+    CbcLanes g;
+    int rounds = s->rounds;
+    for (size_t u0 = 0; u0 < units; u0 += CBC_AESNI_LANES) {
+        size_t n = cbc_lanes(&g, dst, src, u0, units, unit_bytes, CBC_AESNI_LANES);
+        for (size_t l = 0; l < CBC_AESNI_LANES; l++)
+            state[l] = l < n ? _mm_loadu_si128((const __m128i *)(ivs + 16 * (u0 + l)))
+                             : _mm_setzero_si128();
+        for (size_t j = 0; j < unit_bytes / 16; j++) {
+            for (size_t l = 0; l < CBC_AESNI_LANES; l++) {
+                __m128i p = _mm_loadu_si128((const __m128i *)g.in[l]);
+                state[l] = _mm_xor_si128(_mm_xor_si128(state[l], p), s->enc[0]);
+            }
+            for (int k = 1; k < rounds; k++)
+                for (size_t l = 0; l < CBC_AESNI_LANES; l++)
+                    state[l] = _mm_aesenc_si128(state[l], s->enc[k]);
+            for (size_t l = 0; l < CBC_AESNI_LANES; l++) {
+                state[l] = _mm_aesenclast_si128(state[l], s->enc[rounds]);
+                _mm_storeu_si128((__m128i *)g.out[l], state[l]);
+                g.in[l] += g.step[l];
+                g.out[l] += g.step[l];
+            }
+        }
+    }
+    OPENSSL_cleanse(state, sizeof state);
+    OPENSSL_cleanse(g.sink, sizeof g.sink);
+}
+
+/* CBC decryption has no chain to wait for: P[j] = D(C[j]) ^ C[j-1], with C[-1] the IV. Sixteen
+ * blocks of a unit per step, as in xts_vaes; each step loads all its ciphertext before it
+ * stores, and the previous step's last block stays in a register, so dst may be src. */
+VAES_TARGET static void cbc_decrypt_vaes(const AesSchedule *s, uint8_t *dst, const uint8_t *src,
+                                         const uint8_t *ivs, size_t units, size_t unit_bytes)
+{
+    __m512i rk[15];
+    int rounds = s->rounds;
+    size_t blocks = unit_bytes / 16;
+    for (int r = 0; r <= rounds; r++)
+        rk[r] = _mm512_broadcast_i32x4(s->dec[r]);
+    for (size_t u = 0; u < units; u++) {
+        const uint8_t *in = src + u * unit_bytes;
+        uint8_t *out = dst + u * unit_bytes;
+        /* Lane 3 holds the ciphertext block before the next step's first. */
+        __m512i last = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(ivs + 16 * u)));
+        size_t j = 0;
+        for (; j + 16 <= blocks; j += 16) {
+            __m512i a = _mm512_loadu_si512(in + 16 * j), b = _mm512_loadu_si512(in + 16 * j + 64);
+            __m512i c = _mm512_loadu_si512(in + 16 * j + 128);
+            __m512i d = _mm512_loadu_si512(in + 16 * j + 192);
+            __m512i pa = _mm512_alignr_epi64(a, last, 6), pb = _mm512_alignr_epi64(b, a, 6);
+            __m512i pc = _mm512_alignr_epi64(c, b, 6), pd = _mm512_alignr_epi64(d, c, 6);
+            last = d;
+            ROUNDS4(_mm512_aesdec_epi128, _mm512_aesdeclast_epi128, rk, rounds, a, b, c, d);
+            _mm512_storeu_si512(out + 16 * j, _mm512_xor_si512(a, pa));
+            _mm512_storeu_si512(out + 16 * j + 64, _mm512_xor_si512(b, pb));
+            _mm512_storeu_si512(out + 16 * j + 128, _mm512_xor_si512(c, pc));
+            _mm512_storeu_si512(out + 16 * j + 192, _mm512_xor_si512(d, pd));
+        }
+        __m128i previous = _mm512_extracti32x4_epi32(last, 3);
+        for (; j < blocks; j++) {
+            __m128i x = _mm_loadu_si128((const __m128i *)(in + 16 * j));
+            __m128i p = _mm_xor_si128(aes_block(s->dec, rounds, x, 0), previous);
+            _mm_storeu_si128((__m128i *)(out + 16 * j), p);
+            previous = x;
+        }
+    }
+    OPENSSL_cleanse(rk, sizeof rk);
+}
+
+static int aesni_usable(void)
+{
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("aes");
+}
+
 static int vaes_usable(void)
 {
     __builtin_cpu_init();
@@ -389,6 +550,10 @@ static int vaes_usable(void)
 #else
 #define VAES_PATH 0
 static int vaes_usable(void)
+{
+    return 0;
+}
+static int aesni_usable(void)
 {
     return 0;
 }
@@ -501,10 +666,111 @@ done:
     return result;
 }
 
+PyDoc_STRVAR(cbc_encrypt_doc,
+             "cbc_encrypt(dst, src, ivs, key, unit_bytes, vaes=True)\n--\n\n"
+             "AES-CBC encryption of src into dst (which may be src, or must not overlap it),\n"
+             "data unit by data unit: unit u starts from the 16-byte IV ivs[u]; key is 16, 24\n"
+             "or 32 bytes. Many units at once in parallel lanes: VAES where the CPU has it\n"
+             "(module attribute VAES) unless vaes is false, else AES-NI (module attribute\n"
+             "AESNI; without it the call raises RuntimeError).");
+
+static int aesni_available;
+
+/* Why cbc_encrypt's or cbc_decrypt's arguments are refused, or NULL. */
+static const char *cbc_arguments_problem(const Py_buffer *dst, const Py_buffer *src,
+                                         const Py_buffer *ivs, const Py_buffer *key,
+                                         Py_ssize_t unit_bytes)
+{
+    if (key->len != 16 && key->len != 24 && key->len != 32)
+        return "key must be 16, 24 or 32 bytes";
+    if (unit_bytes <= 0 || unit_bytes % 16)
+        return "unit_bytes must be a positive multiple of 16";
+    if (dst->len != src->len || src->len % unit_bytes)
+        return "dst and src must be the same whole number of units";
+    if (ivs->len < 16 * (src->len / unit_bytes))
+        return "ivs needs 16 bytes per data unit";
+    return NULL;
+}
+
+static PyObject *native_cbc_encrypt(PyObject *module, PyObject *args)
+{
+    Py_buffer dst, src, ivs, key;
+    Py_ssize_t unit_bytes;
+    int vaes = 1;
+    PyObject *result = NULL;
+    if (!PyArg_ParseTuple(args, "w*y*y*y*n|p:cbc_encrypt", &dst, &src, &ivs, &key, &unit_bytes,
+                          &vaes))
+        return NULL;
+    const char *problem = cbc_arguments_problem(&dst, &src, &ivs, &key, unit_bytes);
+    if (problem != NULL) {
+        PyErr_SetString(PyExc_ValueError, problem);
+    } else if (!aesni_available) {
+        PyErr_SetString(PyExc_RuntimeError, "this CPU has no AES instructions");
+    } else {
+#if VAES_PATH
+        AesSchedule schedule;
+        size_t units = (size_t)(src.len / unit_bytes);
+        aes_schedule(&schedule, key.buf, (int)key.len);
+        if (vaes && vaes_available)
+            RUN_RELEASING_ABOVE(src.len, cbc_encrypt_vaes(&schedule, dst.buf, src.buf, ivs.buf,
+                                                          units, (size_t)unit_bytes));
+        else
+            RUN_RELEASING_ABOVE(src.len, cbc_encrypt_aesni(&schedule, dst.buf, src.buf, ivs.buf,
+                                                           units, (size_t)unit_bytes));
+        OPENSSL_cleanse(&schedule, sizeof schedule);
+#endif
+        result = Py_NewRef(Py_None);
+    }
+    PyBuffer_Release(&dst);
+    PyBuffer_Release(&src);
+    PyBuffer_Release(&ivs);
+    PyBuffer_Release(&key);
+    return result;
+}
+
+PyDoc_STRVAR(cbc_decrypt_doc,
+             "cbc_decrypt(dst, src, ivs, key, unit_bytes)\n--\n\n"
+             "AES-CBC decryption of src into dst (which may be src, or must not overlap it),\n"
+             "data unit by data unit: unit u starts from the 16-byte IV ivs[u]; key is 16, 24\n"
+             "or 32 bytes. Needs VAES (module attribute VAES; without it the call raises\n"
+             "RuntimeError).");
+
+static PyObject *native_cbc_decrypt(PyObject *module, PyObject *args)
+{
+    Py_buffer dst, src, ivs, key;
+    Py_ssize_t unit_bytes;
+    PyObject *result = NULL;
+    if (!PyArg_ParseTuple(args, "w*y*y*y*n:cbc_decrypt", &dst, &src, &ivs, &key, &unit_bytes))
+        return NULL;
+    const char *problem = cbc_arguments_problem(&dst, &src, &ivs, &key, unit_bytes);
+    if (problem != NULL) {
+        PyErr_SetString(PyExc_ValueError, problem);
+    } else if (!vaes_available) {
+        PyErr_SetString(PyExc_RuntimeError, "this CPU has no VAES instructions");
+    } else {
+#if VAES_PATH
+        AesSchedule schedule;
+        aes_schedule(&schedule, key.buf, (int)key.len);
+        RUN_RELEASING_ABOVE(src.len, cbc_decrypt_vaes(&schedule, dst.buf, src.buf, ivs.buf,
+                                                      (size_t)(src.len / unit_bytes),
+                                                      (size_t)unit_bytes));
+        OPENSSL_cleanse(&schedule, sizeof schedule);
+#endif
+        result = Py_NewRef(Py_None);
+    }
+    PyBuffer_Release(&dst);
+    PyBuffer_Release(&src);
+    PyBuffer_Release(&ivs);
+    PyBuffer_Release(&key);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"whiten", native_whiten, METH_VARARGS, whiten_doc},
     {"gather", native_gather, METH_VARARGS, gather_doc},
     {"xts", native_xts, METH_VARARGS, xts_doc},
+    {"cbc_encrypt", native_cbc_encrypt, METH_VARARGS, cbc_encrypt_doc},
+    {"cbc_decrypt", native_cbc_decrypt, METH_VARARGS, cbc_decrypt_doc},
     {NULL, NULL, 0, NULL},
 };
 
@@ -516,7 +782,9 @@ PyMODINIT_FUNC PyInit__native(void)
 {
     PyObject *m = PyModule_Create(&module);
     vaes_available = vaes_usable();
-    if (m != NULL && PyModule_AddObjectRef(m, "VAES", vaes_available ? Py_True : Py_False) < 0)
+    aesni_available = aesni_usable();
+    if (m != NULL && (PyModule_AddObjectRef(m, "VAES", vaes_available ? Py_True : Py_False) < 0 ||
+                      PyModule_AddObjectRef(m, "AESNI", aesni_available ? Py_True : Py_False) < 0))
         Py_CLEAR(m);
     return m;
 }

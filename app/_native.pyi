@@ -6,6 +6,7 @@ from typing_extensions import Buffer
 _Bytes = Buffer | NDArray[Any]
 
 VAES: bool
+AESNI: bool
 
 def whiten(dst: _Bytes, src: _Bytes, first_tweaks: _Bytes, unit_bytes: int, /) -> None: ...
 def gather(dst: _Bytes, pieces: list[memoryview], /) -> None: ...
@@ -19,3 +20,13 @@ def xts(
     vaes: bool = True,
     /,
 ) -> None: ...
+def cbc_encrypt(
+    dst: _Bytes,
+    src: _Bytes,
+    ivs: _Bytes,
+    key: bytes,
+    unit_bytes: int,
+    vaes: bool = True,
+    /,
+) -> None: ...
+def cbc_decrypt(dst: _Bytes, src: _Bytes, ivs: _Bytes, key: bytes, unit_bytes: int, /) -> None: ...

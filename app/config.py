@@ -71,6 +71,9 @@ class Settings(BaseSettings):
     nbd_tls_ca: Path | None = Field(
         default=None, description="PEM CA certificates that client certificates must chain to"
     )
+    bench_ceiling: bool = Field(
+        default=False, description="mount the /v1/null ceiling endpoints the benchmarks use"
+    )
     pacing: float | None = Field(
         default=None,
         gt=0,

@@ -13,7 +13,7 @@ from prometheus_client import CollectorRegistry
 
 from app.api import docs, manual, problems
 from app.api.executor import IoExecutor
-from app.api.routes import benchmarks, data, devices, engines, health, volumes
+from app.api.routes import benchmarks, ceiling, data, devices, engines, health, volumes
 from app.api.schemas import Problem, TableIn
 from app.bench.jobs import BenchmarkJobs
 from app.config import Settings, get_settings
@@ -25,6 +25,7 @@ from app.engine.registry import EngineRegistry
 from app.keyfiles import admin_token_path, load_admin_token, load_master_key
 from app.metrics import HttpMetrics, NbdCollector, RequestContextMiddleware, VolumeCollector
 from app.nbd.server import NbdServer, make_tls_context
+from app.repository import Records
 from app.state import State
 from app.storage.registry import DeviceRegistry
 
@@ -59,10 +60,9 @@ def build_state(settings: Settings, registry: CollectorRegistry) -> State:
     engines = EngineRegistry(SqlRegistryStore(sessions), pacing=settings.pacing)
     engines.load()
     control = Control(
-        sessions,
+        Records(sessions, load_master_key(settings)),
         DeviceRegistry(settings.devices_dir),
         engines,
-        load_master_key(settings),
         plug_window_us=settings.plug_window_us,
         suspend_wait_seconds=settings.suspend_wait_seconds,
     )
@@ -167,11 +167,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     install_openapi(app)
     problems.install(app)
     app.add_middleware(RequestContextMiddleware, metrics=HttpMetrics(registry))
-    # The data path first: FastAPI tries the routers in this order on every request
-    # (moving /v1/null/data from sixth to second took a quarter off a 4 KiB PUT in
-    # process). The docs list the tags in TAGS' order regardless.
+    # Data routes first: FastAPI tries routers in this order on every request.
     app.include_router(data.router)
-    app.include_router(data.null_router)
+    if settings.bench_ceiling:
+        app.include_router(ceiling.router)
     app.include_router(health.router)
     app.include_router(devices.router)
     app.include_router(volumes.router)

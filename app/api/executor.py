@@ -1,8 +1,7 @@
 """A thread pool for the data path whose completions reach the event loop in batches.
 
 Crypto and file I/O must leave the event loop, but anyio's ``to_thread`` costs a
-wake-up and a loop callback per call: measured with wrk on this 2-core machine,
-one round trip halves the small-I/O throughput of an empty endpoint. Here a busy
+wake-up and a loop callback per call, which dominates small I/O. Here a busy
 worker takes the next job without sleeping, and finished jobs are handed back
 with one ``call_soon_threadsafe`` per burst instead of one per job. Workers are
 many (jobs may block: plug windows, suspended volumes, fsync) and grow on demand.
@@ -50,9 +49,8 @@ class IoExecutor:
         return await future
 
     def _work(self) -> None:
-        """Wake-ups are last idle, first woken: the threads that just ran stay the ones that
-        run, with their per-thread buffers and cipher contexts still in cache (a FIFO
-        wake-up rotated 1 MiB jobs over a dozen threads, each with cold scratch)."""
+        """Last idle, first woken: the threads that just ran keep their buffers and cipher
+        contexts warm in cache."""
         wake = threading.Lock()
         wake.acquire()
         while True:

@@ -245,18 +245,6 @@ OPERATIONS: dict[tuple[str, str], dict[str, Any]] = {
         "summary": "Write zeroes to a range",
         "examples": body(("first MiB", {"offset": 0, "length": 1 << 20})),
     },
-    ("put", "/v1/null/data"): {
-        "summary": "Null write: the HTTP ceiling",
-        "examples": {
-            "application/octet-stream": {
-                "examples": {"1 MiB": {"summary": "any body", "value": "<bytes>"}}
-            }
-        },
-    },
-    ("get", "/v1/null/data"): {
-        "summary": "Null read: the HTTP ceiling",
-        "headers": [RANGE],
-    },
     ("get", "/v1/benchmarks"): {
         "summary": "List benchmark runs",
         "description": "Every run with its state and progress, newest first.",

@@ -7,7 +7,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from app.blk.limits import DEFAULT_NR_REQUESTS, MAX_NR_REQUESTS
+from app.blk.limits import DEFAULT_NR_REQUESTS, MAX_NR_REQUESTS, QueueLimits
+from app.blk.tuning import Tuning, TuningPatch
 from app.vocab import NAME_PATTERN, DispatchMode, ElevatorName
 
 
@@ -54,6 +55,9 @@ class QueueLimitsIn(BaseModel):
         description="requests the scheduler holds waiting for a device tag (sysfs nr_requests)",
     )
 
+    def limits(self) -> QueueLimits:
+        return QueueLimits(**self.model_dump())
+
 
 class VolumeCreate(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
@@ -78,6 +82,14 @@ class VolumeCreate(BaseModel):
     )
     nbd_export: bool = Field(default=False, description="serve over NBD under the volume's name")
 
+    def tuning(self) -> Tuning:
+        return Tuning(
+            dispatch_mode=self.dispatch_mode,
+            elevator=self.elevator,
+            limits=self.queue_limits.limits() if self.queue_limits else QueueLimits(),
+            plug_window_us=self.plug_window_us,
+        )
+
 
 class VolumePatch(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
@@ -88,6 +100,14 @@ class VolumePatch(BaseModel):
     queue_limits: QueueLimitsIn | None = None
     plug_window_us: int | None = Field(default=None, ge=0, le=1_000_000)
     nbd_export: bool | None = None
+
+    def patch(self) -> TuningPatch:
+        return TuningPatch(
+            dispatch_mode=self.dispatch_mode,
+            elevator=self.elevator,
+            limits=self.queue_limits.limits() if self.queue_limits else None,
+            plug_window_us=self.plug_window_us,
+        )
 
 
 class TableIn(BaseModel):

@@ -18,6 +18,7 @@ from typing import Any
 
 from app.bench.runner import run_workload
 from app.bench.spec import CellPlan, JobSpec, VolumeTemplate
+from app.blk.tuning import Tuning, TuningPatch
 from app.control import Control
 from app.dm.table import CryptParams
 from app.dm.volume import Volume
@@ -155,8 +156,8 @@ class CellRunner:
                 volume = self.control.create_volume(
                     name,
                     plan.table.replace("{dev}", name),
-                    dispatch_mode=plan.dispatch_mode or "request",
                     engine=plan.engine or "software",
+                    tuning=Tuning(dispatch_mode=plan.dispatch_mode or "request"),
                 )
             except BaseException:
                 self.control.delete_device(name)
@@ -170,14 +171,14 @@ class CellRunner:
         volume = self.control.volume(spec.volume)
         original = (volume.dispatch_mode, volume.engine.name)
         self.control.retune(
-            spec.volume,
-            dispatch_mode=plan.dispatch_mode,
-            engine=plan.engine,
+            spec.volume, engine=plan.engine, patch=TuningPatch(dispatch_mode=plan.dispatch_mode)
         )
         try:
             return self._measure(volume, plan, self._device_model_of(volume), progress)
         finally:
-            self.control.retune(spec.volume, dispatch_mode=original[0], engine=original[1])
+            self.control.retune(
+                spec.volume, engine=original[1], patch=TuningPatch(dispatch_mode=original[0])
+            )
 
     def _device_model_of(self, volume: Volume) -> str:
         params = _crypt_params(volume)

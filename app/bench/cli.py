@@ -18,9 +18,10 @@ from typing import Annotated, Any
 import typer
 
 from app.bench import report
-from app.bench.workload import Workload, format_size, parse_size
+from app.bench.workload import Workload
 from app.commands.client import DEFAULT_URL, TokenOption, UrlOption, resolve_token
 from app.errors import ReqcryptError
+from app.sizes import format_size, parse_size
 
 bench_app = typer.Typer(help="Benchmarks: fio-like workloads, sweeps and built-in scenarios.")
 

@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from app.bench.workload import format_size
+from app.sizes import format_size
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure

@@ -31,7 +31,7 @@ class IoTarget(Protocol):
     """What a workload needs: ranged read, write and flush (``Volume`` has them)."""
 
     def read(self, offset: int, length: int) -> bytes | bytearray: ...
-    def write(self, offset: int, data: bytes) -> None: ...
+    def write(self, offset: int, data: bytes) -> object: ...
     def flush(self) -> None: ...
 
 
@@ -113,48 +113,35 @@ def run_workload(
     lock = threading.Lock()
     errors: list[BaseException] = []
 
-    def worker(job: _Job) -> None:
-        mine: list[int] = []
-        done = {"read": 0, "write": 0}
-        try:
-            while not errors:
-                io = job.next()
-                if io is None:
-                    break
-                began = time.perf_counter_ns()
-                if io.op == "read":
-                    target.read(io.offset, io.length)
-                else:
-                    target.write(io.offset, payload)
-                mine.append(time.perf_counter_ns() - began)
-                done[io.op] += io.length
-                if progress is not None:
-                    progress(io.length)
-        except BaseException as exc:
-            errors.append(exc)
-        with lock:
-            latencies.append(mine)
-            totals["read"] += done["read"]
-            totals["write"] += done["write"]
-
-    def batch_worker(job: _Job) -> None:
+    def submit(ios: list[Io]) -> None:
+        if not batch:
+            (io,) = ios
+            if io.op == "read":
+                target.read(io.offset, io.length)
+            else:
+                target.write(io.offset, payload)
+            return
         assert isinstance(target, HttpTarget)
+        reads = [(io.offset, io.length) for io in ios if io.op == "read"]
+        writes = [(io.offset, payload) for io in ios if io.op == "write"]
+        if reads:
+            target.read_batch(reads)
+        if writes:
+            target.write_batch(writes)
+
+    def worker(job: _Job) -> None:
+        group = workload.iodepth if batch else 1
         mine: list[int] = []
         done = {"read": 0, "write": 0}
         try:
             while not errors:
                 ios: list[Io] = []
-                while len(ios) < workload.iodepth and (io := job.next()) is not None:
+                while len(ios) < group and (io := job.next()) is not None:
                     ios.append(io)
                 if not ios:
                     break
                 began = time.perf_counter_ns()
-                reads = [(io.offset, io.length) for io in ios if io.op == "read"]
-                writes = [(io.offset, payload) for io in ios if io.op == "write"]
-                if reads:
-                    target.read_batch(reads)
-                if writes:
-                    target.write_batch(writes)
+                submit(ios)
                 mine += [time.perf_counter_ns() - began] * len(ios)
                 for io in ios:
                     done[io.op] += io.length
@@ -167,17 +154,12 @@ def run_workload(
             totals["read"] += done["read"]
             totals["write"] += done["write"]
 
-    if batch:
-        threads = [
-            threading.Thread(target=batch_worker, args=(job,), name=f"bench-job{job.job}")
-            for job in jobs
-        ]
-    else:
-        threads = [
-            threading.Thread(target=worker, args=(job,), name=f"bench-job{job.job}-{depth}")
-            for job in jobs
-            for depth in range(workload.iodepth)
-        ]
+    # Batched: one thread per job with iodepth I/Os per request; else iodepth threads per job.
+    threads = [
+        threading.Thread(target=worker, args=(job,), name=f"bench-job{job.job}-{depth}")
+        for job in jobs
+        for depth in range(1 if batch else workload.iodepth)
+    ]
     cpu_before = time.process_time()
     started = time.perf_counter()
     for thread in threads:

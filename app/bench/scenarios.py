@@ -19,11 +19,11 @@ from app.bench import report
 from app.bench.cells import CellResult
 from app.bench.jobs import BenchmarkJobs
 from app.bench.spec import JobSpec
-from app.bench.workload import format_size
 from app.engine.model import EngineProfile
 from app.engine.presets import OMAP_AES_AM335X
 from app.engine.registry import EngineRegistry
 from app.errors import AlreadyExists, InvalidInput
+from app.sizes import format_size
 
 Run = Mapping[str, Any]
 

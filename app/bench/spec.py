@@ -11,9 +11,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from app.bench.workload import RW_MODES, Workload, parse_size
+from app.bench.workload import RW_MODES, Workload
 from app.dm.table import redact
 from app.errors import InvalidInput
+from app.sizes import parse_size
 from app.vocab import DISPATCH_MODES, SECTOR_SIZE, DispatchMode
 
 __all__ = ["MAX_CELLS", "MAX_DEVICE_BYTES", "SWEEP_AXES", "CellPlan", "JobSpec", "VolumeTemplate"]

@@ -10,38 +10,17 @@ streams, as separate fio jobs on one device would be.
 from __future__ import annotations
 
 import random
-import re
 from collections.abc import Iterator, Mapping
 from dataclasses import asdict, dataclass
 from typing import Any, Literal, get_args
 
 from app.errors import InvalidInput
+from app.sizes import parse_size
 
 Rw = Literal["read", "write", "randread", "randwrite", "randrw", "readwrite"]
 IoOp = Literal["read", "write"]
 RW_MODES: tuple[str, ...] = get_args(Rw)
 SECTOR = 512
-
-_SIZE_RE = re.compile(r"^\s*(\d+)\s*([kmgt]?)(i?b?)\s*$", re.IGNORECASE)
-_UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
-
-
-def parse_size(text: str | int) -> int:
-    """fio sizes: ``4k``, ``512KiB``, ``1M``, plain bytes; powers of two like fio's default."""
-    if isinstance(text, int):
-        return text
-    match = _SIZE_RE.match(text)
-    if match is None:
-        raise InvalidInput(f"size {text!r}: expected a number with an optional k/m/g suffix")
-    return int(match.group(1)) * _UNITS[match.group(2).lower()]
-
-
-def format_size(nbytes: int) -> str:
-    """``4k``, ``512k``, ``1M``: the short form the kernel thread's tables use."""
-    for suffix, unit in (("G", 1 << 30), ("M", 1 << 20), ("k", 1 << 10)):
-        if nbytes >= unit and nbytes % unit == 0:
-            return f"{nbytes // unit}{suffix}"
-    return str(nbytes)
 
 
 @dataclass(frozen=True, slots=True)

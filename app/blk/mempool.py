@@ -1,13 +1,9 @@
 """Reusable per-thread byte buffers for the data path (the role of a mempool of bio pages).
 
-A MiB buffer allocated per request costs a pass of page faults or zeroing, and
-lands cold in the cache; a worker that keeps its buffers reuses warm memory.
-
-Buffers start on a page boundary, like the pages a bio carries. The kernel's
-copy into user memory (pread, recv) is several times slower into a buffer that
-is not cache-line aligned, and malloc puts large blocks 16 bytes past a page:
-pread of 1 MiB from the page cache took 645 µs into such a buffer, 133 to 155 µs
-at page offsets 0, 64, 256 or 2048 (this machine's EPYC; writes do not care).
+A worker that keeps its buffers reuses warm memory instead of page-faulting a
+fresh one per request. Buffers start on a page boundary, like a bio's pages,
+because the kernel's copy into user memory (pread, recv) is much slower into
+malloc's large blocks, which start 16 bytes past a page.
 """
 
 from __future__ import annotations

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import typer
 
-from app.bench.workload import format_size, parse_size
 from app.errors import InvalidInput
+from app.sizes import format_size, parse_size
 
 __all__ = ["format_size", "size"]
 

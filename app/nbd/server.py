@@ -37,7 +37,8 @@ from typing import Any, Protocol, TypeVar, cast
 
 from app.blk import mempool
 from app.control import Control
-from app.dm.volume import BatchIo, Volume
+from app.dm.datapath import BatchIo
+from app.dm.volume import Volume
 from app.errors import InvalidInput, RangeNotSatisfiable, ReqcryptError
 from app.nbd import protocol
 from app.nbd.protocol import (

@@ -261,18 +261,6 @@ async def test_whole_volume_read_of_a_suspended_volume_is_a_503_problem_not_a_cu
     assert response.headers["content-type"] == "application/problem+json"
 
 
-async def test_ceiling_endpoint_refuses_a_negative_size(client: httpx.AsyncClient) -> None:
-    response = await client.get("/v1/null/data", params={"size": -327})
-    assert response.status_code == 422
-
-
-async def test_ceiling_endpoint_streams_large_reads(client: httpx.AsyncClient) -> None:
-    response = await client.get("/v1/null/data", params={"size": 3 << 20})
-    assert response.status_code == 206
-    assert response.headers["content-range"] == f"bytes 0-{(3 << 20) - 1}/{3 << 20}"
-    assert response.content == bytes(3 << 20)
-
-
 async def test_chunked_put_without_content_length_is_411(
     client: httpx.AsyncClient, volume: None
 ) -> None:

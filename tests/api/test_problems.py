@@ -37,3 +37,21 @@ async def test_unhandled_exception_is_a_500_without_internals(app: FastAPI) -> N
     body = assert_problem(response, 500)
     assert secret not in response.text
     assert response.headers["x-request-id"] in str(body["detail"])
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "allow"),
+    [
+        ("OPTIONS", "/v1/volumes", "GET, POST"),
+        ("DELETE", "/v1/volumes", "GET, POST"),
+        ("OPTIONS", "/v1/volumes/vol/data", "GET, HEAD, PUT"),
+        ("POST", "/v1/volumes/vol/table", "GET, PUT, DELETE"),
+    ],
+)
+async def test_405_names_every_method_the_path_serves(
+    client: httpx.AsyncClient, method: str, path: str, allow: str
+) -> None:
+    response = await client.request(method, path)
+    assert response.status_code == 405
+    assert response.headers["allow"] == allow
+    assert response.headers["content-type"] == "application/problem+json"

@@ -160,6 +160,52 @@ async def test_stacked_volume_maps_another_volume_and_blocks_its_removal(
     assert (await client.delete("/v1/volumes/vol")).status_code == 204
 
 
+async def test_rename_is_refused_while_a_live_table_maps_the_volume(
+    client: httpx.AsyncClient, volume: object
+) -> None:
+    await make_volume(client, "upper", table="0 2048 linear /dev/mapper/vol 0")
+    response = await client.post("/v1/volumes/vol/rename", json={"new_name": "lower"})
+    assert response.status_code == 409
+    assert "upper" in response.json()["detail"]
+
+
+async def test_rename_is_refused_while_an_inactive_table_maps_the_volume(
+    client: httpx.AsyncClient, volume: object
+) -> None:
+    """The inactive table names the volume too: renaming it would leave that table dangling."""
+    await make_volume(client, "upper", table="0 2048 zero")
+    loaded = await client.put(
+        "/v1/volumes/upper/table", json={"table": "0 2048 linear /dev/mapper/vol 0"}
+    )
+    assert loaded.status_code == 204
+    response = await client.post("/v1/volumes/vol/rename", json={"new_name": "lower"})
+    assert response.status_code == 409
+    assert "upper" in response.json()["detail"]
+    assert (await client.get("/v1/volumes/vol")).status_code == 200
+
+
+async def test_open_count_counts_every_table_that_maps_the_volume(
+    client: httpx.AsyncClient, volume: object
+) -> None:
+    """As in the kernel, loading a table opens its devices: inactive tables count too."""
+    await make_volume(client, "upper", table="0 2048 zero")
+    await client.put("/v1/volumes/upper/table", json={"table": "0 2048 linear /dev/mapper/vol 0"})
+    assert (await client.get("/v1/volumes/vol")).json()["open_count"] == 1
+    await client.delete("/v1/volumes/upper/table")
+    assert (await client.get("/v1/volumes/vol")).json()["open_count"] == 0
+
+
+async def test_remove_and_device_delete_are_refused_while_an_inactive_table_maps_them(
+    client: httpx.AsyncClient, volume: object
+) -> None:
+    await make_volume(client, "upper", table="0 2048 zero")
+    await client.put("/v1/volumes/upper/table", json={"table": "0 2048 linear /dev/mapper/vol 0"})
+    assert (await client.delete("/v1/volumes/vol")).status_code == 409
+    await make_device(client, "spare")
+    await client.put("/v1/volumes/upper/table", json={"table": xts_table("spare")})
+    assert (await client.delete("/v1/devices/spare")).status_code == 409
+
+
 async def test_a_volume_cannot_map_itself(client: httpx.AsyncClient, volume: object) -> None:
     response = await client.put(
         "/v1/volumes/vol/table", json={"table": "0 2048 linear /dev/mapper/vol 0"}

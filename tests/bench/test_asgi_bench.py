@@ -101,6 +101,7 @@ async def test_a_4k_xts_write_leaves_the_loop_room_for_the_http_target(
         admin_token=ADMIN_TOKEN,  # type: ignore[arg-type]
         plug_window_us=0,
         log_level="warning",
+        bench_ceiling=True,
     )
     app = create_app(settings)
     async with app.router.lifespan_context(app), asgi_client(app, ADMIN_TOKEN) as client:

@@ -115,6 +115,12 @@ def test_bulk_cbc_essiv_at_512_bytes_is_10x_encrypt_and_20x_decrypt(essiv_512):
     assert essiv_512["into_dec"] >= 20 * essiv_512["ref_dec"]
 
 
+def test_bulk_aes_cbc_essiv_encrypts_512_byte_units_at_4_gbps_or_more(essiv_512):
+    """Multi-lane CBC (VAES or AES-NI): CBC is serial within a unit, not across units."""
+    _print_row("aes-cbc-essiv:sha256 512", essiv_512)
+    assert essiv_512["into_enc"] >= 4000
+
+
 @pytest.mark.parametrize(
     ("text", "key_size"), [("aes-xts-plain64", 64), ("aes-cbc-essiv:sha256", 32)]
 )

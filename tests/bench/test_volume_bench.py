@@ -13,7 +13,7 @@ import threading
 
 import pytest
 
-from app.blk.limits import QueueLimits
+from app.blk.tuning import Tuning
 from app.dm.table import parse_table
 from app.dm.volume import Volume
 from app.engine.registry import EngineRegistry
@@ -40,9 +40,7 @@ def run(mode: str) -> dict[str, float]:
         "bench",
         "uuid",
         engine=EngineRegistry().engine("software"),
-        limits=QueueLimits(),
-        dispatch_mode=mode,  # type: ignore[arg-type]
-        plug_window_us=PLUG_WINDOW_US,
+        tuning=Tuning(dispatch_mode=mode, plug_window_us=PLUG_WINDOW_US),  # type: ignore[arg-type]
     )
     volume.load(parse_table(f"0 {size // 512} crypt aes-xts-plain64 {KEY} 0 pv 0"))
     volume.resume(lambda ref: store)

@@ -1,9 +1,10 @@
 """The volume lifecycle as a state machine, against a model, across restarts.
 
-Hypothesis drives random sequences of dmsetup operations (load, clear, suspend,
-resume, key wipe/set, retune, restart) on a real ``Control`` over SQLite or the
-real PostgreSQL; after every step the in-memory state, and after every restart
-the state rebuilt from SQL, must equal the model's.
+Hypothesis drives random sequences of dmsetup operations (create, load, clear,
+suspend, resume, key wipe/set, retune, rename, remove, restart) on several volumes
+stacked onto each other, on a real ``Control`` over SQLite or the real
+PostgreSQL; after every step the in-memory state, and after every restart the
+state rebuilt from SQL, must equal the model's.
 """
 
 from __future__ import annotations
@@ -19,13 +20,15 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
+from app.blk.tuning import TuningPatch
 from app.control import Control
 from app.db import migrate
 from app.db.queries import SqlRegistryStore
 from app.db.session import make_engine, make_sessionmaker
-from app.dm.table import format_table
+from app.dm.table import format_table, parse_table
 from app.engine.registry import EngineRegistry
-from app.errors import InvalidState, KeyNotSet
+from app.errors import AlreadyExists, InvalidInput, InvalidState, KeyNotSet, VolumeBusy
+from app.repository import Records
 from app.storage.registry import DeviceRegistry
 from tests.conftest import POSTGRES_ADMIN_DSN
 
@@ -56,7 +59,35 @@ def drop_database(url: str) -> None:
             conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
+NAMES = ("a", "b", "c", "d")
+
+
+def linear_over(volume: str) -> str:
+    return f"0 1024 linear /dev/mapper/{volume} 0"
+
+
+def expected_text(text: str, wiped: bool) -> str:
+    """dmsetup's print of ``text``: a wiped key prints as zeros of its length."""
+    printed = format_table(parse_table(text), show_keys=True)
+    if wiped:
+        for key in (KEY_A, KEY_B):
+            printed = printed.replace(key, "0" * len(key))
+    return printed
+
+
+def has_volumes(machine: Lifecycle) -> bool:
+    return bool(machine.model)
+
+
 class Lifecycle(RuleBasedStateMachine):
+    """Several volumes, stacked onto each other (live and inactive tables), renamed and removed.
+
+    Each rule asks the real ``Control`` and checks its answer against the model
+    where the model knows it (cycles, a missing key); a rename or remove the
+    service accepts is applied to the model as given, so a wrong "who maps whom"
+    shows up as a table naming a missing volume, or as a restart that fails.
+    """
+
     backend = "sqlite"
 
     @initialize()
@@ -66,10 +97,16 @@ class Lifecycle(RuleBasedStateMachine):
         self.db = make_engine(self.url)
         self.control = self._control()
         self.control.create_device("pv", 1 << 20, None)
-        self.control.create_volume("v", table(KEY_A, 2048))
-        self.model: dict[str, Any] = {
+        self.model: dict[str, dict[str, Any]] = {}
+        for name, text in (("a", table(KEY_A, 2048)), ("b", "0 1024 zero")):
+            self.control.create_volume(name, text)
+            self.model[name] = self._fresh(text)
+
+    @staticmethod
+    def _fresh(text: str) -> dict[str, Any]:
+        return {
             "state": "active",
-            "live": table(KEY_A, 2048),
+            "live": text,
             "inactive": None,
             "wiped": False,
             "mode": "request",
@@ -78,10 +115,9 @@ class Lifecycle(RuleBasedStateMachine):
     def _control(self) -> Control:
         sessions = make_sessionmaker(self.db)
         control = Control(
-            sessions,
+            Records(sessions, MASTER),
             DeviceRegistry(self.data_dir / "devices"),
             EngineRegistry(SqlRegistryStore(sessions)),
-            MASTER,
             plug_window_us=0,
             suspend_wait_seconds=0.05,
         )
@@ -94,55 +130,169 @@ class Lifecycle(RuleBasedStateMachine):
             self.db.dispose()
             drop_database(self.url)
 
-    @rule(sectors=st.sampled_from([1024, 2048]), key=st.sampled_from([KEY_A, KEY_B]))
-    def load(self, sectors: int, key: str) -> None:
-        self.control.load_table("v", table(key, sectors))
-        self.model["inactive"] = table(key, sectors)
+    def _tables(self, name: str) -> list[str]:
+        entry = self.model[name]
+        return [text for text in (entry["live"], entry["inactive"]) if text is not None]
 
-    @rule()
-    def clear(self) -> None:
-        self.control.clear_inactive("v")
-        self.model["inactive"] = None
+    def _users(self, name: str) -> list[str]:
+        """Volumes whose live or inactive table maps ``name``, per the model."""
+        return sorted(
+            other
+            for other in self.model
+            if any(f"/dev/mapper/{name} " in text for text in self._tables(other))
+        )
 
-    @rule(noflush=st.booleans())
-    def suspend(self, noflush: bool) -> None:
-        self.control.suspend("v", noflush=noflush)
-        self.model["state"] = "suspended"
+    def _reaches(self, start: str, goal: str) -> bool:
+        pending, seen = [start], set()
+        while pending:
+            current = pending.pop()
+            if current == goal:
+                return True
+            if current in seen or current not in self.model:
+                continue
+            seen.add(current)
+            pending.extend(
+                v
+                for v in self.model
+                if any(f"/dev/mapper/{v} " in text for text in self._tables(current))
+            )
+        return False
 
-    @rule()
-    def resume(self) -> None:
+    def _table_choice(self, data: st.DataObject) -> str:
+        plain = st.sampled_from([table(KEY_A, 2048), table(KEY_B, 1024), "0 1024 zero"])
+        if not self.model:
+            return data.draw(plain)
+        stacked = st.sampled_from([linear_over(name) for name in sorted(self.model)])
+        return data.draw(plain | stacked)
+
+    def _some_volume(self, data: st.DataObject) -> str:
+        return data.draw(st.sampled_from(sorted(self.model)))
+
+    def _mapped_volume(self, data: st.DataObject) -> str:
+        """Half the time a volume some table maps: the case rename and remove must refuse."""
+        mapped = [name for name in sorted(self.model) if self._users(name)]
+        if not mapped:
+            return self._some_volume(data)
+        return data.draw(st.sampled_from(mapped) | st.sampled_from(sorted(self.model)))
+
+    @precondition(lambda self: len(self.model) < len(NAMES))
+    @rule(data=st.data())
+    def create(self, data: st.DataObject) -> None:
+        name = data.draw(st.sampled_from([n for n in NAMES if n not in self.model]))
+        text = self._table_choice(data)
+        self.control.create_volume(name, text)
+        self.model[name] = self._fresh(text)
+
+    @precondition(has_volumes)
+    @rule(data=st.data())
+    def load(self, data: st.DataObject) -> None:
+        self._load(self._some_volume(data), self._table_choice(data))
+
+    @precondition(has_volumes)
+    @rule(data=st.data())
+    def stack(self, data: st.DataObject) -> None:
+        """Load a table that maps another volume: the inactive edge rename must respect."""
+        self._load(self._some_volume(data), linear_over(self._some_volume(data)))
+
+    def _load(self, name: str, text: str) -> None:
+        mapped = parse_table(text).volume_names()
+        if any(self._reaches(other, name) for other in mapped):
+            with pytest.raises(InvalidInput):
+                self.control.load_table(name, text)
+            return
+        self.control.load_table(name, text)
+        self.model[name]["inactive"] = text
+
+    @precondition(has_volumes)
+    @rule(data=st.data())
+    def clear(self, data: st.DataObject) -> None:
+        name = self._some_volume(data)
+        self.control.clear_inactive(name)
+        self.model[name]["inactive"] = None
+
+    @precondition(has_volumes)
+    @rule(data=st.data(), noflush=st.booleans())
+    def suspend(self, data: st.DataObject, noflush: bool) -> None:
+        name = self._some_volume(data)
+        self.control.suspend(name, noflush=noflush)
+        self.model[name]["state"] = "suspended"
+
+    @precondition(has_volumes)
+    @rule(data=st.data())
+    def resume(self, data: st.DataObject) -> None:
+        name = self._some_volume(data)
+        entry = self.model[name]
         try:
-            self.control.resume("v")
+            self.control.resume(name)
         except KeyNotSet:
-            assert self.model["wiped"]
-            assert self.model["inactive"] is None
+            assert entry["wiped"]
+            assert entry["inactive"] is None
             return
-        if self.model["inactive"] is not None:
-            self.model["live"], self.model["inactive"] = self.model["inactive"], None
-            self.model["wiped"] = False
-        self.model["state"] = "active"
+        if entry["inactive"] is not None:
+            entry["live"], entry["inactive"] = entry["inactive"], None
+            entry["wiped"] = False
+        entry["state"] = "active"
 
-    @rule()
-    def wipe(self) -> None:
+    @precondition(has_volumes)
+    @rule(data=st.data())
+    def wipe(self, data: st.DataObject) -> None:
+        name = self._some_volume(data)
+        entry = self.model[name]
         try:
-            self.control.message("v", "key wipe")
+            self.control.message(name, "key wipe")
         except InvalidState:
-            assert self.model["state"] == "active"
+            assert entry["state"] == "active"
             return
-        self.model["wiped"] = True
+        except InvalidInput:
+            assert " crypt " not in entry["live"]
+            return
+        entry["wiped"] = True
 
-    @precondition(lambda self: self.model["state"] == "suspended")
-    @rule(key=st.sampled_from([KEY_A, KEY_B]))
-    def set_key(self, key: str) -> None:
-        self.control.message("v", f"key set {key}")
-        sectors = int(self.model["live"].split()[1])
-        self.model["live"] = table(key, sectors)
-        self.model["wiped"] = False
+    @precondition(has_volumes)
+    @rule(data=st.data(), key=st.sampled_from([KEY_A, KEY_B]))
+    def set_key(self, data: st.DataObject, key: str) -> None:
+        name = self._some_volume(data)
+        entry = self.model[name]
+        if entry["state"] != "suspended" or " crypt " not in entry["live"]:
+            return
+        self.control.message(name, f"key set {key}")
+        sectors = int(entry["live"].split()[1])
+        entry["live"] = table(key, sectors)
+        entry["wiped"] = False
 
-    @rule(mode=st.sampled_from(["bio", "request"]))
-    def retune(self, mode: str) -> None:
-        self.control.retune("v", dispatch_mode=mode)  # type: ignore[arg-type]
-        self.model["mode"] = mode
+    @precondition(has_volumes)
+    @rule(data=st.data(), mode=st.sampled_from(["bio", "request"]))
+    def retune(self, data: st.DataObject, mode: str) -> None:
+        name = self._some_volume(data)
+        self.control.retune(name, patch=TuningPatch(dispatch_mode=mode))  # type: ignore[arg-type]
+        self.model[name]["mode"] = mode
+
+    @precondition(has_volumes)
+    @rule(data=st.data())
+    def rename(self, data: st.DataObject) -> None:
+        name = self._mapped_volume(data)
+        new_name = data.draw(st.sampled_from([n for n in NAMES if n not in self.model] + [name]))
+        if new_name in self.model:
+            with pytest.raises(AlreadyExists):
+                self.control.rename(name, new_name)
+            return
+        try:
+            self.control.rename(name, new_name)
+        except VolumeBusy:
+            assert self._users(name)
+            return
+        self.model[new_name] = self.model.pop(name)
+
+    @precondition(has_volumes)
+    @rule(data=st.data())
+    def remove(self, data: st.DataObject) -> None:
+        name = self._mapped_volume(data)
+        try:
+            self.control.remove(name)
+        except VolumeBusy:
+            assert self._users(name)
+            return
+        del self.model[name]
 
     @rule()
     def restart(self) -> None:
@@ -150,26 +300,33 @@ class Lifecycle(RuleBasedStateMachine):
         self.control = self._control()
 
     @invariant()
+    def no_table_names_a_missing_volume(self) -> None:
+        if not hasattr(self, "control"):
+            return
+        for name in self.model:
+            for text in self._tables(name):
+                assert parse_table(text).volume_names() <= set(self.model), (name, text)
+
+    @invariant()
     def matches_the_model(self) -> None:
         if not hasattr(self, "control"):
             return
-        volume = self.control.volume("v")
-        assert volume.state == self.model["state"]
-        assert volume.dispatch_mode == self.model["mode"]
-        assert volume.live is not None
-        live = format_table(volume.live.table, show_keys=True)
-        if self.model["wiped"]:
-            sectors = self.model["live"].split()[1]
-            assert live == f"0 {sectors} crypt aes-xts-plain64 {'0' * 128} 0 pv 0\n"
-        else:
-            assert live == self.model["live"] + "\n"
-        inactive = volume.inactive
-        expected = self.model["inactive"]
-        if expected is None:
-            assert inactive is None
-        else:
-            assert inactive is not None
-            assert format_table(inactive, show_keys=True) == expected + "\n"
+        assert sorted(self.control.volumes) == sorted(self.model)
+        for name, entry in self.model.items():
+            volume = self.control.volume(name)
+            assert volume.state == entry["state"]
+            assert volume.dispatch_mode == entry["mode"]
+            assert volume.live is not None
+            live = format_table(volume.live.table, show_keys=True)
+            assert live == expected_text(entry["live"], entry["wiped"])
+            inactive = volume.inactive
+            if entry["inactive"] is None:
+                assert inactive is None
+            else:
+                assert inactive is not None
+                assert format_table(inactive, show_keys=True) == expected_text(
+                    entry["inactive"], False
+                )
 
 
 def run_machine(backend: str, examples: int) -> None:
@@ -180,7 +337,7 @@ def run_machine(backend: str, examples: int) -> None:
     runner = Machine.TestCase()
     runner.settings = settings(
         max_examples=examples,
-        stateful_step_count=12,
+        stateful_step_count=25,
         deadline=None,
         suppress_health_check=[HealthCheck.too_slow],
     )
@@ -188,7 +345,7 @@ def run_machine(backend: str, examples: int) -> None:
 
 
 def test_lifecycle_matches_the_model_across_restarts_on_sqlite() -> None:
-    run_machine("sqlite", 25)
+    run_machine("sqlite", 100)
 
 
 @pytest.mark.postgres

@@ -33,16 +33,19 @@ def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     return url
 
 
-async def test_restart_restores_states_tables_keys_and_data(
-    database_url: str, data_dir: Path
-) -> None:
-    settings = Settings(
+@pytest.fixture
+def restart_settings(database_url: str, data_dir: Path) -> Settings:
+    """One service's settings, reused across its restarts."""
+    return Settings(
         data_dir=data_dir,
         database_url=database_url,
         admin_token=ADMIN_TOKEN,  # type: ignore[arg-type]
     )
+
+
+async def test_restart_restores_states_tables_keys_and_data(restart_settings: Settings) -> None:
     payload = os.urandom(8192)
-    async with running(settings) as client:
+    async with running(restart_settings) as client:
         await client.post("/v1/devices", json={"name": "pv", "size_bytes": 4 << 20})
         await client.post("/v1/volumes", json={"name": "live", "table": xts_table("pv", 2048)})
         put = await client.put(
@@ -67,7 +70,7 @@ async def test_restart_restores_states_tables_keys_and_data(
             for name in ("live", "held", "top")
         }
 
-    async with running(settings) as client:
+    async with running(restart_settings) as client:
         for name, info in before.items():
             assert (await client.get(f"/v1/volumes/{name}")).json() == info
         assert before["held"]["state"] == "suspended"
@@ -87,15 +90,31 @@ async def test_restart_restores_states_tables_keys_and_data(
         assert (await client.get("/v1/devices/pv")).json()["mapped_by"] == ["held", "live"]
 
 
-async def test_keys_are_stored_only_wrapped(database_url: str, data_dir: Path) -> None:
+async def test_a_service_restarts_after_renaming_a_volume_an_inactive_table_maps(
+    restart_settings: Settings,
+) -> None:
+    """Every accepted call leaves a deployment that restarts: no table names a missing volume."""
+    async with running(restart_settings) as client:
+        await client.post("/v1/devices", json={"name": "pv", "size_bytes": 1 << 20})
+        await client.post("/v1/volumes", json={"name": "lower", "table": xts_table("pv", 2048)})
+        await client.post("/v1/volumes", json={"name": "upper", "table": "0 2048 zero"})
+        await client.put(
+            "/v1/volumes/upper/table", json={"table": "0 2048 linear /dev/mapper/lower 0"}
+        )
+        await client.post("/v1/volumes/lower/rename", json={"new_name": "renamed"})
+        before = sorted(v["name"] for v in (await client.get("/v1/volumes")).json())
+
+    async with running(restart_settings) as client:
+        after = sorted(v["name"] for v in (await client.get("/v1/volumes")).json())
+        assert after == before
+        resumed = await client.post("/v1/volumes/upper/resume")
+        assert resumed.status_code == 200, resumed.text
+
+
+async def test_keys_are_stored_only_wrapped(restart_settings: Settings, database_url: str) -> None:
     from sqlalchemy import create_engine, text
 
-    settings = Settings(
-        data_dir=data_dir,
-        database_url=database_url,
-        admin_token=ADMIN_TOKEN,  # type: ignore[arg-type]
-    )
-    async with running(settings) as client:
+    async with running(restart_settings) as client:
         await client.post("/v1/devices", json={"name": "pv", "size_bytes": 1 << 20})
         await client.post("/v1/volumes", json={"name": "v", "table": xts_table("pv", 2048)})
     engine = create_engine(database_url.replace("postgresql://", "postgresql+psycopg://"))
@@ -109,24 +128,19 @@ async def test_keys_are_stored_only_wrapped(database_url: str, data_dir: Path) -
 
 
 async def test_custom_engines_and_device_models_survive_a_restart(
-    database_url: str, data_dir: Path
+    restart_settings: Settings,
 ) -> None:
-    settings = Settings(
-        data_dir=data_dir,
-        database_url=database_url,
-        admin_token=ADMIN_TOKEN,  # type: ignore[arg-type]
-    )
     engine = {
         "name": "asic",
         "capabilities": {"bulk_ivmodes": ["plain64"], "max_bytes_per_call": 65536},
         "cost": {"setup_ns": 2000, "encrypt_bytes_per_s": 2e8, "decrypt_bytes_per_s": 3e8},
     }
-    async with running(settings) as client:
+    async with running(restart_settings) as client:
         assert (await client.post("/v1/engines", json=engine)).status_code == 201
         model = {"name": "nvme", "read_latency_ns": 80000, "write_latency_ns": 20000}
         assert (await client.post("/v1/device-models", json=model)).status_code == 201
         before = (await client.get("/v1/engines/asic")).json()
-    async with running(settings) as client:
+    async with running(restart_settings) as client:
         after = (await client.get("/v1/engines/asic")).json()
         assert after["capabilities"] == before["capabilities"]
         assert after["cost"] == before["cost"]

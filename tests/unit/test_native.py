@@ -1,8 +1,12 @@
-"""The C inner loops: AES-XTS against pyca, whitening against GF(2^128) in Python ints, gather."""
+"""The C inner loops: AES-XTS and AES-CBC against pyca, whitening against GF(2^128) in Python
+ints, gather."""
 
 from __future__ import annotations
 
+import ctypes
+import mmap
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -164,3 +168,136 @@ def test_xts_refuses_inconsistent_arguments(
     with pytest.raises(ValueError, match=message):
         _native.xts(out, bytes(size), bytes(ivs), bytes(key), unit_bytes, True)
     assert out == bytes(size)
+
+
+def cbc_by_pyca(data: bytes, ivs: bytes, key: bytes, unit_bytes: int) -> bytes:
+    """One pyca AES-CBC encryption per data unit, starting from the unit's IV."""
+    out = b""
+    for unit in range(len(data) // unit_bytes):
+        cipher = Cipher(algorithms.AES(key), modes.CBC(ivs[16 * unit : 16 * unit + 16]))
+        out += cipher.encryptor().update(data[unit * unit_bytes : (unit + 1) * unit_bytes])
+    return out
+
+
+@pytest.mark.parametrize("vaes", [True, False], ids=["vaes", "aes-ni"])
+@pytest.mark.parametrize("key_bytes", [16, 24, 32])
+@pytest.mark.parametrize(
+    ("unit_bytes", "units"),
+    [(512, 1), (512, 16), (512, 37), (4096, 5), (4096, 24), (16, 3), (48, 9)],
+)
+@pytest.mark.parametrize("in_place", [False, True], ids=["out-of-place", "in-place"])
+def test_cbc_encrypt_equals_pyca_aes_cbc_unit_by_unit(
+    vaes: bool, key_bytes: int, unit_bytes: int, units: int, in_place: bool
+) -> None:
+    """Unit counts that fill the 16 VAES lanes and the 8 AES-NI lanes, and counts that leave
+    lanes empty in the last group (1, 5, 9, 37); one-block and three-block units."""
+    data, ivs, key = os.urandom(units * unit_bytes), os.urandom(16 * units), os.urandom(key_bytes)
+    out = bytearray(data) if in_place else bytearray(len(data))
+    _native.cbc_encrypt(out, out if in_place else data, ivs, key, unit_bytes, vaes)
+    assert bytes(out) == cbc_by_pyca(data, ivs, key, unit_bytes)
+
+
+def cbc_decrypt_by_pyca(data: bytes, ivs: bytes, key: bytes, unit_bytes: int) -> bytes:
+    out = b""
+    for unit in range(len(data) // unit_bytes):
+        cipher = Cipher(algorithms.AES(key), modes.CBC(ivs[16 * unit : 16 * unit + 16]))
+        out += cipher.decryptor().update(data[unit * unit_bytes : (unit + 1) * unit_bytes])
+    return out
+
+
+needs_vaes = pytest.mark.skipif(not _native.VAES, reason="cbc_decrypt needs VAES")
+
+
+@needs_vaes
+@pytest.mark.parametrize("key_bytes", [16, 24, 32])
+@pytest.mark.parametrize(
+    ("unit_bytes", "units"), [(512, 1), (512, 37), (4096, 5), (16, 3), (48, 9), (272, 4)]
+)
+@pytest.mark.parametrize("in_place", [False, True], ids=["out-of-place", "in-place"])
+def test_cbc_decrypt_equals_pyca_aes_cbc_unit_by_unit(
+    key_bytes: int, unit_bytes: int, units: int, in_place: bool
+) -> None:
+    """Units of one and three blocks (no 16-block step), 272 bytes (a step and one block:
+    the tail chains from the step's last ciphertext block), and whole steps."""
+    data, ivs, key = os.urandom(units * unit_bytes), os.urandom(16 * units), os.urandom(key_bytes)
+    out = bytearray(data) if in_place else bytearray(len(data))
+    _native.cbc_decrypt(out, out if in_place else data, ivs, key, unit_bytes)
+    assert bytes(out) == cbc_decrypt_by_pyca(data, ivs, key, unit_bytes)
+
+
+def test_cbc_decrypt_refuses_to_run_without_vaes_or_with_inconsistent_arguments() -> None:
+    out = bytearray(512)
+    with pytest.raises(ValueError, match="16 bytes per data unit"):
+        _native.cbc_decrypt(out, bytes(512), bytes(8), bytes(32), 512)
+    with pytest.raises(ValueError, match="16, 24 or 32 bytes"):
+        _native.cbc_decrypt(out, bytes(512), bytes(16), bytes(31), 512)
+    if not _native.VAES:
+        with pytest.raises(RuntimeError, match="no VAES"):
+            _native.cbc_decrypt(out, bytes(512), bytes(16), bytes(32), 512)
+    assert out == bytes(512)
+
+
+def test_cbc_encrypt_reads_one_iv_per_unit_even_from_a_longer_buffer() -> None:
+    data, ivs, key = os.urandom(3 * 512), os.urandom(16 * 5), os.urandom(32)
+    out = bytearray(len(data))
+    _native.cbc_encrypt(out, data, ivs, key, 512)
+    assert bytes(out) == cbc_by_pyca(data, ivs[:48], key, 512)
+
+
+def test_cbc_encrypt_has_aes_ni_lanes_on_a_cpu_that_has_them() -> None:
+    """Otherwise AES-CBC encryption would silently fall back to the numpy block columns."""
+    assert _native.AESNI is ("aes" in cpu_flags())
+
+
+@pytest.mark.parametrize(
+    ("size", "ivs", "key", "unit_bytes", "message"),
+    [
+        (512, 16, 20, 512, "16, 24 or 32 bytes"),
+        (512, 16, 32, 24, "positive multiple of 16"),
+        (512, 16, 32, 0, "positive multiple of 16"),
+        (768, 32, 32, 512, "same whole number of units"),
+        (1024, 16, 32, 512, "16 bytes per data unit"),
+    ],
+)
+def test_cbc_encrypt_refuses_inconsistent_arguments(
+    size: int, ivs: int, key: int, unit_bytes: int, message: str
+) -> None:
+    out = bytearray(size)
+    with pytest.raises(ValueError, match=message):
+        _native.cbc_encrypt(out, bytes(size), bytes(ivs), bytes(key), unit_bytes)
+    assert out == bytes(size)
+
+
+def test_cbc_encrypt_needs_a_writable_destination() -> None:
+    with pytest.raises(TypeError):
+        _native.cbc_encrypt(bytes(512), bytes(512), bytes(16), bytes(32), 512)
+
+
+@pytest.fixture
+def page_before_a_guard() -> Iterator[memoryview]:
+    """A page whose next page is unreadable (PROT_NONE): a read past its end faults."""
+    pages = mmap.mmap(-1, 2 * mmap.PAGESIZE)
+    anchor = ctypes.c_char.from_buffer(pages)
+    libc = ctypes.CDLL(None, use_errno=True)
+    address = ctypes.c_void_p(ctypes.addressof(anchor) + mmap.PAGESIZE)
+    assert libc.mprotect(address, mmap.PAGESIZE, 0) == 0, os.strerror(ctypes.get_errno())
+    view = memoryview(pages)[: mmap.PAGESIZE]
+    yield view
+    view.release()
+    libc.mprotect(address, mmap.PAGESIZE, mmap.PROT_READ | mmap.PROT_WRITE)
+    del anchor
+    pages.close()
+
+
+@pytest.mark.parametrize("vaes", [True, False], ids=["vaes", "aes-ni"])
+@pytest.mark.parametrize("units", [1, 5, 18])
+def test_cbc_encrypt_reads_no_iv_past_the_last_unit(
+    page_before_a_guard: memoryview, vaes: bool, units: int
+) -> None:
+    """The IVs end where the readable memory ends; a lane past the last unit must not load one."""
+    ivs = page_before_a_guard[mmap.PAGESIZE - 16 * units :]
+    ivs[:] = os.urandom(16 * units)
+    data, key = os.urandom(units * 512), os.urandom(32)
+    out = bytearray(len(data))
+    _native.cbc_encrypt(out, data, ivs, key, 512, vaes)
+    assert bytes(out) == cbc_by_pyca(data, bytes(ivs), key, 512)

@@ -9,9 +9,8 @@ from __future__ import annotations
 import functools
 import secrets
 from collections.abc import AsyncIterator
-from typing import Annotated
 
-from fastapi import APIRouter, Query, Request, Response
+from fastapi import APIRouter, Request, Response
 from fastapi.responses import StreamingResponse
 from starlette.exceptions import HTTPException
 
@@ -23,6 +22,7 @@ from app.api.problems import responses
 from app.api.ranges import ByteRange, parse_content_range, parse_range
 from app.api.schemas import RangeIn
 from app.blk import mempool
+from app.dm.generation import Precondition
 from app.dm.volume import Volume
 from app.errors import (
     BatchFailed,
@@ -37,8 +37,25 @@ router = APIRouter(prefix="/v1/volumes/{name}", tags=["data"], responses=respons
 OCTETS = "application/octet-stream"
 
 
-def etag(volume: Volume) -> str:
-    return f'"{volume.uuid}.{volume.generation}"'
+def etag(volume: Volume, version: int | None = None) -> str:
+    """A strong ETag: the volume and a version of its content (``Generation``)."""
+    return f'"{volume.uuid}.{volume.generation if version is None else version}"'
+
+
+def if_match(request: Request, volume: Volume) -> Precondition | None:
+    """If-Match as a precondition the volume checks atomically with the write it guards."""
+    header = request.headers.get("if-match")
+    if header is None:
+        return None
+    return lambda version: _matches(header, etag(volume, version))
+
+
+def versioned(headers: dict[str, str], volume: Volume, version: int | None) -> dict[str, str]:
+    """The ETag of the bytes actually read; none when writes kept overlapping the read."""
+    headers.pop("ETag", None)
+    if version is not None:
+        headers["ETag"] = etag(volume, version)
+    return headers
 
 
 def _matches(header: str, tag: str) -> bool:
@@ -98,18 +115,6 @@ async def open_stream(
     return chunks()
 
 
-async def multipart_body(
-    ranges: list[ByteRange], buffers: list[memoryview], size: int, boundary: str
-) -> AsyncIterator[bytes | memoryview]:
-    for byte_range, buffer in zip(ranges, buffers, strict=True):
-        yield (
-            f"\r\n--{boundary}\r\nContent-Type: {OCTETS}\r\n"
-            f"Content-Range: {byte_range.content_range(size)}\r\n\r\n"
-        ).encode()
-        yield buffer
-    yield f"\r\n--{boundary}--\r\n".encode()
-
-
 def check_batch_bytes(total: int, limit: int) -> None:
     if total > limit:
         raise PayloadTooLarge(
@@ -148,30 +153,43 @@ async def read_data(name: str, request: Request, io: IoDep) -> Response:
         return StreamingResponse(
             await open_stream(io.executor, volume, 0, size, chunk),
             media_type=OCTETS,
-            headers=headers,
+            headers=weak_etag(headers),
         )
     if len(ranges) == 1:
         (byte_range,) = ranges
         headers["Content-Range"] = byte_range.content_range(size)
         headers["Content-Length"] = str(byte_range.length)
         if byte_range.length <= chunk:
-            data = await io.executor.run(_read, volume, byte_range.first, byte_range.length)
-            return Response(data, status_code=206, media_type=OCTETS, headers=headers)
+            data, version = await io.executor.run(
+                _read_versioned, volume, byte_range.first, byte_range.length
+            )
+            return Response(
+                data,
+                status_code=206,
+                media_type=OCTETS,
+                headers=versioned(headers, volume, version),
+            )
         return StreamingResponse(
             await open_stream(io.executor, volume, byte_range.first, byte_range.length, chunk),
             status_code=206,
             media_type=OCTETS,
-            headers=headers,
+            headers=weak_etag(headers),
         )
     check_batch_bytes(sum(r.length for r in ranges), io.settings.max_batch_bytes)
-    buffers = await io.executor.run(_read_batch, volume, ranges)
     boundary = secrets.token_hex(12)
-    return StreamingResponse(
-        multipart_body(ranges, buffers, size, boundary),
+    body, version = await io.executor.run(_read_batch, volume, ranges, boundary)
+    return Response(
+        body,
         status_code=206,
         media_type=f"multipart/byteranges; boundary={boundary}",
-        headers=headers,
+        headers=versioned(headers, volume, version),
     )
+
+
+def weak_etag(headers: dict[str, str]) -> dict[str, str]:
+    """A body streamed in several reads may span writes: its ETag can only be weak."""
+    headers["ETag"] = "W/" + headers["ETag"]
+    return headers
 
 
 @router.head(
@@ -254,7 +272,8 @@ async def write_data(name: str, request: Request, io: IoDep, fua: bool = False) 
         raise PayloadTooLarge(
             f"body of {byte_range.length} bytes exceeds the {settings.max_body_bytes}-byte maximum"
         )
-    check_if_match(request, volume)
+    precondition = if_match(request, volume)
+    version = volume.generation
     chunk = settings.io_chunk_bytes
     pieces: list[memoryview] = []
     filled = 0
@@ -272,12 +291,15 @@ async def write_data(name: str, request: Request, io: IoDep, fua: bool = False) 
             view = view[take:]
             if position + filled == next_cut:
                 last = next_cut == end
-                await io.executor.run(_write, volume, position, pieces, filled, fua and last)
+                version = await io.executor.run(
+                    _write, volume, position, pieces, filled, fua and last, precondition
+                )
+                precondition = None  # the first chunk's write held it for the whole PUT
                 pieces, position, filled = [], next_cut, 0
                 next_cut = min(end, next_cut + chunk)
     if position != end:
         raise InvalidRange(f"body ended at byte {position - byte_range.first + filled}")
-    return Response(status_code=204, headers={"ETag": etag(volume)})
+    return Response(status_code=204, headers={"ETag": etag(volume, version)})
 
 
 async def write_batch(
@@ -301,9 +323,13 @@ async def write_batch(
     parts = parse_byteranges_body(
         memoryview(body), boundary, volume.size, max_parts=io.settings.max_ranges
     )
-    check_if_match(request, volume)
-    errors = await io.executor.run(
-        functools.partial(volume.write_batch, [(p.range.first, p.data) for p in parts], fua=fua)
+    errors, version = await io.executor.run(
+        functools.partial(
+            volume.write_batch,
+            [(p.range.first, p.data) for p in parts],
+            fua=fua,
+            precondition=if_match(request, volume),
+        )
     )
     failed = [(part, error) for part, error in zip(parts, errors, strict=True) if error is not None]
     if failed:
@@ -320,13 +346,34 @@ async def write_batch(
                 for part, error in failed
             ],
         )
-    return Response(status_code=204, headers={"ETag": etag(volume)})
+    return Response(status_code=204, headers={"ETag": etag(volume, version)})
 
 
-def _read_batch(volume: Volume, ranges: list[ByteRange]) -> list[memoryview]:
-    buffers = [memoryview(bytearray(r.length)) for r in ranges]
-    volume.read_batch([(r.first, buffer) for r, buffer in zip(ranges, buffers, strict=True)])
-    return buffers
+def _read_batch(
+    volume: Volume, ranges: list[ByteRange], boundary: str
+) -> tuple[memoryview, int | None]:
+    """The whole multipart/byteranges body in one buffer, each range read straight into
+    its place: one send for the event loop, however many ranges."""
+    size = volume.size
+    heads = [
+        (
+            f"\r\n--{boundary}\r\nContent-Type: {OCTETS}\r\n"
+            f"Content-Range: {r.content_range(size)}\r\n\r\n"
+        ).encode()
+        for r in ranges
+    ]
+    tail = f"\r\n--{boundary}--\r\n".encode()
+    body = memoryview(bytearray(sum(map(len, heads)) + sum(r.length for r in ranges) + len(tail)))
+    ios: list[tuple[int, memoryview]] = []
+    position = 0
+    for head, byte_range in zip(heads, ranges, strict=True):
+        body[position : position + len(head)] = head
+        position += len(head)
+        ios.append((byte_range.first, body[position : position + byte_range.length]))
+        position += byte_range.length
+    body[position:] = tail
+    version = volume.read_versioned(lambda: volume.read_batch(ios))
+    return body, version
 
 
 def _read(volume: Volume, offset: int, length: int) -> memoryview:
@@ -337,14 +384,26 @@ def _read(volume: Volume, offset: int, length: int) -> memoryview:
     return buffer
 
 
-def _write(volume: Volume, position: int, pieces: list[memoryview], length: int, fua: bool) -> None:
+def _read_versioned(volume: Volume, offset: int, length: int) -> tuple[memoryview, int | None]:
+    buffer = mempool.page_aligned(length).data
+    version = volume.read_versioned(lambda: volume.read_into(offset, buffer))
+    return buffer, version
+
+
+def _write(
+    volume: Volume,
+    position: int,
+    pieces: list[memoryview],
+    length: int,
+    fua: bool,
+    precondition: Precondition | None,
+) -> int:
     """Gather the body's pieces (copied off the event loop, without the GIL) and write."""
     if len(pieces) == 1:
-        volume.write(position, pieces[0], fua=fua)
-        return
+        return volume.write(position, pieces[0], fua=fua, precondition=precondition)
     with mempool.borrow(length) as data:
         _native.gather(data, pieces)
-        volume.write(position, data, fua=fua)
+        return volume.write(position, data, fua=fua, precondition=precondition)
 
 
 @router.post("/flush", status_code=204, responses=responses(503), openapi_extra=BEARER_SECURITY)
@@ -382,74 +441,3 @@ async def write_zeroes(name: str, body: RangeIn, io: IoDep) -> Response:
     volume = io.control.volume(name)
     await io.executor.run(volume.write_zeroes, body.offset, body.length)
     return Response(status_code=204, headers={"ETag": etag(volume)})
-
-
-null_router = APIRouter(prefix="/v1/null", tags=["data"], responses=responses(401))
-
-
-@null_router.put("/data", status_code=204, responses=responses(400), openapi_extra=BEARER_SECURITY)
-async def null_write(request: Request, io: IoDep, thread: bool = False) -> Response:
-    """The HTTP ceiling: consumes a body like a volume write, touches nothing.
-
-    ``?thread=true`` adds the one worker-thread round trip every volume I/O makes,
-    so benchmarks can tell that cost from the volume's own.
-    """
-    async for _piece in request.stream():
-        pass
-    if thread:
-        await io.executor.run(_nothing)
-    return Response(status_code=204)
-
-
-def _nothing() -> None:
-    """The work of the ceiling endpoints' thread round trip."""
-
-
-@null_router.get(
-    "/data",
-    responses={206: {"content": {OCTETS: {}}}, **responses(416)},
-    openapi_extra=BEARER_SECURITY,
-)
-async def null_read(
-    request: Request,
-    io: IoDep,
-    size: Annotated[int, Query(ge=1, le=1 << 30, description="pretended volume size")] = 1 << 30,
-    thread: bool = False,
-) -> Response:
-    """The HTTP ceiling: answers a single Range with zeros, as a volume read would
-    (``?thread=true``: plus one worker-thread round trip)."""
-    if thread:
-        await io.executor.run(_nothing)
-    ranges = parse_range(request.headers.get("range", f"bytes=0-{size - 1}"), size, 1) or [
-        ByteRange(0, size - 1)
-    ]
-    byte_range = ranges[0]
-    headers = {
-        "Content-Range": byte_range.content_range(size),
-        "Content-Length": str(byte_range.length),
-    }
-    chunk = io.settings.io_chunk_bytes
-    if byte_range.length <= chunk:
-        return Response(
-            memoryview(_zeros(chunk))[: byte_range.length],
-            status_code=206,
-            media_type=OCTETS,
-            headers=headers,
-        )
-    return StreamingResponse(
-        _zero_stream(byte_range.length, chunk), status_code=206, media_type=OCTETS, headers=headers
-    )
-
-
-@functools.cache
-def _zeros(size: int) -> bytes:
-    return bytes(size)
-
-
-async def _zero_stream(length: int, chunk: int) -> AsyncIterator[memoryview]:
-    """Zeros in chunks, like a volume's streamed read: memory stays bounded."""
-    zeros = memoryview(_zeros(chunk))
-    while length:
-        size = min(chunk, length)
-        yield zeros[:size]
-        length -= size

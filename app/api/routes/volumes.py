@@ -24,7 +24,7 @@ from app.api.schemas import (
     VolumeOut,
     VolumePatch,
 )
-from app.blk.limits import QueueLimits
+from app.control import Control
 from app.dm.table import format_table
 from app.dm.volume import Volume
 from app.nbd.server import NbdServer
@@ -33,7 +33,7 @@ from app.vocab import SECTOR_SIZE
 router = APIRouter(prefix="/v1/volumes", tags=["volumes"], responses=responses(401, 403))
 
 
-def volume_out(volume: Volume, nbd: NbdServer | None = None) -> VolumeOut:
+def volume_out(volume: Volume, control: Control, nbd: NbdServer | None = None) -> VolumeOut:
     info = volume.info()
     tables: list[Any] = (["LIVE"] if info.has_live else []) + (
         ["INACTIVE"] if info.has_inactive else []
@@ -53,7 +53,7 @@ def volume_out(volume: Volume, nbd: NbdServer | None = None) -> VolumeOut:
         state=info.state,
         size_sectors=info.size_sectors,
         size_bytes=info.size_sectors * SECTOR_SIZE,
-        open_count=info.open_count,
+        open_count=control.stacking.open_count(info.name),
         event_nr=info.event_nr,
         tables=tables,
         targets=targets,
@@ -71,10 +71,6 @@ def volume_out(volume: Volume, nbd: NbdServer | None = None) -> VolumeOut:
         if nbd is not None
         else [],
     )
-
-
-def limits_of(body: QueueLimitsIn | None) -> QueueLimits | None:
-    return QueueLimits(**body.model_dump()) if body is not None else None
 
 
 async def table_text(request: Request) -> str:
@@ -101,40 +97,27 @@ async def table_text(request: Request) -> str:
 @router.post("", status_code=201, response_model=VolumeOut, responses=responses(404, 409, 422))
 def create_volume(body: VolumeCreate, control: ControlDep, _: AdminDep) -> VolumeOut:
     volume = control.create_volume(
-        body.name,
-        body.table,
-        dispatch_mode=body.dispatch_mode,
-        engine=body.engine,
-        limits=limits_of(body.queue_limits),
-        elevator=body.elevator,
-        plug_window_us=body.plug_window_us,
-        nbd_export=body.nbd_export,
+        body.name, body.table, engine=body.engine, tuning=body.tuning(), nbd_export=body.nbd_export
     )
-    return volume_out(volume)
+    return volume_out(volume, control)
 
 
 @router.get("", response_model=list[VolumeOut])
 def list_volumes(control: ControlDep, _: RoleDep) -> list[VolumeOut]:
-    return [volume_out(control.volumes[name]) for name in sorted(control.volumes)]
+    return [volume_out(control.volumes[name], control) for name in sorted(control.volumes)]
 
 
 @router.get("/{name}", response_model=VolumeOut, responses=responses(404))
 def get_volume(name: str, state: StateDep, _: RoleDep) -> VolumeOut:
-    return volume_out(state.control.volume(name), state.nbd)
+    return volume_out(state.control.volume(name), state.control, state.nbd)
 
 
 @router.patch("/{name}", response_model=VolumeOut, responses=responses(404, 422))
 def patch_volume(name: str, body: VolumePatch, control: ControlDep, _: AdminDep) -> VolumeOut:
-    control.retune(
-        name,
-        dispatch_mode=body.dispatch_mode,
-        engine=body.engine,
-        limits=limits_of(body.queue_limits),
-        elevator=body.elevator,
-        plug_window_us=body.plug_window_us,
-        nbd_export=body.nbd_export,
-    )
-    return volume_out(control.volume(name))
+    control.retune(name, engine=body.engine, patch=body.patch())
+    if body.nbd_export is not None:
+        control.set_nbd_export(name, body.nbd_export)
+    return volume_out(control.volume(name), control)
 
 
 @router.delete("/{name}", status_code=204, responses=responses(404, 409))
@@ -193,13 +176,13 @@ def suspend_volume(
     name: str, control: ControlDep, _: AdminDep, body: SuspendIn | None = None
 ) -> VolumeOut:
     control.suspend(name, noflush=body.noflush if body else False)
-    return volume_out(control.volume(name))
+    return volume_out(control.volume(name), control)
 
 
 @router.post("/{name}/resume", response_model=VolumeOut, responses=responses(404, 409))
 def resume_volume(name: str, control: ControlDep, _: AdminDep) -> VolumeOut:
     control.resume(name)
-    return volume_out(control.volume(name))
+    return volume_out(control.volume(name), control)
 
 
 @router.post("/{name}/message", status_code=204, responses=responses(404, 409, 422))
@@ -211,7 +194,7 @@ def message_volume(name: str, body: MessageIn, control: ControlDep, _: AdminDep)
 @router.post("/{name}/rename", response_model=VolumeOut, responses=responses(404, 409, 422))
 def rename_volume(name: str, body: RenameIn, control: ControlDep, _: AdminDep) -> VolumeOut:
     control.rename(name, body.new_name)
-    return volume_out(control.volume(body.new_name))
+    return volume_out(control.volume(body.new_name), control)
 
 
 @router.get("/{name}/status", responses=responses(404))

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from app.dm.targets.base import BlockDevice, MapContext, Target
-from app.dm.targets.crypt import CryptTarget
+from app.dm.targets.crypt import CryptTarget, crypt_message
 from app.dm.targets.error import ErrorTarget
 from app.dm.targets.linear import LinearTarget
 from app.dm.targets.zero import ZeroTarget
@@ -16,4 +16,5 @@ __all__ = [
     "MapContext",
     "Target",
     "ZeroTarget",
+    "crypt_message",
 ]

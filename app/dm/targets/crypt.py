@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import replace
+
 from app.blk.request import Request
+from app.crypto.keys import KeyMaterial
 from app.crypto.transform import CryptTransform
 from app.dm.table import CryptParams
 from app.dm.targets.base import BlockDevice, MapContext, MapResult, Target
 from app.engine.base import Engine, EngineRequest
-from app.errors import InvalidState
+from app.errors import InvalidInput, InvalidState
 from app.vocab import SECTOR_SHIFT, Op
 
 
@@ -76,3 +80,25 @@ class CryptTarget(Target):
 
     def wipe(self) -> None:
         self.transform.wipe()
+
+
+def crypt_message(params: CryptParams, words: Sequence[str], *, suspended: bool) -> CryptParams:
+    """The target's ``dmsetup message`` handler (dm-crypt's crypt_message): ``key set|wipe``.
+
+    Returns the line's new parameters without touching the running target, so the
+    control plane can persist them before the volume installs them.
+    """
+    if len(words) < 2 or words[0].lower() != "key" or words[1].lower() not in ("set", "wipe"):
+        raise InvalidInput("unsupported message; crypt accepts 'key set <hex>' and 'key wipe'")
+    if not suspended:
+        raise InvalidState("crypt key messages need the volume suspended")
+    if words[1].lower() == "wipe":
+        if len(words) != 2:
+            raise InvalidInput("'key wipe' takes no argument")
+        size = len(params.key) if params.key is not None else params.wiped_key_size
+        return replace(params, key=None, wiped_key_size=size)
+    if len(words) != 3:
+        raise InvalidInput("'key set' takes exactly one key")
+    key = KeyMaterial.from_hex(words[2])
+    params.cipher.check_key(key)
+    return replace(params, key=key, wiped_key_size=0)

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from app.bench.workload import Workload, format_size, job_ios, parse_size
+from app.bench.workload import Workload, job_ios
 from app.errors import InvalidInput
+from app.sizes import format_size, parse_size
 
 
 def offsets(workload: Workload, job: int = 0) -> list[int]:

@@ -1,4 +1,5 @@
-"""Published vectors (IEEE 1619, Linux testmgr, cryptsetup) hold on both transform paths.
+"""Published vectors (IEEE 1619, Linux testmgr, cryptsetup) hold on both transform paths
+(and, for AES-CBC, on each bulk encryption path).
 
 Sources are cited inside each JSON file under ``vectors/``.
 """
@@ -38,7 +39,7 @@ def test_ieee1619_xts_vector_matches_aes_xts_plain64(vector, impl):
 
 
 @pytest.mark.parametrize("vector", ESSIV["vectors"], ids=lambda v: f"aes{v['key_bits']}-{v['len']}")
-def test_linux_testmgr_essiv_vector_matches_aes_cbc_essiv_sha256(vector, impl):
+def test_linux_testmgr_essiv_vector_matches_aes_cbc_essiv_sha256(vector, impl, cbc_path):
     key = KeyMaterial.from_hex(vector["key_hex"])
     transform = make_transform(parse_cipher_spec(ESSIV["dm_crypt_cipher"]), key, impl=impl)
     plaintext = bytes.fromhex(vector["plaintext_hex"])
@@ -56,7 +57,7 @@ def _iv_generator_cases():
 
 
 @pytest.mark.parametrize(("vector", "output"), list(_iv_generator_cases()))
-def test_cryptsetup_iv_generator_vector_matches(vector, output, impl):
+def test_cryptsetup_iv_generator_vector_matches(vector, output, impl, cbc_path):
     transform = make_transform(
         parse_cipher_spec(vector["cipher"]),
         KeyMaterial.from_hex(vector["key_hex"]),

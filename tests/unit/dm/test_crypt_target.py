@@ -7,7 +7,6 @@ from collections.abc import Iterator
 import pytest
 from typing_extensions import Buffer
 
-from app.blk.limits import QueueLimits
 from app.dm.table import parse_table
 from app.dm.volume import Volume
 from app.engine.base import EngineRequest, EngineResult
@@ -25,7 +24,7 @@ class EngineFailed(ReqcryptError):
 
 
 def open_volume(store: MemoryStore, engine: MockEngine) -> Volume:
-    volume = Volume("v", "uuid-1", engine=engine, limits=QueueLimits(), suspend_wait_seconds=0.2)
+    volume = Volume("v", "uuid-1", engine=engine, suspend_wait_seconds=0.2)
     volume.load(parse_table(TABLE))
     volume.resume(lambda ref: store)
     return volume

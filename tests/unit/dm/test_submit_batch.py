@@ -5,11 +5,11 @@ from __future__ import annotations
 import threading
 import time
 
-from app.blk.bio import Op
+from app.dm.datapath import BatchIo
 from app.dm.rangelock import RangeLock
-from app.dm.volume import BatchIo
 from app.errors import RangeNotSatisfiable, Unavailable
 from app.storage.memory import MemoryStore
+from app.vocab import Op
 from tests.unit.dm.test_volume import SECTORS, make_volume
 
 

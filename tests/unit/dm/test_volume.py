@@ -5,11 +5,11 @@ from __future__ import annotations
 import os
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 import pytest
 
-from app.blk.limits import QueueLimits
+from app.blk.tuning import Tuning
 from app.dm.table import DeviceRef, parse_table
 from app.dm.volume import Volume
 from app.engine.registry import EngineRegistry
@@ -25,14 +25,13 @@ def store() -> MemoryStore:
     return MemoryStore(SECTORS * 512)
 
 
-def make_volume(store: MemoryStore, table: str | None = None, **kw: object) -> Volume:
+def make_volume(store: MemoryStore, table: str | None = None, **tuning: object) -> Volume:
     volume = Volume(
         "v",
         "uuid-1",
         engine=EngineRegistry().engine("software"),
-        limits=QueueLimits(),
+        tuning=Tuning(**tuning),  # type: ignore[arg-type]
         suspend_wait_seconds=0.2,
-        **kw,  # type: ignore[arg-type]
     )
     text = table or f"0 {SECTORS} crypt aes-xts-plain64 {KEY} 0 pv 0"
     volume.load(parse_table(text))
@@ -194,7 +193,7 @@ def test_bio_mode_never_merges(store: MemoryStore) -> None:
 
 def test_device_ref_is_resolved_per_line(store: MemoryStore) -> None:
     seen: list[DeviceRef] = []
-    volume = Volume("v", "u", engine=EngineRegistry().engine("software"), limits=QueueLimits())
+    volume = Volume("v", "u", engine=EngineRegistry().engine("software"))
     volume.load(parse_table("0 1024 linear pv 0\n1024 1024 linear /dev/pv 1024"))
     volume.resume(lambda ref: seen.append(ref) or store)  # type: ignore[func-returns-value]
     assert [ref.name for ref in seen] == ["pv", "pv"]
@@ -210,7 +209,7 @@ def test_crypt_stacked_on_two_crypt_targets_reads_back_across_their_boundary(
         f"0 {half} crypt aes-xts-plain64 {KEY} 0 pv 0\n"
         f"{half} {half} crypt aes-cbc-essiv:sha256 {KEY[:64]} 0 pv {half}",
     )
-    upper = Volume("upper", "u2", engine=EngineRegistry().engine("software"), limits=QueueLimits())
+    upper = Volume("upper", "u2", engine=EngineRegistry().engine("software"))
     upper_key = bytes(range(64, 128)).hex()
     upper.load(parse_table(f"0 {SECTORS} crypt aes-xts-plain64 {upper_key} 0 /dev/mapper/v 0"))
     upper.resume(lambda ref: lower)
@@ -226,7 +225,7 @@ def test_crypt_stacked_on_two_crypt_targets_reads_back_across_their_boundary(
 
 def test_stacked_volume_over_4096_byte_units_reads_and_writes_through(store: MemoryStore) -> None:
     lower = make_volume(store, f"0 {SECTORS} crypt aes-xts-plain64 {KEY} 0 pv 0 1 sector_size:4096")
-    upper = Volume("upper", "u2", engine=EngineRegistry().engine("software"), limits=QueueLimits())
+    upper = Volume("upper", "u2", engine=EngineRegistry().engine("software"))
     upper.load(parse_table(f"0 {SECTORS} linear /dev/mapper/v 0"))
     upper.resume(lambda ref: lower)
     upper.write(512, b"q" * 1024)
@@ -236,3 +235,48 @@ def test_stacked_volume_over_4096_byte_units_reads_and_writes_through(store: Mem
     assert lower.read(512, 1024) == b"q" * 1024
     upper.remove()
     lower.remove()
+
+
+class SlowReadStore(MemoryStore):
+    """Reads take a while, so a read-modify-write is still in the target during a resume."""
+
+    def read_into(self, offset: int, buffer: memoryview) -> None:
+        time.sleep(0.002)
+        super().read_into(offset, buffer)
+
+    def readv_into(self, offset: int, buffers: Sequence[memoryview]) -> None:
+        time.sleep(0.002)
+        super().readv_into(offset, buffers)
+
+
+def test_resume_with_a_new_table_drains_in_flight_writes_first() -> None:
+    """A table swap on an active volume is an implicit suspend: no write in flight sees
+    the old targets wiped under it (dmsetup resume drains before it swaps)."""
+    store = SlowReadStore(SECTORS * 512)
+    volume = make_volume(store)
+    table = parse_table(f"0 {SECTORS} crypt aes-xts-plain64 {KEY} 0 pv 0")
+    errors: list[BaseException] = []
+    stop = threading.Event()
+
+    def writer(offset: int) -> None:
+        while not stop.is_set():
+            try:
+                volume.write(offset, os.urandom(700))
+            except BaseException as exc:
+                errors.append(exc)
+                return
+
+    threads = [threading.Thread(target=writer, args=(100 + 4096 * i,)) for i in range(4)]
+    for thread in threads:
+        thread.start()
+    try:
+        for _ in range(20):
+            volume.load(table)
+            volume.resume(lambda ref: store)
+            time.sleep(0.003)
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join()
+        volume.remove()
+    assert errors == []

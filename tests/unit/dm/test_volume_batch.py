@@ -7,7 +7,6 @@ from collections.abc import Iterator
 
 import pytest
 
-from app.blk.limits import QueueLimits
 from app.dm.table import parse_table
 from app.dm.volume import Volume
 from app.engine.registry import EngineRegistry
@@ -24,7 +23,6 @@ def make_volume(store: MemoryStore, table: str) -> Volume:
         "v",
         "uuid-1",
         engine=EngineRegistry().engine("software"),
-        limits=QueueLimits(),
         suspend_wait_seconds=0.2,
     )
     volume.load(parse_table(table))
@@ -42,7 +40,7 @@ def volume() -> Iterator[Volume]:
 def test_sequential_writes_of_a_batch_become_one_request(volume: Volume) -> None:
     blocks = [os.urandom(4096) for _ in range(64)]
     before = volume.stats.snapshot()
-    errors = volume.write_batch([(i * 4096, memoryview(b)) for i, b in enumerate(blocks)])
+    errors, _ = volume.write_batch([(i * 4096, memoryview(b)) for i, b in enumerate(blocks)])
     after = volume.stats.snapshot()
     assert errors == [None] * 64
     assert after["w_ios"] - before["w_ios"] <= 2
@@ -61,7 +59,7 @@ def test_a_batch_read_fills_every_buffer_in_one_submission(volume: Volume) -> No
 
 def test_overlapping_writes_apply_in_batch_order(volume: Volume) -> None:
     first, second, third = b"A" * 8192, b"B" * 4096, b"C" * 10
-    errors = volume.write_batch(
+    errors, _ = volume.write_batch(
         [(0, memoryview(first)), (4096, memoryview(second)), (4100, memoryview(third))]
     )
     assert errors == [None, None, None]
@@ -70,7 +68,7 @@ def test_overlapping_writes_apply_in_batch_order(volume: Volume) -> None:
 
 def test_unaligned_writes_in_a_batch_keep_their_neighbours(volume: Volume) -> None:
     volume.write(0, b"\xee" * 8192)
-    errors = volume.write_batch([(10, memoryview(b"x" * 5)), (5000, memoryview(b"y" * 3))])
+    errors, _ = volume.write_batch([(10, memoryview(b"x" * 5)), (5000, memoryview(b"y" * 3))])
     assert errors == [None, None]
     expected = bytearray(b"\xee" * 8192)
     expected[10:15] = b"x" * 5
@@ -83,7 +81,7 @@ def test_a_failing_part_does_not_fail_the_others() -> None:
     half = SECTORS // 2
     volume = make_volume(store, f"0 {half} crypt aes-xts-plain64 {KEY} 0 pv 0\n{half} {half} error")
     try:
-        errors = volume.write_batch(
+        errors, _ = volume.write_batch(
             [(0, memoryview(b"1" * 4096)), (half * 512, memoryview(b"2" * 4096))]
         )
         assert errors[0] is None

@@ -1,0 +1,68 @@
+"""What targets map onto beyond plain stores: a timed device and a stacked volume conform too."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from app.dm.table import parse_table
+from app.dm.timed import TimedDevice
+from app.dm.volume import Volume
+from app.engine.clock import DeviceTimer
+from app.engine.presets import DEVICE_MODELS
+from app.engine.registry import EngineRegistry
+from app.errors import RangeNotSatisfiable
+from app.storage.memory import MemoryStore
+from tests.conformance import SIZE, BlockDeviceTests, read
+
+KEY = bytes(range(64)).hex()
+
+
+class TestTimedDevice(BlockDeviceTests[TimedDevice]):
+    @pytest.fixture
+    def device(self) -> TimedDevice:
+        return TimedDevice(MemoryStore(SIZE), DeviceTimer(DEVICE_MODELS["sdcard-bbb"]))
+
+    def test_every_io_is_charged_to_the_model_clock(self, device: TimedDevice) -> None:
+        device.write(0, bytes(4096))
+        device.readv_into(0, [memoryview(bytearray(512)), memoryview(bytearray(512))])
+        device.flush()
+        ios = device.timer.snapshot()["ios"]
+        assert (ios["write"], ios["read"], ios["flush"]) == (1, 1, 1)
+
+
+def make_volume(name: str, table: str, resolve: dict[str, object]) -> Volume:
+    volume = Volume(name, f"uuid-{name}", engine=EngineRegistry().engine("software"))
+    volume.load(parse_table(table))
+    volume.resume(lambda ref: resolve[ref.name])  # type: ignore[arg-type,return-value]
+    return volume
+
+
+class TestStackedVolume(BlockDeviceTests[Volume]):
+    """``top`` (linear) over ``mid`` (crypt, allow_discards) over a memory store."""
+
+    out_of_range = RangeNotSatisfiable
+    unwritten_reads_zeros = False
+
+    @pytest.fixture
+    def store(self) -> MemoryStore:
+        return MemoryStore(SIZE)
+
+    @pytest.fixture
+    def device(self, store: MemoryStore) -> Iterator[Volume]:
+        sectors = SIZE // 512
+        mid = make_volume(
+            "mid",
+            f"0 {sectors} crypt aes-xts-plain64 {KEY} 0 pv 0 1 allow_discards",
+            {"pv": store},
+        )
+        top = make_volume("top", f"0 {sectors} linear /dev/mapper/mid 0", {"mid": mid})
+        yield top
+        top.remove()
+        mid.remove()
+
+    def test_the_store_below_holds_ciphertext(self, device: Volume, store: MemoryStore) -> None:
+        device.write(0, b"p" * 4096)
+        assert read(store, 0, 4096) != b"p" * 4096
+        assert read(device, 0, 4096) == b"p" * 4096
