@@ -63,6 +63,14 @@ class Settings(BaseSettings):
     )
     suspend_wait_seconds: float = Field(default=30.0, ge=0)
     plug_window_us: int = Field(default=50, ge=0, le=1_000_000)
+    nbd_port: int | None = Field(
+        default=None, ge=0, le=65535, description="serve exported volumes over NBD; unset: off"
+    )
+    nbd_tls_cert: Path | None = Field(default=None, description="PEM server certificate chain")
+    nbd_tls_key: Path | None = Field(default=None, description="PEM private key of nbd_tls_cert")
+    nbd_tls_ca: Path | None = Field(
+        default=None, description="PEM CA certificates that client certificates must chain to"
+    )
     bench_ceiling: bool = Field(
         default=False, description="mount the /v1/null ceiling endpoints the benchmarks use"
     )
@@ -110,6 +118,16 @@ class Settings(BaseSettings):
         if self.auth == "disabled" and not is_loopback(self.host):
             raise ValueError(
                 f"REQCRYPT_AUTH=disabled is only allowed when bound to a loopback address, not {self.host!r}"
+            )
+        tls = (self.nbd_tls_cert, self.nbd_tls_key, self.nbd_tls_ca)
+        if any(path is not None for path in tls) and not all(path is not None for path in tls):
+            raise ValueError(
+                "NBD TLS needs all of REQCRYPT_NBD_TLS_CERT, REQCRYPT_NBD_TLS_KEY and REQCRYPT_NBD_TLS_CA"
+            )
+        if self.nbd_port is not None and not is_loopback(self.host) and self.nbd_tls_ca is None:
+            raise ValueError(
+                f"REQCRYPT_NBD_PORT on {self.host!r} (not loopback) needs TLS with verified "
+                "client certificates: set REQCRYPT_NBD_TLS_CERT, REQCRYPT_NBD_TLS_KEY and REQCRYPT_NBD_TLS_CA"
             )
         return self
 

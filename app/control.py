@@ -144,7 +144,13 @@ class Control:
         return table
 
     def create_volume(
-        self, name: str, table_text: str, *, engine: str = "software", tuning: Tuning | None = None
+        self,
+        name: str,
+        table_text: str,
+        *,
+        engine: str = "software",
+        tuning: Tuning | None = None,
+        nbd_export: bool = False,
     ) -> Volume:
         """dmsetup create: load + resume. A plug window of None follows the service default."""
         check_name("volume", name)
@@ -155,10 +161,18 @@ class Control:
                 raise AlreadyExists(f"volume {name} exists")
             table = self._parse(name, table_text, engine_obj)
             volume = self._new_volume(name, str(uuid.uuid4()), engine_obj, tuning)
+            volume.nbd_export = nbd_export
             volume.load(table)
             volume.check_resumable()
             with self.records.transaction() as records:
-                records.add_volume(name, volume.uuid, engine=engine, tuning=tuning, live=table)
+                records.add_volume(
+                    name,
+                    volume.uuid,
+                    engine=engine,
+                    tuning=tuning,
+                    live=table,
+                    nbd_export=nbd_export,
+                )
                 volume.resume(self.resolve)
             self.volumes[name] = volume
             return volume
@@ -270,6 +284,14 @@ class Control:
                 records.retune(name, engine=engine or volume.engine.name, tuning=tuning)
             volume.retune(tuning, engine_obj)
 
+    def set_nbd_export(self, name: str, nbd_export: bool) -> None:
+        """Serve the volume over NBD, or stop (its NBD connections then close)."""
+        with self._lock:
+            volume = self.volume(name)
+            with self.records.transaction() as records:
+                records.set_nbd_export(name, nbd_export)
+            volume.nbd_export = nbd_export
+
     # ------------------------------------------------------------------ restart
 
     def restore(self) -> None:
@@ -304,6 +326,7 @@ class Control:
         if stored.inactive is not None:
             volume.load(stored.inactive)
         volume.event_nr = stored.event_nr
+        volume.nbd_export = stored.nbd_export
         self.volumes[stored.name] = volume
 
     def close(self) -> None:

@@ -23,7 +23,8 @@ from app.db.queries import SqlRegistryStore
 from app.db.session import make_engine, make_sessionmaker
 from app.engine.registry import EngineRegistry
 from app.keyfiles import admin_token_path, load_admin_token, load_master_key
-from app.metrics import HttpMetrics, RequestContextMiddleware, VolumeCollector
+from app.metrics import HttpMetrics, NbdCollector, RequestContextMiddleware, VolumeCollector
+from app.nbd.server import NbdServer, make_tls_context
 from app.repository import Records
 from app.state import State
 from app.storage.registry import DeviceRegistry
@@ -83,6 +84,23 @@ def build_state(settings: Settings, registry: CollectorRegistry) -> State:
     )
 
 
+async def start_nbd(state: State) -> NbdServer:
+    settings = state.settings
+    assert settings.nbd_port is not None
+    tls = None
+    if settings.nbd_tls_cert and settings.nbd_tls_key and settings.nbd_tls_ca:
+        tls = make_tls_context(
+            str(settings.nbd_tls_cert), str(settings.nbd_tls_key), str(settings.nbd_tls_ca)
+        )
+    server = NbdServer(
+        state.control, state.io_executor, host=settings.host, port=settings.nbd_port, tls=tls
+    )
+    await server.start()
+    state.registry.register(NbdCollector(server))
+    log.info("NBD on %s:%d%s", settings.host, server.port, " (TLS required)" if tls else "")
+    return server
+
+
 def install_openapi(app: FastAPI) -> None:
     """Register the schemas that routes reference by hand (problem+json, text/plain tables)."""
 
@@ -127,8 +145,12 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         state = build_state(settings, registry)
         app.state.reqcrypt = state
         try:
+            if settings.nbd_port is not None:
+                state.nbd = await start_nbd(state)
             yield
         finally:
+            if state.nbd is not None:
+                await state.nbd.close()
             state.io_executor.shutdown()
             state.benchmarks.close()
             state.control.close()

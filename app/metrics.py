@@ -13,6 +13,7 @@ from prometheus_client.registry import Collector
 
 if TYPE_CHECKING:
     from app.control import Control
+    from app.nbd.server import NbdServer
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -161,3 +162,38 @@ class VolumeCollector(Collector):
             busy.add_metric([engine_name], snapshot.get("busy_ns", 0) / 1e9)
         yield calls
         yield busy
+
+
+class NbdCollector(Collector):
+    """NBD requests, bytes and connections per exported volume, read at scrape time."""
+
+    def __init__(self, server: NbdServer) -> None:
+        self.server = server
+
+    def collect(self) -> Iterator[Metric]:
+        requests = CounterMetricFamily(
+            "reqcrypt_nbd_requests", "NBD requests answered", labels=["volume", "command"]
+        )
+        moved = CounterMetricFamily(
+            "reqcrypt_nbd_bytes", "NBD payload bytes", labels=["volume", "direction"]
+        )
+        errors = CounterMetricFamily(
+            "reqcrypt_nbd_errors", "NBD requests answered with an error", labels=["volume"]
+        )
+        connections = GaugeMetricFamily(
+            "reqcrypt_nbd_connections", "open NBD connections", labels=["volume"]
+        )
+        for name, volume in sorted(self.server.control.volumes.items()):
+            stats = self.server.stats.get(volume.uuid)
+            if stats is None:
+                continue
+            for command, count in stats.requests.items():
+                requests.add_metric([name, command], count)
+            moved.add_metric([name, "read"], stats.read_bytes)
+            moved.add_metric([name, "written"], stats.written_bytes)
+            errors.add_metric([name], stats.errors)
+            connections.add_metric([name], len(self.server.connections_of(volume)))
+        yield requests
+        yield moved
+        yield errors
+        yield connections

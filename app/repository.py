@@ -49,6 +49,7 @@ class StoredVolume:
     event_nr: int
     live: Table | None
     inactive: Table | None
+    nbd_export: bool = False
 
 
 def _key_aad(volume_uuid: str, table_id: int, line_index: int) -> bytes:
@@ -106,8 +107,19 @@ class RecordsTx:
 
     # ------------------------------------------------------------------ volumes
 
-    def add_volume(self, name: str, uuid: str, *, engine: str, tuning: Tuning, live: Table) -> None:
-        row = models.Volume(uuid=uuid, name=name, state="active", engine=engine, event_nr=1)
+    def add_volume(
+        self,
+        name: str,
+        uuid: str,
+        *,
+        engine: str,
+        tuning: Tuning,
+        live: Table,
+        nbd_export: bool = False,
+    ) -> None:
+        row = models.Volume(
+            uuid=uuid, name=name, state="active", engine=engine, event_nr=1, nbd_export=nbd_export
+        )
         _write_tuning(row, tuning)
         self.session.add(row)
         self.session.flush()
@@ -171,6 +183,9 @@ class RecordsTx:
         row.engine = engine
         _write_tuning(row, tuning)
 
+    def set_nbd_export(self, name: str, nbd_export: bool) -> None:
+        self._volume_row(name).nbd_export = nbd_export
+
     def volumes(self) -> list[StoredVolume]:
         rows = list(self.session.scalars(select(models.Volume)))
         tables = {
@@ -195,6 +210,7 @@ class RecordsTx:
                 event_nr=row.event_nr,
                 live=stored(row, "live"),
                 inactive=stored(row, "inactive"),
+                nbd_export=row.nbd_export,
             )
             for row in rows
         ]

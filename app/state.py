@@ -13,6 +13,7 @@ from app.bench.jobs import BenchmarkJobs
 from app.config import Settings
 from app.control import Control
 from app.engine.registry import EngineRegistry
+from app.nbd.server import NbdServer
 
 
 @dataclass(slots=True)
@@ -27,3 +28,4 @@ class State:
     engines: EngineRegistry
     benchmarks: BenchmarkJobs
     io_executor: IoExecutor
+    nbd: NbdServer | None = None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -79,6 +80,7 @@ class VolumeCreate(BaseModel):
         le=1_000_000,
         description="request mode's plug window; default: service setting",
     )
+    nbd_export: bool = Field(default=False, description="serve over NBD under the volume's name")
 
     def tuning(self) -> Tuning:
         return Tuning(
@@ -97,6 +99,7 @@ class VolumePatch(BaseModel):
     elevator: ElevatorName | None = None
     queue_limits: QueueLimitsIn | None = None
     plug_window_us: int | None = Field(default=None, ge=0, le=1_000_000)
+    nbd_export: bool | None = None
 
     def patch(self) -> TuningPatch:
         return TuningPatch(
@@ -139,6 +142,14 @@ class TargetOut(BaseModel):
     params: str = Field(description="arguments as dmsetup table prints them, keys zeroed")
 
 
+class NbdConnectionOut(BaseModel):
+    peer: str
+    tls: bool
+    structured_replies: bool
+    in_flight: int
+    connected_at: datetime
+
+
 class VolumeOut(BaseModel):
     name: str
     uuid: str
@@ -156,6 +167,10 @@ class VolumeOut(BaseModel):
     plug_window_us: int
     queue_depth: int = Field(description="hardware tags, from the device model (sdcard-bbb: 1)")
     logical_block_size: int
+    nbd_export: bool
+    nbd_connections: list[NbdConnectionOut] = Field(
+        default_factory=list, description="open NBD connections to this volume"
+    )
 
 
 class RangeIn(BaseModel):

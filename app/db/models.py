@@ -12,7 +12,16 @@ import uuid
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import JSON, BigInteger, ForeignKey, LargeBinary, String, Text, UniqueConstraint
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    ForeignKey,
+    LargeBinary,
+    String,
+    Text,
+    UniqueConstraint,
+    false,
+)
 from sqlalchemy.orm import Mapped, mapped_column, relationship
 
 from app.db.base import Base, utcnow
@@ -44,6 +53,7 @@ class Volume(Base):
     elevator: Mapped[str] = mapped_column(String(16), default="none")
     queue_limits: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
     plug_window_us: Mapped[int | None] = mapped_column(comment="NULL: the service default")
+    nbd_export: Mapped[bool] = mapped_column(default=False, server_default=false())
     event_nr: Mapped[int] = mapped_column(default=0)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(default=utcnow, onupdate=utcnow)

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from typing import Literal
 
@@ -37,6 +37,17 @@ from app.dm.table import CryptParams, Table
 from app.dm.targets import MapContext, Target
 from app.errors import InvalidInput, InvalidState, RangeNotSatisfiable, Unavailable
 from app.vocab import DEFAULT_QUEUE_DEPTH, SECTOR_SIZE, Op
+
+
+@dataclass(slots=True, eq=False)
+class BatchIo:
+    """One whole-block read or write of ``DataPath.submit_batch``: READ fills ``buffer``."""
+
+    op: Literal[Op.READ, Op.WRITE]
+    offset: int
+    buffer: memoryview
+    fua: bool = False
+    error: Exception | None = None
 
 
 @dataclass(slots=True)
@@ -297,6 +308,61 @@ class DataPath:
             self._submit(Op.WRITE, start, len(merged), [merged], fua=fua)
 
     # ------------------------------------------------------------- batched I/O
+
+    def submit_batch(self, ios: Sequence[BatchIo]) -> None:
+        """Whole-block reads and writes from one submitter (an NBD client's pipelined
+        requests), queued under one plug and merged as one task's plugged bios are,
+        dispatched at once (``submit_bios``: the batch was the plug's window), then
+        waited for together. Never raises: each I/O's failure lands in its ``error``."""
+        if not ios:
+            return
+        try:
+            with self._io():
+                admitted: list[BatchIo] = []
+                for io in ios:
+                    try:
+                        self.check_range(io.offset, len(io.buffer))
+                    except Exception as error:
+                        io.error = error
+                        continue
+                    admitted.append(io)
+                ranges = [(io.offset, io.offset + len(io.buffer)) for io in admitted]
+                writes = any(io.op is Op.WRITE for io in admitted)
+                with (
+                    self.versions.writing() if writes else nullcontext(),
+                    self._ranges.hold_shared(ranges),
+                ):
+                    self._submit_batch(admitted)
+        except Exception as error:  # not admitted: suspended too long, or removed
+            for io in ios:
+                if io.error is None:
+                    io.error = error
+
+    def _submit_batch(self, admitted: list[BatchIo]) -> None:
+        submitted = [
+            (
+                io,
+                Bio(
+                    io.op,
+                    io.offset // SECTOR_SIZE,
+                    len(io.buffer) // SECTOR_SIZE,
+                    [io.buffer],
+                    fua=io.fua,
+                ),
+            )
+            for io in admitted
+        ]
+        try:
+            self.queue.submit_bios([bio for _, bio in submitted])
+        except Exception as error:  # a bio the queue refused: nothing was queued
+            for io in admitted:
+                io.error = error
+            return
+        for io, bio in submitted:
+            try:
+                bio.wait()
+            except Exception as error:
+                io.error = error
 
     def _submit_together(
         self, op: Op, ios: Sequence[tuple[int, memoryview]]

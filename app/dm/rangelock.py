@@ -7,7 +7,7 @@ read and the write (Ceph RBD's rule for unaligned writes).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 
 from app.blk.wait import WaitQueue
@@ -36,4 +36,20 @@ class RangeLock:
         finally:
             with self._cond:
                 self._held.remove(entry)
+                self._cond.notify_all()
+
+    @contextmanager
+    def hold_shared(self, ranges: Sequence[tuple[int, int]]) -> Iterator[None]:
+        """Many shared ranges taken at once (a batch of I/Os): all or nothing, one wake-up."""
+        entries = [(start, end, False) for start, end in ranges]
+        with self._cond:
+            while any(self._conflicts(start, end, False) for start, end, _ in entries):
+                self._cond.wait()
+            self._held.extend(entries)
+        try:
+            yield
+        finally:
+            with self._cond:
+                for entry in entries:
+                    self._held.remove(entry)
                 self._cond.notify_all()

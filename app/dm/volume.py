@@ -105,6 +105,8 @@ class Volume(DataPath):
         self.default_plug_window_us = default_plug_window_us
         self.inactive: Table | None = None
         self.event_nr = 0
+        #: Served by the NBD front end under this volume's name (set by the control plane).
+        self.nbd_export = False
 
     @property
     def dispatch_mode(self) -> DispatchMode:

@@ -43,9 +43,10 @@ ALLOWED: dict[str, set[str]] = {
         "commands",  # `bench http` finds the service and token as every client command does
         "main",  # `reqcrypt bench` builds the service's state in process
     },
-    "metrics": {"control"},
+    "metrics": {"control", "nbd"},
+    "nbd": {"blk", "control", "dm", "errors", "vocab"},
     "keyfiles": {"config"},
-    "state": {"api", "bench", "config", "control", "engine"},
+    "state": {"api", "bench", "config", "control", "engine", "nbd"},
     "api": {
         "bench",
         "blk",
@@ -57,6 +58,7 @@ ALLOWED: dict[str, set[str]] = {
         "errors",
         "vocab",
         "state",  # the lifespan's typed State, which also holds the api's executor
+        "nbd",  # volume info and status list the NBD connections
     },
     "main": {
         "api",
@@ -67,6 +69,7 @@ ALLOWED: dict[str, set[str]] = {
         "engine",
         "keyfiles",
         "metrics",
+        "nbd",
         "repository",
         "state",
         "storage",
@@ -78,8 +81,8 @@ ALLOWED: dict[str, set[str]] = {
 }
 WEB = {"fastapi", "starlette"}
 SQL = {"sqlalchemy", "alembic"}
-NO_WEB = LEAVES | CORE | {"dm", "db", "repository", "control", "bench"}
-NO_SQL = LEAVES | CORE | {"dm", "control"}
+NO_WEB = LEAVES | CORE | {"dm", "db", "repository", "control", "bench", "nbd"}
+NO_SQL = LEAVES | CORE | {"dm", "control", "nbd"}
 
 
 def units() -> list[str]:

@@ -11,10 +11,11 @@ from fastapi import APIRouter, Request, Response
 from fastapi.responses import PlainTextResponse
 from starlette.exceptions import HTTPException
 
-from app.api.deps import AdminDep, ControlDep, RoleDep
+from app.api.deps import AdminDep, ControlDep, RoleDep, StateDep
 from app.api.problems import responses
 from app.api.schemas import (
     MessageIn,
+    NbdConnectionOut,
     QueueLimitsIn,
     RenameIn,
     SuspendIn,
@@ -26,12 +27,13 @@ from app.api.schemas import (
 from app.control import Control
 from app.dm.table import format_table
 from app.dm.volume import Volume
+from app.nbd.server import NbdServer
 from app.vocab import SECTOR_SIZE
 
 router = APIRouter(prefix="/v1/volumes", tags=["volumes"], responses=responses(401, 403))
 
 
-def volume_out(volume: Volume, control: Control) -> VolumeOut:
+def volume_out(volume: Volume, control: Control, nbd: NbdServer | None = None) -> VolumeOut:
     info = volume.info()
     tables: list[Any] = (["LIVE"] if info.has_live else []) + (
         ["INACTIVE"] if info.has_inactive else []
@@ -62,6 +64,12 @@ def volume_out(volume: Volume, control: Control) -> VolumeOut:
         plug_window_us=info.plug_window_us,
         queue_depth=info.queue_depth,
         logical_block_size=info.limits.logical_block_size,
+        nbd_export=volume.nbd_export,
+        nbd_connections=[
+            NbdConnectionOut(**connection) for connection in nbd.connections_of(volume)
+        ]
+        if nbd is not None
+        else [],
     )
 
 
@@ -88,7 +96,9 @@ async def table_text(request: Request) -> str:
 
 @router.post("", status_code=201, response_model=VolumeOut, responses=responses(404, 409, 422))
 def create_volume(body: VolumeCreate, control: ControlDep, _: AdminDep) -> VolumeOut:
-    volume = control.create_volume(body.name, body.table, engine=body.engine, tuning=body.tuning())
+    volume = control.create_volume(
+        body.name, body.table, engine=body.engine, tuning=body.tuning(), nbd_export=body.nbd_export
+    )
     return volume_out(volume, control)
 
 
@@ -98,13 +108,15 @@ def list_volumes(control: ControlDep, _: RoleDep) -> list[VolumeOut]:
 
 
 @router.get("/{name}", response_model=VolumeOut, responses=responses(404))
-def get_volume(name: str, control: ControlDep, _: RoleDep) -> VolumeOut:
-    return volume_out(control.volume(name), control)
+def get_volume(name: str, state: StateDep, _: RoleDep) -> VolumeOut:
+    return volume_out(state.control.volume(name), state.control, state.nbd)
 
 
 @router.patch("/{name}", response_model=VolumeOut, responses=responses(404, 422))
 def patch_volume(name: str, body: VolumePatch, control: ControlDep, _: AdminDep) -> VolumeOut:
     control.retune(name, engine=body.engine, patch=body.patch())
+    if body.nbd_export is not None:
+        control.set_nbd_export(name, body.nbd_export)
     return volume_out(control.volume(name), control)
 
 
@@ -186,9 +198,10 @@ def rename_volume(name: str, body: RenameIn, control: ControlDep, _: AdminDep) -
 
 
 @router.get("/{name}/status", responses=responses(404))
-def volume_status(name: str, control: ControlDep, _: RoleDep) -> dict[str, Any]:
-    """``dmsetup status`` lines plus iostat-style statistics of the volume's queue."""
-    volume = control.volume(name)
+def volume_status(name: str, state: StateDep, _: RoleDep) -> dict[str, Any]:
+    """``dmsetup status`` lines plus iostat-style statistics of the volume's queue
+    (HTTP and NBD I/O alike) and, when the NBD server runs, its requests and connections."""
+    volume = state.control.volume(name)
     lines = []
     if volume.live is not None:
         for line, target in zip(volume.live.table.lines, volume.live.targets, strict=True):
@@ -201,6 +214,12 @@ def volume_status(name: str, control: ControlDep, _: RoleDep) -> dict[str, Any]:
         "engine": volume.engine.name,
         "in_flight": volume.in_flight,
         "stats": volume.stats.snapshot(),
+        "nbd": {
+            **state.nbd.stats_of(volume).snapshot(),
+            "connections": state.nbd.connections_of(volume),
+        }
+        if state.nbd is not None
+        else None,
     }
 
 

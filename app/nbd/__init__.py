@@ -1,0 +1,7 @@
+"""The NBD front end: volumes served over the Network Block Device protocol.
+
+A second front end beside the HTTP API, on the same ``Volume`` objects (queue,
+statistics, lifecycle, ciphertext). ``protocol`` is pure message packing and
+checking; ``server`` is the asyncio server. Imports ``control``, ``dm`` and
+``blk`` below it; never ``api`` (a sibling front end), FastAPI or SQL.
+"""

@@ -1,0 +1,473 @@
+"""The NBD server in process, spoken to byte by byte: handshake, errors, batching, lifecycle."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import struct
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import httpx
+import pytest
+from fastapi import FastAPI
+
+from app.config import Settings
+from app.main import create_app
+from app.nbd import protocol
+from app.nbd.protocol import Command, CommandFlag, Errno, Option, Reply
+from tests.conftest import ADMIN_TOKEN, IO_TOKEN, asgi_client
+from tests.factories import make_device, make_volume, xts_table
+from tests.nbd.client import RawClient
+
+pytestmark = pytest.mark.anyio
+MIB = 1 << 20
+
+
+@pytest.fixture
+def settings(data_dir: Path) -> Settings:
+    return Settings(
+        data_dir=data_dir,
+        admin_token=ADMIN_TOKEN,  # type: ignore[arg-type]
+        io_token=IO_TOKEN,  # type: ignore[arg-type]
+        suspend_wait_seconds=1.0,
+        nbd_port=0,
+    )
+
+
+@pytest.fixture
+async def app(settings: Settings) -> AsyncIterator[FastAPI]:
+    application = create_app(settings)
+    async with application.router.lifespan_context(application):
+        yield application
+
+
+@pytest.fixture
+def port(app: FastAPI) -> int:
+    server = app.state.reqcrypt.nbd
+    assert server is not None
+    port: int = server.port
+    return port
+
+
+@pytest.fixture
+async def exported(client: httpx.AsyncClient) -> str:
+    await make_device(client, "pv", 4 * MIB)
+    await make_volume(client, "vol", xts_table("pv", 8192), nbd_export=True)
+    return "vol"
+
+
+async def test_server_is_off_without_a_port(data_dir: Path) -> None:
+    application = create_app(Settings(data_dir=data_dir, admin_token=ADMIN_TOKEN))  # type: ignore[arg-type]
+    async with application.router.lifespan_context(application):
+        assert application.state.reqcrypt.nbd is None
+
+
+async def test_unknown_option_is_unsupported_and_haggling_goes_on(port: int, exported: str) -> None:
+    client = await RawClient.connect(port)
+    (reply,) = await client.option(99, b"abc")
+    assert reply.reply == Reply.ERR_UNSUP
+    (reply,) = await client.option(Option.STRUCTURED_REPLY)
+    assert reply.reply == Reply.ACK
+    replies = await client.option(Option.GO, client.info_data(exported))
+    assert replies[-1].reply == Reply.ACK
+    await client.close()
+
+
+async def test_list_names_only_exported_volumes(
+    port: int, exported: str, client: httpx.AsyncClient
+) -> None:
+    await make_device(client, "pv2", MIB)
+    await make_volume(client, "private", xts_table("pv2", 2048))
+    raw = await RawClient.connect(port)
+    replies = await raw.option(Option.LIST)
+    assert [r.reply for r in replies] == [Reply.SERVER, Reply.ACK]
+    assert replies[0].data == struct.pack(">I", 3) + b"vol"
+    (invalid,) = await raw.option(Option.LIST, b"x")
+    assert invalid.reply == Reply.ERR_INVALID
+    await raw.close()
+
+
+async def test_info_on_an_unexported_or_missing_volume_is_unknown(
+    port: int, exported: str, client: httpx.AsyncClient
+) -> None:
+    await make_device(client, "pv2", MIB)
+    await make_volume(client, "private", xts_table("pv2", 2048))
+    raw = await RawClient.connect(port)
+    for name in ("private", "missing"):
+        (reply,) = await raw.option(Option.INFO, raw.info_data(name))
+        assert reply.reply == Reply.ERR_UNKNOWN
+    replies = await raw.option(Option.INFO, raw.info_data(exported, 1))
+    assert [r.reply for r in replies] == [Reply.INFO] * 3 + [Reply.ACK]
+    assert replies[2].data == b"\x00\x01vol"
+    (reply,) = await raw.option(Option.GO, b"\x00\x00\x00\x09vol")
+    assert reply.reply == Reply.ERR_INVALID
+    await raw.close()
+
+
+async def test_export_name_on_a_missing_export_closes_the_session(port: int, exported: str) -> None:
+    raw = await RawClient.connect(port)
+    raw.send_option(Option.EXPORT_NAME, b"missing")
+    assert await raw.closed_by_server()
+
+
+async def test_export_name_enters_transmission_with_size_and_flags(
+    port: int, exported: str
+) -> None:
+    raw = await RawClient.connect(port, client_flags=1)
+    raw.send_option(Option.EXPORT_NAME, exported.encode())
+    size, flags = struct.unpack(">QH", await raw.reader.readexactly(10))
+    assert await raw.reader.readexactly(124) == bytes(124)
+    assert size == 4 * MIB
+    assert flags == protocol.transmission_flags(read_only=False, trim=False)
+    answer = await raw.request(Command.READ, 0, 512)
+    assert answer.error == 0
+    assert len(answer.data) == 512
+    await raw.close()
+
+
+async def test_abort_is_acknowledged_then_closed(port: int) -> None:
+    raw = await RawClient.connect(port)
+    (reply,) = await raw.option(Option.ABORT)
+    assert reply.reply == Reply.ACK
+    assert await raw.closed_by_server()
+
+
+async def test_starttls_without_tls_configured_is_refused_by_policy(port: int) -> None:
+    raw = await RawClient.connect(port)
+    (reply,) = await raw.option(Option.STARTTLS)
+    assert reply.reply == Reply.ERR_POLICY
+    await raw.close()
+
+
+async def test_unknown_client_flags_drop_the_connection(port: int) -> None:
+    raw = await RawClient.connect(port, client_flags=1 | 8)
+    assert await raw.closed_by_server()
+
+
+async def test_writes_read_back_with_structured_replies(port: int, exported: str) -> None:
+    raw = await RawClient.open(port, exported)
+    data = bytes(range(256)) * 40
+    assert (await raw.request(Command.WRITE, 1000, len(data), payload=data)).error == 0
+    answer = await raw.request(Command.READ, 1000, len(data))
+    assert answer.data == data
+    await raw.close()
+
+
+async def test_simple_replies_when_structured_replies_are_not_negotiated(
+    port: int, exported: str
+) -> None:
+    raw = await RawClient.open(port, exported, structured=False)
+    assert (await raw.request(Command.WRITE, 0, 4, payload=b"abcd")).error == 0
+    assert (await raw.request(Command.READ, 0, 4)).data == b"abcd"
+    beyond = await raw.request(Command.READ, 4 * MIB, 512)
+    assert beyond.error == Errno.EINVAL
+    assert beyond.data == b""
+    assert (await raw.request(Command.READ, 0, 4)).data == b"abcd"
+    await raw.close()
+
+
+async def test_requests_past_the_end_are_einval_or_enospc(port: int, exported: str) -> None:
+    raw = await RawClient.open(port, exported)
+    read = await raw.request(Command.READ, 4 * MIB - 512, 1024)
+    assert read.error == Errno.EINVAL
+    assert "past the end" in read.message
+    write = await raw.request(Command.WRITE, 4 * MIB, 512, payload=bytes(512))
+    assert write.error == Errno.ENOSPC
+    zeroes = await raw.request(Command.WRITE_ZEROES, 4 * MIB, 512)
+    assert zeroes.error == Errno.EINVAL
+    assert (await raw.request(Command.READ, 4 * MIB - 512, 512)).error == 0
+    await raw.close()
+
+
+async def test_unknown_commands_and_flags_are_einval(port: int, exported: str) -> None:
+    raw = await RawClient.open(port, exported)
+    assert (await raw.request(42, 0, 512)).error == Errno.EINVAL
+    assert (await raw.request(Command.READ, 0, 512, flags=1 << 3)).error == Errno.EINVAL
+    trim = await raw.request(Command.TRIM, 0, 512)
+    assert trim.error == Errno.EINVAL
+    assert "allow_discards" in trim.message
+    await raw.close()
+
+
+async def test_oversized_requests_are_einval_and_the_connection_goes_on(
+    port: int, exported: str
+) -> None:
+    raw = await RawClient.open(port, exported)
+    too_big = protocol.MAX_PAYLOAD + 512
+    assert (await raw.request(Command.READ, 0, too_big)).error == Errno.EINVAL
+    handle = raw.send(Command.WRITE, 0, too_big, payload=b"\xee" * too_big)
+    answer = await raw.answer()
+    assert (answer.handle, answer.error) == (handle, Errno.EINVAL)
+    read = await raw.request(Command.READ, 0, 512)
+    assert read.error == 0
+    assert read.data != b"\xee" * 512
+    await raw.close()
+
+
+async def test_a_protocol_violation_drops_only_that_connection(port: int, exported: str) -> None:
+    good = await RawClient.open(port, exported)
+    bad = await RawClient.open(port, exported)
+    bad.writer.write(b"\x00" * 28)
+    assert await bad.closed_by_server()
+    assert (await good.request(Command.READ, 0, 512)).error == 0
+    await good.close()
+
+
+async def test_pipelined_requests_are_answered_by_handle_in_one_batch_and_merged(
+    port: int, exported: str, app: FastAPI, client: httpx.AsyncClient
+) -> None:
+    raw = await RawClient.open(port, exported)
+    handles = {
+        raw.send(Command.WRITE, i * 4096, 4096, payload=bytes([i]) * 4096) for i in range(32)
+    }
+    answers = [await raw.answer() for _ in range(32)]
+    assert {a.handle for a in answers} == handles
+    assert all(a.error == 0 for a in answers)
+    status = (await client.get("/v1/volumes/vol/status")).json()
+    assert status["stats"]["w_bios"] == 32
+    assert status["stats"]["w_ios"] < 32  # merged in the shared plug
+    assert status["nbd"]["requests"]["write"] == 32
+    assert status["nbd"]["batches"] <= 4
+    read = await raw.request(Command.READ, 0, 32 * 4096)
+    assert read.data == b"".join(bytes([i]) * 4096 for i in range(32))
+    await raw.close()
+
+
+async def test_write_zeroes_unaligned_and_fua(port: int, exported: str) -> None:
+    raw = await RawClient.open(port, exported)
+    assert (await raw.request(Command.WRITE, 0, 8192, payload=b"\xff" * 8192)).error == 0
+    zeroes = await raw.request(
+        Command.WRITE_ZEROES, 100, 5000, flags=CommandFlag.FUA | CommandFlag.NO_HOLE
+    )
+    assert zeroes.error == 0
+    read = await raw.request(Command.READ, 0, 8192)
+    assert read.data == b"\xff" * 100 + bytes(5000) + b"\xff" * 3092
+    await raw.close()
+
+
+async def test_trim_with_allow_discards(port: int, client: httpx.AsyncClient) -> None:
+    await make_device(client, "pvd", MIB)
+    table = xts_table("pvd", 2048, " 1 allow_discards")
+    await make_volume(client, "disc", table, nbd_export=True)
+    raw = await RawClient.open(port, "disc")
+    assert (await raw.request(Command.WRITE, 0, 8192, payload=b"\x11" * 8192)).error == 0
+    assert (await raw.request(Command.TRIM, 100, 8000)).error == 0
+    read = await raw.request(Command.READ, 0, 8192)
+    assert read.data[:512] == b"\x11" * 512  # the partial block at the edge is kept
+    assert read.data[512:7680] != b"\x11" * 7168
+    status = (await client.get("/v1/volumes/disc/status")).json()
+    assert status["stats"]["d_ios"] >= 1
+    await raw.close()
+
+
+async def test_flush_on_another_connection_covers_writes_of_the_first(
+    port: int, exported: str, client: httpx.AsyncClient
+) -> None:
+    first = await RawClient.open(port, exported)
+    second = await RawClient.open(port, exported)
+    assert (await first.request(Command.WRITE, 0, 4096, payload=b"\x42" * 4096)).error == 0
+    assert (await second.request(Command.FLUSH)).error == 0
+    assert (await second.request(Command.READ, 0, 4096)).data == b"\x42" * 4096
+    status = (await client.get("/v1/volumes/vol/status")).json()
+    assert status["stats"]["f_ios"] == 1
+    await first.close()
+    await second.close()
+
+
+async def test_a_suspended_volume_holds_requests_until_resume(
+    port: int, exported: str, client: httpx.AsyncClient
+) -> None:
+    raw = await RawClient.open(port, exported)
+    assert (await client.post("/v1/volumes/vol/suspend")).status_code == 200
+    handle = raw.send(Command.READ, 0, 512)
+    pending = asyncio.ensure_future(raw.answer())
+    await asyncio.sleep(0.3)
+    assert not pending.done()
+    assert (await client.post("/v1/volumes/vol/resume")).status_code == 200
+    answer = await asyncio.wait_for(pending, 2)
+    assert (answer.handle, answer.error) == (handle, 0)
+    await raw.close()
+
+
+async def test_suspended_longer_than_the_wait_is_eio(
+    port: int, exported: str, client: httpx.AsyncClient
+) -> None:
+    raw = await RawClient.open(port, exported)
+    assert (await client.post("/v1/volumes/vol/suspend")).status_code == 200
+    answer = await asyncio.wait_for(raw.request(Command.READ, 0, 512), 5)
+    assert answer.error == Errno.EIO
+    assert "suspended" in answer.message
+    await raw.close()
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "body"),
+    [
+        ("DELETE", "/v1/volumes/vol", None),
+        ("POST", "/v1/volumes/vol/rename", {"new_name": "other"}),
+        ("PATCH", "/v1/volumes/vol", {"nbd_export": False}),
+    ],
+)
+async def test_removed_renamed_or_unexported_volume_closes_its_connections(
+    port: int,
+    exported: str,
+    client: httpx.AsyncClient,
+    method: str,
+    path: str,
+    body: dict[str, object] | None,
+) -> None:
+    raw = await RawClient.open(port, exported)
+    assert (await raw.request(Command.READ, 0, 512)).error == 0
+    response = await client.request(method, path, json=body)
+    assert response.is_success, response.text
+    assert await raw.closed_by_server()
+
+
+async def test_connections_show_in_volume_info_status_and_metrics(
+    port: int, exported: str, client: httpx.AsyncClient
+) -> None:
+    raw = await RawClient.open(port, exported)
+    assert (await raw.request(Command.WRITE, 0, 512, payload=bytes(512))).error == 0
+    info = (await client.get("/v1/volumes/vol")).json()
+    assert info["nbd_export"] is True
+    (connection,) = info["nbd_connections"]
+    assert connection["structured_replies"] is True
+    assert connection["tls"] is False
+    status = (await client.get("/v1/volumes/vol/status")).json()
+    assert len(status["nbd"]["connections"]) == 1
+    assert status["nbd"]["written_bytes"] == 512
+    metrics = (await client.get("/metrics")).text
+    assert 'reqcrypt_nbd_requests_total{command="write",volume="vol"} 1.0' in metrics
+    assert 'reqcrypt_nbd_connections{volume="vol"} 1.0' in metrics
+    await raw.close()
+
+
+async def test_nbd_export_is_persisted_and_admin_only(
+    app: FastAPI, client: httpx.AsyncClient, exported: str
+) -> None:
+    async with asgi_client(app, IO_TOKEN) as io:
+        response = await io.patch("/v1/volumes/vol", json={"nbd_export": False})
+        assert response.status_code == 403
+    assert (await client.patch("/v1/volumes/vol", json={"nbd_export": False})).json()[
+        "nbd_export"
+    ] is False
+    control = app.state.reqcrypt.control
+    control.volumes.clear()
+    control.restore()
+    assert control.volume("vol").nbd_export is False
+
+
+async def test_a_client_that_stops_reading_does_not_hold_the_queue(
+    port: int, exported: str, app: FastAPI, client: httpx.AsyncClient
+) -> None:
+    slow = await RawClient.open(port, exported)
+    slow.writer.get_extra_info("socket").setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    for _ in range(200):
+        slow.send(Command.READ, 0, MIB)
+    await asyncio.sleep(0.5)
+    other = await RawClient.open(port, exported)
+    assert (await asyncio.wait_for(other.request(Command.READ, 0, 4096), 5)).error == 0
+    response = await client.get("/v1/volumes/vol/data", headers={"Range": "bytes=0-4095"})
+    assert response.status_code == 206
+    volume = app.state.reqcrypt.control.volume("vol")
+    for _ in range(100):
+        if volume.in_flight == 0:
+            break
+        await asyncio.sleep(0.02)
+    assert volume.in_flight == 0
+    (connection,) = [
+        c for c in app.state.reqcrypt.nbd.connections if c.transport.get_write_buffer_size()
+    ]
+    # It stopped taking requests it cannot answer: its replies wait in a bounded buffer.
+    assert connection.transport.get_write_buffer_size() < 80 * MIB
+    assert len(connection.buffer) > 0
+    await slow.close()
+    await other.close()
+
+
+async def test_a_burst_arriving_within_the_plug_window_is_one_batch(
+    port: int, client: httpx.AsyncClient
+) -> None:
+    await make_device(client, "pvw", MIB)
+    await make_volume(
+        client, "win", xts_table("pvw", 2048), nbd_export=True, plug_window_us=300_000
+    )
+    raw = await RawClient.open(port, "win")
+    raw.send(Command.WRITE, 0, 4096, payload=b"\x01" * 4096)
+    await raw.writer.drain()
+    await asyncio.sleep(0.05)
+    for i in range(1, 8):
+        raw.send(Command.WRITE, i * 4096, 4096, payload=bytes([i + 1]) * 4096)
+    answers = [await raw.answer() for _ in range(8)]
+    assert all(a.error == 0 for a in answers)
+    status = (await client.get("/v1/volumes/win/status")).json()
+    assert status["nbd"]["batches"] == 1
+    assert status["stats"]["w_ios"] == 1
+    await raw.close()
+
+
+async def test_requests_arriving_while_a_batch_runs_wait_to_form_the_next(
+    port: int, exported: str, app: FastAPI, client: httpx.AsyncClient
+) -> None:
+    raw = await RawClient.open(port, exported)
+    assert (await client.post("/v1/volumes/vol/suspend")).status_code == 200
+    raw.send(Command.READ, 0, 512)  # its batch waits on the suspended volume
+    await raw.writer.drain()
+    await asyncio.sleep(0.05)
+    for i in range(5):
+        raw.send(Command.READ, (i + 1) * 4096, 512)
+        await raw.writer.drain()
+        await asyncio.sleep(0.02)
+    (connection,) = app.state.reqcrypt.nbd.connections
+    assert connection.jobs == 1
+    assert len(connection.pending) == 5
+    big = raw.send(Command.READ, 0, MIB)  # too big to wait: the pending batch starts beside it
+    await asyncio.sleep(0.05)
+    assert connection.jobs == 2
+    assert (await client.post("/v1/volumes/vol/resume")).status_code == 200
+    answers = [await raw.answer() for _ in range(7)]
+    assert all(a.error == 0 for a in answers)
+    assert any(a.handle == big and len(a.data) == MIB for a in answers)
+    status = (await client.get("/v1/volumes/vol/status")).json()
+    assert status["nbd"]["batches"] == 2
+    await raw.close()
+
+
+async def test_a_removed_volume_leaves_no_nbd_statistics_behind(
+    port: int, exported: str, app: FastAPI, client: httpx.AsyncClient
+) -> None:
+    raw = await RawClient.open(port, exported)
+    assert (await raw.request(Command.READ, 0, 512)).error == 0
+    server = app.state.reqcrypt.nbd
+    assert len(server.stats) == 1
+    assert (await client.delete("/v1/volumes/vol")).status_code == 204
+    assert await raw.closed_by_server()
+    await asyncio.sleep(0.5)
+    assert server.stats == {}
+
+
+async def test_requests_answered_in_one_burst_form_one_batch_with_those_already_waiting(
+    port: int, client: httpx.AsyncClient
+) -> None:
+    await make_device(client, "pvb", MIB)
+    await make_volume(
+        client, "burst", xts_table("pvb", 2048), nbd_export=True, plug_window_us=200_000
+    )
+    raw = await RawClient.open(port, "burst")
+    assert (await client.post("/v1/volumes/burst/suspend")).status_code == 200
+    first = raw.send(Command.WRITE, 0, 4096, payload=b"\x01" * 4096)
+    await raw.writer.drain()
+    await asyncio.sleep(0.3)  # its batch has started and waits on the suspended volume
+    raw.send(Command.WRITE, 4096, 4096, payload=b"\x02" * 4096)  # waits for the next batch
+    await raw.writer.drain()
+    assert (await client.post("/v1/volumes/burst/resume")).status_code == 200
+    answer = await raw.answer()
+    assert answer.handle == first
+    raw.send(Command.WRITE, 8192, 4096, payload=b"\x03" * 4096)  # the client's reply to it
+    answers = [await raw.answer() for _ in range(2)]
+    assert all(a.error == 0 for a in answers)
+    status = (await client.get("/v1/volumes/burst/status")).json()
+    assert status["nbd"]["batches"] == 2
+    assert status["stats"]["w_ios"] == 2  # the second and third merged
+    await raw.close()
