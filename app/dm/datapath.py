@@ -365,35 +365,20 @@ class DataPath:
                 io.error = error
 
     def _submit_together(
-        self, op: Op, ios: Sequence[tuple[int, memoryview]]
-    ) -> list[BaseException | None]:
-        """Aligned I/Os as bios under one plug (io_submit): adjacent ones merge into one
+        self, op: Literal[Op.READ, Op.WRITE], ios: Sequence[tuple[int, memoryview]]
+    ) -> list[Exception | None]:
+        """Aligned I/Os of one op as one batch (io_submit): adjacent ones merge into one
         request, overlapping writes reach the device in order. Returns each one's error."""
-        if not ios:
-            return []
-        start = min(offset for offset, _ in ios)
-        end = max(offset + len(buffer) for offset, buffer in ios)
-        # One shared hold over the batch's span: it only excludes read-modify-writes.
-        with self._ranges.hold(start, end, exclusive=False):
-            bios = [
-                Bio(op, offset // SECTOR_SIZE, len(buffer) // SECTOR_SIZE, [buffer])
-                for offset, buffer in ios
-            ]
-            self.queue.submit_bios(bios)
-            errors: list[BaseException | None] = []
-            for bio in bios:
-                try:
-                    bio.wait()
-                    errors.append(None)
-                except Exception as error:
-                    errors.append(error)
-            return errors
+        batch = [BatchIo(op, offset, buffer) for offset, buffer in ios]
+        with self._ranges.hold_shared([(io.offset, io.offset + len(io.buffer)) for io in batch]):
+            self._submit_batch(batch)
+        return [io.error for io in batch]
 
     def _write_run(
         self,
         ios: Sequence[tuple[int, memoryview]],
         run: list[int],
-        errors: list[BaseException | None],
+        errors: list[Exception | None],
     ) -> None:
         if run:
             for index, error in zip(
@@ -432,7 +417,7 @@ class DataPath:
         *,
         fua: bool = False,
         precondition: Precondition | None = None,
-    ) -> tuple[list[BaseException | None], int]:
+    ) -> tuple[list[Exception | None], int]:
         """Independent writes issued together, applied in order where they overlap.
 
         Runs of aligned writes go to the queue together; a write with partial
@@ -443,7 +428,7 @@ class DataPath:
         """
         for offset, buffer in ios:
             self.check_range(offset, len(buffer))
-        errors: list[BaseException | None] = [None] * len(ios)
+        errors: list[Exception | None] = [None] * len(ios)
         with (
             self._io() as live,
             self.versions.conditional(precondition),
