@@ -12,12 +12,13 @@ from fastapi.openapi.utils import get_openapi
 from prometheus_client import CollectorRegistry
 
 from app.api import docs, manual, problems
+from app.api.admission import VolumeAdmission
 from app.api.executor import IoExecutor
 from app.api.routes import benchmarks, ceiling, data, devices, engines, health, volumes
 from app.api.schemas import Problem, TableIn
 from app.bench.jobs import BenchmarkJobs
 from app.config import Settings, get_settings
-from app.control import Control
+from app.control import Control, ControlLimits
 from app.db import migrate
 from app.db.queries import SqlRegistryStore
 from app.db.session import make_engine, make_sessionmaker
@@ -44,6 +45,17 @@ in the data directory as `admin.token`. Errors are `application/problem+json`
 """
 
 
+def control_limits(settings: Settings) -> ControlLimits:
+    return ControlLimits(
+        max_devices=settings.max_devices,
+        max_volumes=settings.max_volumes,
+        max_device_bytes=settings.max_device_bytes,
+        max_total_device_bytes=settings.max_total_device_bytes,
+        max_table_lines=settings.max_table_lines,
+        max_table_line_length=settings.max_table_line_length,
+    )
+
+
 def build_state(settings: Settings, registry: CollectorRegistry) -> State:
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     url = settings.resolved_database_url
@@ -65,10 +77,17 @@ def build_state(settings: Settings, registry: CollectorRegistry) -> State:
         engines,
         plug_window_us=settings.plug_window_us,
         suspend_wait_seconds=settings.suspend_wait_seconds,
+        limits=control_limits(settings),
     )
     control.restore()
     registry.register(VolumeCollector(control))
-    benchmarks_runner = BenchmarkJobs(sessions, control, engines)
+    benchmarks_runner = BenchmarkJobs(
+        sessions,
+        control,
+        engines,
+        max_jobs=settings.max_benchmark_jobs,
+        max_bytes=settings.max_benchmark_bytes,
+    )
     benchmarks_runner.recover()
     return State(
         settings=settings,
@@ -81,6 +100,7 @@ def build_state(settings: Settings, registry: CollectorRegistry) -> State:
         engines=engines,
         benchmarks=benchmarks_runner,
         io_executor=IoExecutor(),
+        admission=VolumeAdmission(settings.max_volume_ios),
     )
 
 
