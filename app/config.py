@@ -95,6 +95,9 @@ class Settings(BaseSettings):
     max_benchmark_bytes: int = Field(
         default=64 << 30, ge=4096, description="bytes one benchmark job may move over all its cells"
     )
+    keep_alive_seconds: int = Field(
+        default=5, ge=1, description="an idle keep-alive connection closes after this long"
+    )
     suspend_wait_seconds: float = Field(default=30.0, ge=0)
     plug_window_us: int = Field(default=50, ge=0, le=1_000_000)
     nbd_port: int | None = Field(
