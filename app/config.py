@@ -61,6 +61,11 @@ class Settings(BaseSettings):
         ge=4096,
         description="bytes of a multi-range GET or a multipart PUT, held in memory at once",
     )
+    max_control_body_bytes: int = Field(
+        default=8 << 20,
+        ge=1024,
+        description="JSON body of a control request; larger: 413 before it is read",
+    )
     max_device_bytes: int = Field(
         default=16 << 40, ge=512, le=1 << 50, description="size of one device (16 TiB)"
     )

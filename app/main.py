@@ -13,6 +13,7 @@ from prometheus_client import CollectorRegistry
 
 from app.api import docs, manual, problems
 from app.api.admission import VolumeAdmission
+from app.api.bodylimit import ControlBodyLimit
 from app.api.executor import IoExecutor
 from app.api.routes import benchmarks, ceiling, data, devices, engines, health, volumes
 from app.api.schemas import Problem, TableIn
@@ -186,6 +187,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     )
     install_openapi(app)
     problems.install(app)
+    app.add_middleware(ControlBodyLimit, max_bytes=settings.max_control_body_bytes)
     app.add_middleware(RequestContextMiddleware, metrics=HttpMetrics(registry))
     # Data routes first: FastAPI tries routers in this order on every request.
     app.include_router(data.router)
