@@ -9,7 +9,7 @@ from typing import Any
 
 from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
-from prometheus_client import CollectorRegistry
+from prometheus_client import CollectorRegistry, ProcessCollector
 
 from app.api import docs, manual, problems
 from app.api.executor import IoExecutor
@@ -139,6 +139,7 @@ def install_openapi(app: FastAPI) -> None:
 def create_app(settings: Settings | None = None) -> FastAPI:
     settings = settings or get_settings()
     registry = CollectorRegistry()
+    ProcessCollector(registry=registry)  # process_resident_memory_bytes, CPU, open fds
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
