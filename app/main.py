@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import traceback
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -195,12 +196,47 @@ def install_openapi(app: FastAPI) -> None:
     app.openapi = openapi  # type: ignore[method-assign]
 
 
+class WithholdExceptionText(logging.Filter):
+    """Log where an unexpected exception was raised, never its message.
+
+    Built-in exceptions echo their input (``invalid literal for int(): '<key>'``), so a
+    traceback's last line can carry a key; the frames (file, line, code) cannot.
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        error = record.exc_info[1] if record.exc_info else None
+        if error is not None:
+            frames = "".join(traceback.format_tb(error.__traceback__)).rstrip()
+            record.msg = (
+                f"{record.getMessage()}\nTraceback (most recent call last):\n{frames}\n"
+                f"{type(error).__qualname__}: (message withheld: it may hold request input)"
+            )
+            record.args = None
+            record.exc_info = None
+            record.exc_text = None
+        return True
+
+
+def withhold_exception_text() -> None:
+    """Put the filter on the loggers that log exceptions: uvicorn's (a 500 that Starlette
+    re-raises) and the service's own, all created at import by now."""
+    names = ["uvicorn.error", "reqcrypt"]
+    names += [
+        name for name in logging.root.manager.loggerDict if name.startswith(("reqcrypt.", "app."))
+    ]
+    for name in names:
+        logger = logging.getLogger(name)
+        if not any(isinstance(f, WithholdExceptionText) for f in logger.filters):
+            logger.addFilter(WithholdExceptionText())
+
+
 def create_app(settings: Settings | None = None) -> FastAPI:
     settings = settings or get_settings()
     registry = CollectorRegistry()
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        withhold_exception_text()  # here: uvicorn has configured its loggers
         state = build_state(settings, registry)
         app.state.reqcrypt = state
         try:
