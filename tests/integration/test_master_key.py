@@ -4,8 +4,10 @@ a wrong key stops the service before it serves anything."""
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
+import textwrap
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -282,3 +284,62 @@ def test_serve_with_a_wrong_master_key_exits_with_one_line_and_binds_nothing(
         "(wrong key, or a key file from another data directory)"
     ]
     assert "Uvicorn running" not in done.stdout + done.stderr
+
+
+KILLED_ROTATION = textwrap.dedent(
+    """
+    import os, signal, sys
+    import app.main, app.repository
+
+    def die(*_):
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    point = sys.argv[1]
+    if point == "before-transaction":
+        app.main.rewrap_keys = die
+    elif point == "inside-transaction":
+        real_wrap, calls = app.repository.wrap_key, []
+
+        def wrap(*args):
+            calls.append(args)
+            if len(calls) == 2:
+                die()
+            return real_wrap(*args)
+
+        app.repository.wrap_key = wrap
+    elif point == "after-commit":
+        app.main.commit_pending_master_key = die
+    sys.argv = ["reqcrypt", "rotate-master-key"]
+    from app.cli import main
+    main()
+    """
+)
+
+
+@pytest.mark.parametrize(
+    ("point", "survivor"),
+    [("before-transaction", "old"), ("inside-transaction", "old"), ("after-commit", "new")],
+)
+async def test_a_sigkilled_rotation_leaves_one_master_key_that_unwraps_everything(
+    key_settings: Settings, point: str, survivor: str
+) -> None:
+    await populate(key_settings)
+    old = key_file(key_settings)
+    env = {
+        **os.environ,
+        "REQCRYPT_DATA_DIR": str(key_settings.data_dir),
+        "REQCRYPT_DATABASE_URL": key_settings.resolved_database_url,
+    }
+    killed = subprocess.run(
+        [sys.executable, "-c", KILLED_ROTATION, point], env=env, capture_output=True, timeout=60
+    )
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    pending = pending_master_key_path(key_settings)
+    assert pending.exists()
+    new = bytes.fromhex(pending.read_text())
+    assert unwraps(key_settings, old if survivor == "old" else new) is True
+    assert unwraps(key_settings, new if survivor == "old" else old) is False
+
+    await assert_intact(key_settings)
+    assert key_file(key_settings) == (old if survivor == "old" else new)
+    assert not pending.exists()
