@@ -111,7 +111,8 @@ def wrap_key(master: Buffer, key: KeyMaterial, aad: bytes) -> bytes:
     Blob layout: version byte, 12-byte random nonce, GCM ciphertext + 16-byte tag.
     """
     nonce = os.urandom(_NONCE_SIZE)
-    sealed = _aead(master).encrypt(nonce, key.to_bytes(), _WRAP_VERSION + aad)
+    with key.view() as plain:  # no immutable copy of the key left behind
+        sealed = _aead(master).encrypt(nonce, plain, _WRAP_VERSION + aad)
     return _WRAP_VERSION + nonce + sealed
 
 

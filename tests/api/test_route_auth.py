@@ -175,3 +175,16 @@ def test_tokens_are_compared_in_constant_time(
         deps.authorize(state, f"Bearer {ADMIN_TOKEN}")
     assert (ADMIN_TOKEN.encode(), ADMIN_TOKEN.encode()) in compared
     assert (ADMIN_TOKEN.encode(), IO_TOKEN.encode()) in compared
+
+
+async def test_the_openapi_schema_declares_bearer_auth_on_every_non_public_operation(
+    full_app: FastAPI,
+) -> None:
+    schema = full_app.openapi()
+    assert "HTTPBearer" in schema["components"]["securitySchemes"]
+    for path, operations in schema["paths"].items():
+        for method, operation in operations.items():
+            if (method.upper(), path) in PUBLIC:
+                assert "security" not in operation, f"{method} {path}"
+                continue
+            assert operation.get("security") == [{"HTTPBearer": []}], f"{method} {path}"
