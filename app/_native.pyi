@@ -14,7 +14,7 @@ def xts(
     dst: _Bytes,
     src: _Bytes,
     ivs: _Bytes,
-    key: bytes,
+    key: Buffer,
     unit_bytes: int,
     encrypt: bool,
     vaes: bool = True,
@@ -24,9 +24,9 @@ def cbc_encrypt(
     dst: _Bytes,
     src: _Bytes,
     ivs: _Bytes,
-    key: bytes,
+    key: Buffer,
     unit_bytes: int,
     vaes: bool = True,
     /,
 ) -> None: ...
-def cbc_decrypt(dst: _Bytes, src: _Bytes, ivs: _Bytes, key: bytes, unit_bytes: int, /) -> None: ...
+def cbc_decrypt(dst: _Bytes, src: _Bytes, ivs: _Bytes, key: Buffer, unit_bytes: int, /) -> None: ...

@@ -55,8 +55,8 @@ def serve(
     """Migrate the database (unless REQCRYPT_MIGRATE_ON_START=false) and serve the API."""
     import uvicorn
 
-    from app.keyfiles import admin_token_path
-    from app.main import create_app
+    from app.keyfiles import MasterKeyError, ServiceRunning, admin_token_path, data_dir_lock
+    from app.main import check_master_key, create_app
 
     if workers != 1:
         raise typer.BadParameter("reqcrypt serves from one process; volumes are in memory")
@@ -76,18 +76,46 @@ def serve(
     if settings.master_key is None:
         typer.echo(f"reqcrypt: the master key is in {settings.resolved_master_key_file}")
     tune_malloc()
-    application = create_app(settings)
-    # What is built so far lives as long as the process: frozen, it is out of the cyclic
-    # collector's sight, and a full collection no longer walks its ~134k objects (≈ 80 ms
-    # on the event loop here) to find nothing.
-    gc.freeze()
-    uvicorn.run(
-        application,
-        host=settings.host,
-        port=settings.port,
-        log_level=settings.log_level,
-        proxy_headers=False,
-        timeout_keep_alive=settings.keep_alive_seconds,
+    try:
+        with data_dir_lock(settings, exclusive=False):
+            check_master_key(settings)
+            application = create_app(settings)
+            # What is built so far lives as long as the process: frozen, it is out of the
+            # cyclic collector's sight, and a full collection no longer walks its ~134k
+            # objects (≈ 80 ms on the event loop here) to find nothing.
+            gc.freeze()
+            uvicorn.run(
+                application,
+                host=settings.host,
+                port=settings.port,
+                log_level=settings.log_level,
+                proxy_headers=False,
+                timeout_keep_alive=settings.keep_alive_seconds,
+            )
+    except (MasterKeyError, ServiceRunning) as error:
+        typer.echo(f"reqcrypt: {error}", err=True)
+        raise typer.Exit(1) from None
+
+
+@cli.command("rotate-master-key")
+def rotate_master_key() -> None:
+    """Re-wrap every stored key under a new master key (with the service stopped).
+
+    Crash-safe: an interrupted rotation is finished or undone at the next start.
+    """
+    from app.keyfiles import MasterKeyError, ServiceRunning, data_dir_lock
+    from app.main import rotate_master_key as rotate
+
+    settings = load_settings()
+    try:
+        with data_dir_lock(settings, exclusive=True):
+            count = rotate(settings)
+    except (MasterKeyError, ServiceRunning) as error:
+        typer.echo(f"reqcrypt: {error}", err=True)
+        raise typer.Exit(1) from None
+    typer.echo(
+        f"reqcrypt: re-wrapped {count} keys under a new master key in "
+        f"{settings.resolved_master_key_file}"
     )
 
 

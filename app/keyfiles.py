@@ -1,13 +1,41 @@
-"""Secrets kept as 0600 files in the data directory, created on first start."""
+"""Secrets kept as 0600 files in the data directory, created on first start.
+
+Master key rotation keeps the key file and the database in step across a crash:
+the new key is first written durably beside the file (``master.key.new``), the
+database is re-wrapped under it in one transaction, then the side file is renamed
+over the old one. ``settle_master_key`` at start finishes or rolls back a rotation
+that was interrupted, by asking which of the two keys unwraps the stored keys.
+"""
 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import secrets
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from app.config import Settings
+
+KeyProbe = Callable[[bytes], bool | None]
+"""Whether a master key unwraps every stored key: True, False, or None when none is stored."""
+
+
+class MasterKeyError(Exception):
+    """The master key cannot be used: it does not unwrap the stored keys, or cannot be rotated."""
+
+
+class ServiceRunning(Exception):
+    """Another process (a running ``reqcrypt serve``) holds the data directory."""
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def _write_private(path: Path, text: str) -> None:
@@ -15,6 +43,9 @@ def _write_private(path: Path, text: str) -> None:
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     with os.fdopen(fd, "w") as handle:
         handle.write(text + "\n")
+        handle.flush()
+        os.fsync(handle.fileno())
+    _fsync_dir(path.parent)
 
 
 def _read_private(path: Path) -> str:
@@ -32,10 +63,87 @@ def load_master_key(settings: Settings) -> bytes:
     if not path.exists():
         with contextlib.suppress(FileExistsError):
             _write_private(path, secrets.token_hex(32))
-    key = bytes.fromhex(_read_private(path))
+    return _read_key(path)
+
+
+def _read_key(path: Path) -> bytes:
+    try:
+        key = bytes.fromhex(_read_private(path))
+    except ValueError:
+        key = b""
     if len(key) != 32:
-        raise ValueError(f"{path} must hold 64 hex digits")
+        raise MasterKeyError(f"{path} must hold 64 hex digits")
     return key
+
+
+def master_key_source(settings: Settings) -> str:
+    """Where the master key comes from, for messages: the variable or the file."""
+    if settings.master_key is not None:
+        return "REQCRYPT_MASTER_KEY"
+    return str(settings.resolved_master_key_file)
+
+
+def pending_master_key_path(settings: Settings) -> Path:
+    path = settings.resolved_master_key_file
+    return path.with_name(path.name + ".new")
+
+
+def write_pending_master_key(settings: Settings) -> bytes:
+    """Step 1 of a rotation: a fresh key, durable in the side file before any row changes."""
+    if settings.master_key is not None:
+        raise MasterKeyError(
+            "the master key comes from REQCRYPT_MASTER_KEY: rotate it where that variable is set"
+        )
+    key = secrets.token_bytes(32)
+    _write_private(pending_master_key_path(settings), key.hex())
+    return key
+
+
+def commit_pending_master_key(settings: Settings) -> None:
+    """Last step of a rotation, after the re-wrapped rows are committed: the atomic rename."""
+    path = settings.resolved_master_key_file
+    os.replace(pending_master_key_path(settings), path)
+    _fsync_dir(path.parent)
+
+
+def settle_master_key(settings: Settings, unwraps: KeyProbe) -> bytes:
+    """The master key that unwraps the stored keys, finishing or undoing a cut-short rotation.
+
+    Raises ``MasterKeyError`` when the key does not unwrap them: serving with it would
+    give garbage (or nothing) for every volume.
+    """
+    key = load_master_key(settings)
+    pending = pending_master_key_path(settings)
+    if settings.master_key is None and pending.exists():
+        new = _read_key(pending)
+        if unwraps(new) is not False:  # the re-wrap committed: finish the rename
+            commit_pending_master_key(settings)
+            return new
+        if unwraps(key) is not False:  # it did not: the old key stays
+            pending.unlink()
+            _fsync_dir(pending.parent)
+            return key
+    if unwraps(key) is False:
+        raise MasterKeyError(
+            f"the master key in {master_key_source(settings)} does not unwrap the stored keys "
+            "(wrong key, or a key file from another data directory)"
+        )
+    return key
+
+
+@contextlib.contextmanager
+def data_dir_lock(settings: Settings, *, exclusive: bool) -> Iterator[None]:
+    """``serve`` holds it shared for its lifetime; ``rotate-master-key`` needs it alone."""
+    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    fd = os.open(settings.data_dir / "reqcrypt.lock", os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        try:
+            fcntl.flock(fd, (fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH) | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise ServiceRunning(f"{settings.data_dir} is in use by a running reqcrypt") from None
+        yield
+    finally:
+        os.close(fd)
 
 
 def admin_token_path(settings: Settings) -> Path:

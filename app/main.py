@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import logging
+import traceback
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
 from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
-from prometheus_client import CollectorRegistry
+from prometheus_client import CollectorRegistry, ProcessCollector
+from sqlalchemy import Engine
+from sqlalchemy.orm import Session, sessionmaker
 
 from app.api import docs, manual, problems
 from app.api.admission import VolumeAdmission
@@ -24,10 +27,17 @@ from app.db import migrate
 from app.db.queries import SqlRegistryStore
 from app.db.session import make_engine, make_sessionmaker
 from app.engine.registry import EngineRegistry
-from app.keyfiles import admin_token_path, load_admin_token, load_master_key
+from app.keyfiles import (
+    MasterKeyError,
+    admin_token_path,
+    commit_pending_master_key,
+    load_admin_token,
+    settle_master_key,
+    write_pending_master_key,
+)
 from app.metrics import HttpMetrics, NbdCollector, RequestContextMiddleware, VolumeCollector
 from app.nbd.server import NbdServer, make_tls_context
-from app.repository import Records
+from app.repository import Records, master_key_unwraps, rewrap_keys
 from app.state import State
 from app.storage.registry import DeviceRegistry
 
@@ -57,6 +67,51 @@ def control_limits(settings: Settings) -> ControlLimits:
     )
 
 
+def open_master_key(settings: Settings, sessions: sessionmaker[Session]) -> bytes:
+    """The master key, checked against the stored keys (``keyfiles.MasterKeyError`` if wrong)."""
+    return settle_master_key(settings, lambda key: master_key_unwraps(sessions, key))
+
+
+def _migrated_engine(settings: Settings) -> Engine:
+    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    url = settings.resolved_database_url
+    if settings.migrate_on_start:
+        migrate.upgrade(url)
+    return make_engine(url)
+
+
+def check_master_key(settings: Settings) -> None:
+    """``serve``'s check before it binds a port: the database is migrated and the key fits."""
+    db_engine = _migrated_engine(settings)
+    try:
+        open_master_key(settings, make_sessionmaker(db_engine))
+    finally:
+        db_engine.dispose()
+
+
+def rotate_master_key(settings: Settings) -> int:
+    """Re-wrap every stored key under a fresh master key; returns how many keys.
+
+    Order for crash safety: new key durable in the side file, then one transaction
+    re-wraps every row, then the rename. A crash anywhere leaves the rows all under
+    one of the two keys, and ``open_master_key`` at the next start keeps that one.
+    """
+    if settings.master_key is not None:
+        raise MasterKeyError(
+            "the master key comes from REQCRYPT_MASTER_KEY: rotate it where that variable is set"
+        )
+    db_engine = _migrated_engine(settings)
+    try:
+        sessions = make_sessionmaker(db_engine)
+        old_key = open_master_key(settings, sessions)
+        new_key = write_pending_master_key(settings)
+        count = rewrap_keys(sessions, old_key, new_key)
+        commit_pending_master_key(settings)
+        return count
+    finally:
+        db_engine.dispose()
+
+
 def build_state(settings: Settings, registry: CollectorRegistry) -> State:
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     url = settings.resolved_database_url
@@ -70,10 +125,15 @@ def build_state(settings: Settings, registry: CollectorRegistry) -> State:
             log.warning("generated an admin token in %s", admin_token_path(settings))
     io_token = settings.io_token.get_secret_value() if settings.io_token else None
     sessions = make_sessionmaker(db_engine)
+    try:
+        master_key = open_master_key(settings, sessions)
+    except BaseException:
+        db_engine.dispose()
+        raise
     engines = EngineRegistry(SqlRegistryStore(sessions), pacing=settings.pacing)
     engines.load()
     control = Control(
-        Records(sessions, load_master_key(settings)),
+        Records(sessions, master_key),
         DeviceRegistry(settings.devices_dir),
         engines,
         plug_window_us=settings.plug_window_us,
@@ -157,12 +217,48 @@ def install_openapi(app: FastAPI) -> None:
     app.openapi = openapi  # type: ignore[method-assign]
 
 
+class WithholdExceptionText(logging.Filter):
+    """Log where an unexpected exception was raised, never its message.
+
+    Built-in exceptions echo their input (``invalid literal for int(): '<key>'``), so a
+    traceback's last line can carry a key; the frames (file, line, code) cannot.
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        error = record.exc_info[1] if record.exc_info else None
+        if error is not None:
+            frames = "".join(traceback.format_tb(error.__traceback__)).rstrip()
+            record.msg = (
+                f"{record.getMessage()}\nTraceback (most recent call last):\n{frames}\n"
+                f"{type(error).__qualname__}: (message withheld: it may hold request input)"
+            )
+            record.args = None
+            record.exc_info = None
+            record.exc_text = None
+        return True
+
+
+def withhold_exception_text() -> None:
+    """Put the filter on the loggers that log exceptions: uvicorn's (a 500 that Starlette
+    re-raises) and the service's own, all created at import by now."""
+    names = ["uvicorn.error", "reqcrypt"]
+    names += [
+        name for name in logging.root.manager.loggerDict if name.startswith(("reqcrypt.", "app."))
+    ]
+    for name in names:
+        logger = logging.getLogger(name)
+        if not any(isinstance(f, WithholdExceptionText) for f in logger.filters):
+            logger.addFilter(WithholdExceptionText())
+
+
 def create_app(settings: Settings | None = None) -> FastAPI:
     settings = settings or get_settings()
     registry = CollectorRegistry()
+    ProcessCollector(registry=registry)  # process_resident_memory_bytes, CPU, open fds
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        withhold_exception_text()  # here: uvicorn has configured its loggers
         state = build_state(settings, registry)
         app.state.reqcrypt = state
         try:

@@ -22,7 +22,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from app.blk.limits import QueueLimits
 from app.blk.tuning import Tuning
-from app.crypto.keys import unwrap_key, wrap_key
+from app.crypto.keys import KeyUnwrapError, unwrap_key, wrap_key
 from app.db import models
 from app.dm.table import CryptParams, Table, format_table, parse_table
 
@@ -70,6 +70,49 @@ def _read_tuning(row: models.Volume) -> Tuning:
         limits=QueueLimits(**row.queue_limits),
         plug_window_us=row.plug_window_us,
     )
+
+
+def _wrapped_keys(session: Session) -> list[tuple[models.WrappedKey, bytes]]:
+    """Every wrapped key row with its associated data (volume uuid, table row, line)."""
+    rows = session.execute(
+        select(models.WrappedKey, models.VolumeTable.id, models.Volume.uuid)
+        .join(models.VolumeTable, models.WrappedKey.table_id == models.VolumeTable.id)
+        .join(models.Volume, models.VolumeTable.volume_id == models.Volume.id)
+        .order_by(models.WrappedKey.id)
+    ).all()
+    return [(key, _key_aad(uuid, table_id, key.line_index)) for key, table_id, uuid in rows]
+
+
+def master_key_unwraps(sessions: sessionmaker[Session], master_key: bytes) -> bool | None:
+    """Whether ``master_key`` opens every stored key (None: no key is stored)."""
+    with sessions() as session:
+        rows = _wrapped_keys(session)
+    if not rows:
+        return None
+    for row, aad in rows:
+        try:
+            unwrap_key(master_key, row.blob, aad).wipe()
+        except KeyUnwrapError:
+            return False
+    return True
+
+
+def rewrap_keys(sessions: sessionmaker[Session], old_key: bytes, new_key: bytes) -> int:
+    """Re-wrap every stored key from ``old_key`` to ``new_key`` in one transaction.
+
+    The rows are locked (``FOR UPDATE`` where the database has it) so no writer can
+    commit a key wrapped under the old key in between. Returns how many were re-wrapped.
+    """
+    with sessions() as session, session.begin():
+        session.execute(select(models.WrappedKey.id).with_for_update()).all()
+        rows = _wrapped_keys(session)
+        for row, aad in rows:
+            key = unwrap_key(old_key, row.blob, aad)
+            try:
+                row.blob = wrap_key(new_key, key, aad)
+            finally:
+                key.wipe()
+        return len(rows)
 
 
 class Records:

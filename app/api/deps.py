@@ -65,9 +65,19 @@ async def get_role(
 RoleDep = Annotated[Role, Depends(get_role)]
 
 
+def admin_only(what: str) -> HTTPException:
+    """403 for the io token: says which token (scope) the operation needs (RFC 6750 §3.1)."""
+    return HTTPException(
+        403,
+        f"{what} needs the admin token (scope 'admin'); the io token covers only "
+        "the data path and read-only status",
+        headers={"WWW-Authenticate": 'Bearer error="insufficient_scope", scope="admin"'},
+    )
+
+
 async def require_admin(role: RoleDep) -> Role:
     if role != "admin":
-        raise HTTPException(403, "this operation needs the admin token")
+        raise admin_only("this operation")
     return role
 
 

@@ -275,3 +275,48 @@ def http(
         f"{result.mb_s:.1f} MB/s, {result.iops:.0f} IOPS, p50 {result.percentile_ms(50):.2f} ms, "
         f"p99 {result.percentile_ms(99):.2f} ms (measured, client side over HTTP)"
     )
+
+
+@bench_app.command("soak")
+def soak_command(
+    url: UrlOption = DEFAULT_URL,
+    token: TokenOption = None,
+    clients: Annotated[int, typer.Option(min=1, max=1024, help="concurrent clients")] = 64,
+    duration: Annotated[float, typer.Option(min=1, max=3600, help="seconds of load")] = 60.0,
+    volumes: Annotated[int, typer.Option(min=1, max=16, help="volumes to create")] = 3,
+    size: Annotated[str, typer.Option(help="bytes per volume")] = "16M",
+    seed: Annotated[int, typer.Option(help="random seed")] = 0,
+    max_rss_growth: Annotated[
+        float, typer.Option(help="largest server RSS growth after warm-up, as a fraction")
+    ] = 0.10,
+) -> None:
+    """A bounded soak of a running service on this machine (loopback only).
+
+    Mixed single, partial and batched writes, checked reads, multi-range reads,
+    flushes, and suspend/resume of the volumes under load; then every block is
+    read back and compared. Exit 1 on any lost or changed write, any error status
+    but a 503 while suspended, or server RSS growing more than ``--max-rss-growth``.
+    """
+    import asyncio
+
+    from app.bench.soak import soak
+
+    try:
+        result = asyncio.run(
+            soak(
+                url,
+                resolve_token(token),
+                clients=clients,
+                duration_s=duration,
+                volumes=volumes,
+                size=parse_size(size),
+                seed=seed,
+            )
+        )
+    except ReqcryptError as exc:
+        raise _fail(exc) from None
+    for line in result.lines():
+        typer.echo(line)
+    growth = result.rss_growth
+    if result.failures or (growth is not None and growth > max_rss_growth):
+        raise typer.Exit(1)

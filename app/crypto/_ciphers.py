@@ -18,7 +18,7 @@ from cryptography.hazmat.primitives.ciphers import (
     modes,
 )
 
-_ALGORITHMS: dict[str, Callable[[bytes], BlockCipherAlgorithm]] = {
+_ALGORITHMS: dict[str, Callable[..., BlockCipherAlgorithm]] = {
     "aes": algorithms.AES,
     "camellia": decrepit.Camellia,
     "sm4": algorithms.SM4,
@@ -27,6 +27,10 @@ _ALGORITHMS: dict[str, Callable[[bytes], BlockCipherAlgorithm]] = {
     "blowfish": decrepit.Blowfish,
     "cast5": decrepit.CAST5,
 }
+
+
+KeyBytes = bytes | bytearray | memoryview
+"""What pyca takes as a key: a bytearray or a view of one lets wipe() zero it in place."""
 
 
 class NullContext:
@@ -39,11 +43,11 @@ class NullContext:
         return b""
 
 
-def algorithm(name: str, key: bytes) -> BlockCipherAlgorithm:
+def algorithm(name: str, key: KeyBytes) -> BlockCipherAlgorithm:
     return _ALGORITHMS[name](key)
 
 
-def ecb(name: str, key: bytes, *, encrypt: bool = True) -> CipherContext | NullContext:
+def ecb(name: str, key: KeyBytes, *, encrypt: bool = True) -> CipherContext | NullContext:
     """A reusable ECB context: ECB keeps no state between ``update`` calls."""
     if name == "cipher_null":
         return NullContext()
@@ -58,7 +62,7 @@ class SharedEcb(threading.local):
     an IV generator is shared by every request of a volume.
     """
 
-    def __init__(self, name: str, key: bytes) -> None:
+    def __init__(self, name: str, key: KeyBytes) -> None:
         self._name = name
         self._key = key
         self._context: CipherContext | NullContext | None = None
@@ -70,7 +74,7 @@ class SharedEcb(threading.local):
 
 
 def chained(
-    name: str, chainmode: str, key: bytes, iv: bytes, *, encrypt: bool
+    name: str, chainmode: str, key: KeyBytes, iv: bytes, *, encrypt: bool
 ) -> CipherContext | NullContext:
     """One kernel skcipher request's context: ``chainmode(name)`` with this IV/tweak."""
     if name == "cipher_null":

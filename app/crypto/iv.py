@@ -25,6 +25,7 @@ import numpy.typing as npt
 from cryptography.hazmat.primitives import hashes
 
 from app.crypto import _ciphers
+from app.crypto.keys import zero
 from app.crypto.spec import TCW_WHITENING_SIZE, CipherSpec
 
 __all__ = ["IvGenerator", "make_iv_generator"]
@@ -51,7 +52,9 @@ class IvGenerator(ABC):
     name: ClassVar[str]
     data_dependent: ClassVar[bool] = False
 
-    def __init__(self, spec: CipherSpec, subkeys: list[bytes], extra: bytes, sector_size: int):
+    def __init__(
+        self, spec: CipherSpec, subkeys: list[bytearray], extra: bytearray, sector_size: int
+    ):
         self.spec = spec
         self.iv_size = spec.iv_size
         self.sector_size = sector_size
@@ -141,7 +144,9 @@ class BenbiIv(IvGenerator):
 
     name = "benbi"
 
-    def __init__(self, spec: CipherSpec, subkeys: list[bytes], extra: bytes, sector_size: int):
+    def __init__(
+        self, spec: CipherSpec, subkeys: list[bytearray], extra: bytearray, sector_size: int
+    ):
         super().__init__(spec, subkeys, extra, sector_size)
         self.shift = 9 - (spec.skcipher_block_size.bit_length() - 1)
 
@@ -161,14 +166,19 @@ class EssivIv(IvGenerator):
 
     name = "essiv"
 
-    def __init__(self, spec: CipherSpec, subkeys: list[bytes], extra: bytes, sector_size: int):
+    def __init__(
+        self, spec: CipherSpec, subkeys: list[bytearray], extra: bytearray, sector_size: int
+    ):
         super().__init__(spec, subkeys, extra, sector_size)
         assert spec.ivopts is not None
+        self._salts: list[bytearray] = []
         self._salt_ciphers = []
         for subkey in subkeys:
             digest = hashes.Hash(_ESSIV_HASHES[spec.ivopts]())
             digest.update(subkey)
-            self._salt_ciphers.append(_ciphers.SharedEcb(spec.cipher, digest.finalize()))
+            salt = bytearray(digest.finalize())
+            self._salts.append(salt)
+            self._salt_ciphers.append(_ciphers.SharedEcb(spec.cipher, salt))
         self._plain64 = Plain64Iv(spec, subkeys, extra, sector_size)
 
     def generate(self, iv_sector: int, key_index: int = 0) -> bytes:
@@ -181,6 +191,8 @@ class EssivIv(IvGenerator):
         return np.frombuffer(sealed, dtype=np.uint8).reshape(-1, self.iv_size)
 
     def wipe(self) -> None:
+        for salt in self._salts:
+            zero(salt)
         self._salt_ciphers.clear()
 
 
@@ -192,7 +204,9 @@ class EboivIv(IvGenerator):
 
     name = "eboiv"
 
-    def __init__(self, spec: CipherSpec, subkeys: list[bytes], extra: bytes, sector_size: int):
+    def __init__(
+        self, spec: CipherSpec, subkeys: list[bytearray], extra: bytearray, sector_size: int
+    ):
         super().__init__(spec, subkeys, extra, sector_size)
         self._cipher: _ciphers.SharedEcb | _ciphers.NullContext = _ciphers.SharedEcb(
             spec.cipher, subkeys[0]
@@ -224,11 +238,14 @@ class LmkIv(IvGenerator):
     data_dependent = True
     SEED_SIZE = 64
 
-    def __init__(self, spec: CipherSpec, subkeys: list[bytes], extra: bytes, sector_size: int):
+    def __init__(
+        self, spec: CipherSpec, subkeys: list[bytearray], extra: bytearray, sector_size: int
+    ):
         super().__init__(spec, subkeys, extra, sector_size)
         # Version 3 keeps the 65th key as seed: its first 16 bytes (the MD5 digest size),
         # zero padded to 64 bytes, are hashed before the data.
-        self._seed = (extra[:16].ljust(self.SEED_SIZE, b"\0")) if extra else b""
+        self._seed = bytearray(self.SEED_SIZE if extra else 0)
+        self._seed[: min(16, len(extra))] = memoryview(extra)[:16]
 
     def generate(self, iv_sector: int, key_index: int = 0) -> bytes:
         raise TypeError("lmk IVs depend on the data: use generator()/post()")
@@ -257,7 +274,8 @@ class LmkIv(IvGenerator):
             unit[index] ^= fix[index]
 
     def wipe(self) -> None:
-        self._seed = b""
+        zero(self._seed)
+        self._seed = bytearray()
 
 
 class TcwIv(IvGenerator):
@@ -266,10 +284,13 @@ class TcwIv(IvGenerator):
     name = "tcw"
     data_dependent = True
 
-    def __init__(self, spec: CipherSpec, subkeys: list[bytes], extra: bytes, sector_size: int):
+    def __init__(
+        self, spec: CipherSpec, subkeys: list[bytearray], extra: bytearray, sector_size: int
+    ):
         super().__init__(spec, subkeys, extra, sector_size)
-        self._iv_seed = extra[: self.iv_size]
-        self._whitening = extra[self.iv_size : self.iv_size + TCW_WHITENING_SIZE]
+        with memoryview(extra) as secret:
+            self._iv_seed = bytearray(secret[: self.iv_size])
+            self._whitening = bytearray(secret[self.iv_size : self.iv_size + TCW_WHITENING_SIZE])
 
     def generate(self, iv_sector: int, key_index: int = 0) -> bytes:
         sector = struct.pack("<Q", iv_sector & _MASK64)
@@ -297,8 +318,10 @@ class TcwIv(IvGenerator):
             self._whiten(iv_sector, unit)
 
     def wipe(self) -> None:
-        self._iv_seed = b""
-        self._whitening = b""
+        zero(self._iv_seed)
+        zero(self._whitening)
+        self._iv_seed = bytearray()
+        self._whitening = bytearray()
 
 
 _GENERATORS: dict[str, type[IvGenerator]] = {
@@ -308,7 +331,7 @@ _GENERATORS: dict[str, type[IvGenerator]] = {
 
 
 def make_iv_generator(
-    spec: CipherSpec, subkeys: list[bytes], extra: bytes, sector_size: int
+    spec: CipherSpec, subkeys: list[bytearray], extra: bytearray, sector_size: int
 ) -> IvGenerator | None:
     """The generator for ``spec.ivmode``, or None for ecb (no IV)."""
     if spec.ivmode is None:
@@ -326,7 +349,7 @@ def _rotl(value: int, count: int) -> int:
     return ((value << count) | (value >> (32 - count))) & 0xFFFFFFFF
 
 
-def md5_state(message: bytes) -> bytes:
+def md5_state(message: bytes | bytearray) -> bytes:
     """MD5 chaining state after ``message`` (a multiple of 64 bytes), le32 words, unpadded."""
     if len(message) % 64:
         raise ValueError("md5_state needs whole 64-byte blocks")

@@ -18,12 +18,17 @@ from typing_extensions import Buffer
 
 from app.errors import CipherSpecError, ReqcryptError
 
-__all__ = ["KeyMaterial", "KeyUnwrapError", "unwrap_key", "wrap_key"]
+__all__ = ["KeyMaterial", "KeyUnwrapError", "unwrap_key", "wrap_key", "zero"]
 
 _HEX_DIGITS = frozenset(string.hexdigits)
 _WRAP_VERSION = b"\x01"
 _NONCE_SIZE = 12
 _MASTER_KEY_SIZE = 32
+
+
+def zero(secret: bytearray) -> None:
+    """Overwrite ``secret`` with zeros in place (same size: works while views are exported)."""
+    secret[:] = bytes(len(secret))
 
 
 class KeyUnwrapError(ReqcryptError):
@@ -61,10 +66,13 @@ class KeyMaterial:
         return memoryview(self._data)
 
     def wipe(self) -> None:
-        """Zero the bytes in place and forget the length."""
-        for index in range(len(self._data)):
-            self._data[index] = 0
-        self._data.clear()
+        """Zero the bytes in place and forget the length.
+
+        The zeroed buffer is dropped rather than shrunk: a view exported by ``view()``
+        forbids resizing, and zeroing in place is what keeps the secret out of memory.
+        """
+        zero(self._data)
+        self._data = bytearray()
 
     def __len__(self) -> int:
         return len(self._data)
@@ -103,7 +111,8 @@ def wrap_key(master: Buffer, key: KeyMaterial, aad: bytes) -> bytes:
     Blob layout: version byte, 12-byte random nonce, GCM ciphertext + 16-byte tag.
     """
     nonce = os.urandom(_NONCE_SIZE)
-    sealed = _aead(master).encrypt(nonce, key.to_bytes(), _WRAP_VERSION + aad)
+    with key.view() as plain:  # no immutable copy of the key left behind
+        sealed = _aead(master).encrypt(nonce, plain, _WRAP_VERSION + aad)
     return _WRAP_VERSION + nonce + sealed
 
 

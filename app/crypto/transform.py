@@ -34,7 +34,7 @@ from typing_extensions import Buffer
 from app import _native
 from app.crypto import _ciphers
 from app.crypto.iv import IvGenerator, make_iv_generator
-from app.crypto.keys import KeyMaterial
+from app.crypto.keys import KeyMaterial, zero
 from app.crypto.spec import CipherSpec
 from app.errors import CipherSpecError, KeyNotSet
 from app.vocab import SECTOR_SHIFT, SECTOR_SIZE_512_ONLY_IV_MODES
@@ -90,12 +90,16 @@ class CryptTransform(ABC):
         self._sector_shift = step.bit_length() - 1
         self._iv_offset = iv_offset
         self._iv_large_sectors = iv_large_sectors
-        raw = self._key.to_bytes()
-        layout = spec.key_layout(len(raw))
-        size = layout.subkey_size
-        self._subkeys: list[bytes] = [raw[i * size : (i + 1) * size] for i in range(spec.keycount)]
-        extra = raw[spec.keycount * size :]
-        self._ivgen: IvGenerator | None = make_iv_generator(spec, self._subkeys, extra, sector_size)
+        # Derived copies are bytearrays so that wipe() can zero them, not just drop them.
+        size = spec.key_layout(len(self._key)).subkey_size
+        with self._key.view() as raw:
+            self._subkeys: list[bytearray] = [
+                bytearray(raw[i * size : (i + 1) * size]) for i in range(spec.keycount)
+            ]
+            self._extra = bytearray(raw[spec.keycount * size :])
+        self._ivgen: IvGenerator | None = make_iv_generator(
+            spec, self._subkeys, self._extra, sector_size
+        )
         self._wiped = False
 
     @property
@@ -150,6 +154,8 @@ class CryptTransform(ABC):
     def wipe(self) -> None:
         """Forget the key (``dmsetup message ... key wipe``); later calls raise KeyNotSet."""
         self._key.wipe()
+        for secret in (*self._subkeys, self._extra):
+            zero(secret)
         self._subkeys = []
         if self._ivgen is not None:
             self._ivgen.wipe()
@@ -246,13 +252,15 @@ class ReferenceTransform(CryptTransform):
         return context.update(unit) + context.finalize()
 
 
-def _openssl_refuses_xts(cipher: str, key: bytes) -> bool:
+def _openssl_refuses_xts(cipher: str, key: bytes | bytearray) -> bool:
     """OpenSSL's XTS is AES-only, 2x128/2x256-bit, with distinct halves (ADR 0002)."""
     half = len(key) // 2
     return cipher != "aes" or len(key) not in (32, 64) or key[:half] == key[half:]
 
 
-def _xts_unit_by_ecb(cipher: str, key: bytes, tweak: bytes, data: bytes, encrypt: bool) -> bytes:
+def _xts_unit_by_ecb(
+    cipher: str, key: bytes | bytearray, tweak: bytes, data: bytes, encrypt: bool
+) -> bytes:
     """IEEE 1619 XTS for one data unit from ECB, for keys OpenSSL's XTS refuses."""
     half = len(key) // 2
     data_key, tweak_key = key[:half], key[half:]
@@ -330,7 +338,7 @@ class BulkTransform(CryptTransform):
         slot = (role, key_index, encrypt)
         context = contexts.get(slot)
         if context is None:
-            key = self._subkeys[key_index]
+            key = memoryview(self._subkeys[key_index])  # a view: wipe() zeroes what it sees
             if self._spec.chainmode == "xts":
                 half = len(key) // 2
                 key = key[half:] if role == "tweak" else key[:half]

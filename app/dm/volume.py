@@ -43,6 +43,25 @@ from app.vocab import DEFAULT_QUEUE_DEPTH, SECTOR_SIZE, DispatchMode, ElevatorNa
 DeviceResolver = Callable[[DeviceRef], BlockDevice]
 
 
+def wipe_replaced_keys(old: Table, *kept_by: Table | None) -> None:
+    """Zero the keys of ``old``'s crypt lines that no table of ``kept_by`` still holds."""
+    kept = {
+        id(line.target.key)
+        for table in kept_by
+        if table is not None
+        for line in table.lines
+        if isinstance(line.target, CryptParams)
+    }
+    for line in old.lines:
+        params = line.target
+        if (
+            isinstance(params, CryptParams)
+            and params.key is not None
+            and id(params.key) not in kept
+        ):
+            params.key.wipe()
+
+
 def missing_key(table: Table) -> int | None:
     """1-based index of the first crypt line whose key was wiped, if any."""
     for index, line in enumerate(table.lines, start=1):
@@ -125,10 +144,14 @@ class Volume(DataPath):
 
     def load(self, table: Table) -> None:
         """dmsetup load: the table goes to the inactive slot."""
-        self.inactive = table
+        old, self.inactive = self.inactive, table
+        if old is not None:
+            wipe_replaced_keys(old, table, self.live.table if self.live else None)
 
     def clear_inactive(self) -> None:
-        self.inactive = None
+        old, self.inactive = self.inactive, None
+        if old is not None:
+            wipe_replaced_keys(old, self.live.table if self.live else None)
 
     def check_resumable(self) -> None:
         table = self.inactive or (self.live.table if self.live else None)
@@ -160,6 +183,7 @@ class Volume(DataPath):
             if old is not None:
                 for target in old.targets:
                     target.wipe()
+                wipe_replaced_keys(old.table, new_live.table)
             self.versions.bump()
         self._set_state("active")
         self.queue.release()
@@ -200,7 +224,9 @@ class Volume(DataPath):
         targets = list(self.live.targets)
         targets[index].wipe()
         targets[index] = self._target(table.lines[index], resolve)
+        old_table = self.live.table
         self.live = replace(self.live, table=table, targets=targets)
+        wipe_replaced_keys(old_table, table)
         self.event_nr += 1
 
     def install_suspended(self, table: Table, resolve: DeviceResolver) -> None:
@@ -234,6 +260,9 @@ class Volume(DataPath):
         if self.live is not None:
             for target in self.live.targets:
                 target.wipe()
+            wipe_replaced_keys(self.live.table)
+        if self.inactive is not None:
+            wipe_replaced_keys(self.inactive)
         self.live = None
         self.inactive = None
 

@@ -11,7 +11,7 @@ from fastapi import APIRouter, Request, Response
 from fastapi.responses import PlainTextResponse
 from starlette.exceptions import HTTPException
 
-from app.api.deps import AdminDep, ControlDep, RoleDep, StateDep
+from app.api.deps import AdminDep, ControlDep, RoleDep, StateDep, admin_only
 from app.api.problems import responses
 from app.api.schemas import (
     MessageIn,
@@ -136,7 +136,7 @@ def get_table(
 ) -> PlainTextResponse:
     """Exactly ``dmsetup table`` (``--inactive`` with ?inactive=true); keys zeroed unless asked."""
     if show_keys and role != "admin":
-        raise HTTPException(403, "show_keys needs the admin token")
+        raise admin_only("show_keys")
     volume = control.volume(name)
     table = volume.inactive if inactive else (volume.live.table if volume.live else None)
     text = format_table(table, show_keys=show_keys) if table is not None else ""

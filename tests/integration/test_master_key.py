@@ -1,0 +1,345 @@
+"""The master key: rotation re-wraps every key at once and survives a crash at any step;
+a wrong key stops the service before it serves anything."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+import httpx
+import pytest
+from prometheus_client import CollectorRegistry
+from typer.testing import CliRunner
+
+import app.main
+import app.repository
+from app.cli import cli
+from app.config import Settings
+from app.db.session import make_engine, make_sessionmaker
+from app.keyfiles import MasterKeyError, data_dir_lock, pending_master_key_path
+from app.main import build_state, create_app, rotate_master_key
+from app.repository import master_key_unwraps
+from tests.conftest import ADMIN_TOKEN, asgi_client
+from tests.factories import CBC_KEY, XTS_KEY, xts_table
+from tests.integration.test_deployment import free_port
+
+pytestmark = pytest.mark.anyio
+
+PAYLOAD = os.urandom(8192)
+ESSIV_TABLE = f"0 2048 crypt aes-cbc-essiv:sha256 {CBC_KEY} 0 pv 2048"
+
+
+class Crash(BaseException):
+    """A kill at this point: nothing after it runs, no ``except Exception`` catches it."""
+
+
+@asynccontextmanager
+async def running(settings: Settings) -> AsyncIterator[httpx.AsyncClient]:
+    application = create_app(settings)
+    async with (
+        application.router.lifespan_context(application),
+        asgi_client(application, ADMIN_TOKEN) as client,
+    ):
+        yield client
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'keys.db'}"
+    url: str = request.getfixturevalue("postgres_url")
+    return url
+
+
+@pytest.fixture
+def key_settings(database_url: str, data_dir: Path) -> Settings:
+    return Settings(
+        data_dir=data_dir,
+        database_url=database_url,
+        admin_token=ADMIN_TOKEN,  # type: ignore[arg-type]
+    )
+
+
+async def populate(settings: Settings) -> None:
+    """Three wrapped keys: two live tables and an inactive one."""
+    async with running(settings) as client:
+        await client.post("/v1/devices", json={"name": "pv", "size_bytes": 4 << 20})
+        await client.post("/v1/volumes", json={"name": "xts", "table": xts_table("pv", 2048)})
+        put = await client.put(
+            "/v1/volumes/xts/data", content=PAYLOAD, headers={"Content-Range": "bytes 0-8191/*"}
+        )
+        assert put.status_code == 204
+        await client.post("/v1/volumes", json={"name": "essiv", "table": ESSIV_TABLE})
+        loaded = await client.put("/v1/volumes/essiv/table", json={"table": ESSIV_TABLE})
+        assert loaded.status_code == 204, loaded.text
+
+
+async def assert_intact(settings: Settings) -> None:
+    """The service starts, every key unwraps to its value, and data reads back."""
+    async with running(settings) as client:
+        xts = await client.get("/v1/volumes/xts/table", params={"show_keys": "true"})
+        assert XTS_KEY in xts.text
+        for inactive in ("false", "true"):
+            essiv = await client.get(
+                "/v1/volumes/essiv/table", params={"show_keys": "true", "inactive": inactive}
+            )
+            assert CBC_KEY in essiv.text
+        data = await client.get("/v1/volumes/xts/data", headers={"Range": "bytes=0-8191"})
+        assert data.content == PAYLOAD
+
+
+def unwraps(settings: Settings, key: bytes) -> bool | None:
+    engine = make_engine(settings.resolved_database_url)
+    try:
+        return master_key_unwraps(make_sessionmaker(engine), key)
+    finally:
+        engine.dispose()
+
+
+def key_file(settings: Settings) -> bytes:
+    return bytes.fromhex(settings.resolved_master_key_file.read_text())
+
+
+async def test_rotation_rewraps_every_key_under_a_new_master_key(key_settings: Settings) -> None:
+    await populate(key_settings)
+    old = key_file(key_settings)
+
+    assert rotate_master_key(key_settings) == 3
+
+    new = key_file(key_settings)
+    assert new != old
+    assert unwraps(key_settings, new) is True
+    assert unwraps(key_settings, old) is False
+    assert not pending_master_key_path(key_settings).exists()
+    assert key_settings.resolved_master_key_file.stat().st_mode & 0o777 == 0o600
+    await assert_intact(key_settings)
+
+
+async def test_a_crash_before_the_transaction_keeps_the_old_key(
+    key_settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    await populate(key_settings)
+    old = key_file(key_settings)
+
+    def killed(*_: object) -> int:
+        raise Crash
+
+    monkeypatch.setattr(app.main, "rewrap_keys", killed)
+    with pytest.raises(Crash):
+        rotate_master_key(key_settings)
+    monkeypatch.undo()
+    assert pending_master_key_path(key_settings).exists()
+
+    await assert_intact(key_settings)
+    assert key_file(key_settings) == old
+    assert not pending_master_key_path(key_settings).exists()
+    assert unwraps(key_settings, old) is True
+
+
+async def test_a_crash_inside_the_transaction_leaves_every_key_under_the_old_master_key(
+    key_settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    await populate(key_settings)
+    old = key_file(key_settings)
+    real_wrap = app.repository.wrap_key
+    calls = []
+
+    def wrap_then_die(*args: object) -> bytes:
+        calls.append(args)
+        if len(calls) == 2:  # one row already re-wrapped in this transaction
+            raise Crash
+        return real_wrap(*args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(app.repository, "wrap_key", wrap_then_die)
+    with pytest.raises(Crash):
+        rotate_master_key(key_settings)
+    monkeypatch.undo()
+
+    assert unwraps(key_settings, old) is True
+    await assert_intact(key_settings)
+    assert key_file(key_settings) == old
+    assert not pending_master_key_path(key_settings).exists()
+
+
+async def test_a_crash_after_the_commit_finishes_the_rotation_at_the_next_start(
+    key_settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    await populate(key_settings)
+    old = key_file(key_settings)
+
+    def killed(*_: object) -> None:
+        raise Crash
+
+    monkeypatch.setattr(app.main, "commit_pending_master_key", killed)
+    with pytest.raises(Crash):
+        rotate_master_key(key_settings)
+    monkeypatch.undo()
+    new = bytes.fromhex(pending_master_key_path(key_settings).read_text())
+    assert key_file(key_settings) == old
+    assert unwraps(key_settings, new) is True
+    assert unwraps(key_settings, old) is False
+
+    await assert_intact(key_settings)
+    assert key_file(key_settings) == new
+    assert not pending_master_key_path(key_settings).exists()
+
+
+async def test_rotation_after_a_cut_short_rotation_starts_from_the_key_in_use(
+    key_settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    await populate(key_settings)
+
+    def killed(*_: object) -> None:
+        raise Crash
+
+    monkeypatch.setattr(app.main, "commit_pending_master_key", killed)
+    with pytest.raises(Crash):
+        rotate_master_key(key_settings)
+    monkeypatch.undo()
+
+    assert rotate_master_key(key_settings) == 3
+    await assert_intact(key_settings)
+
+
+def test_rotation_is_refused_while_the_service_holds_the_data_directory(
+    key_settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("REQCRYPT_DATA_DIR", str(key_settings.data_dir))
+    monkeypatch.setenv("REQCRYPT_DATABASE_URL", key_settings.resolved_database_url)
+    with data_dir_lock(key_settings, exclusive=False):
+        result = CliRunner().invoke(cli, ["rotate-master-key"])
+    assert result.exit_code == 1
+    assert "in use by a running reqcrypt" in result.output
+    assert not pending_master_key_path(key_settings).exists()
+
+
+def test_rotation_of_a_key_from_the_environment_is_refused(
+    key_settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("REQCRYPT_DATA_DIR", str(key_settings.data_dir))
+    monkeypatch.setenv("REQCRYPT_DATABASE_URL", key_settings.resolved_database_url)
+    monkeypatch.setenv("REQCRYPT_MASTER_KEY", "11" * 32)
+    result = CliRunner().invoke(cli, ["rotate-master-key"])
+    assert result.exit_code == 1
+    assert "REQCRYPT_MASTER_KEY" in result.output
+
+
+async def test_the_cli_rotates_and_reports_how_many_keys(
+    key_settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    await populate(key_settings)
+    old = key_file(key_settings)
+    monkeypatch.setenv("REQCRYPT_DATA_DIR", str(key_settings.data_dir))
+    monkeypatch.setenv("REQCRYPT_DATABASE_URL", key_settings.resolved_database_url)
+    result = CliRunner().invoke(cli, ["rotate-master-key"])
+    assert result.exit_code == 0, result.output
+    assert "re-wrapped 3 keys" in result.output
+    assert key_file(key_settings) != old
+    await assert_intact(key_settings)
+
+
+async def test_a_wrong_master_key_stops_the_start(key_settings: Settings) -> None:
+    await populate(key_settings)
+    path = key_settings.resolved_master_key_file
+    path.unlink()
+    path.write_text("22" * 32)
+    path.chmod(0o600)
+    with pytest.raises(MasterKeyError, match=f"master key in {path} does not unwrap"):
+        build_state(key_settings, CollectorRegistry())
+
+
+def test_serve_with_a_wrong_master_key_exits_with_one_line_and_binds_nothing(
+    tmp_path: Path,
+) -> None:
+    data_dir = tmp_path / "data"
+    settings = Settings(data_dir=data_dir, admin_token=ADMIN_TOKEN)  # type: ignore[arg-type]
+
+    import anyio
+
+    anyio.run(populate, settings)
+    path = settings.resolved_master_key_file
+    path.unlink()
+    path.write_text("33" * 32)
+    path.chmod(0o600)
+    port = free_port()
+    env = {
+        **os.environ,
+        "REQCRYPT_DATA_DIR": str(data_dir),
+        "REQCRYPT_ADMIN_TOKEN": ADMIN_TOKEN,
+        "REQCRYPT_PORT": str(port),
+    }
+    reqcrypt = str(Path(sys.executable).with_name("reqcrypt"))
+    done = subprocess.run(
+        [reqcrypt, "serve"], env=env, capture_output=True, text=True, timeout=60, check=False
+    )
+    assert done.returncode == 1
+    assert done.stderr.strip().splitlines() == [
+        f"reqcrypt: the master key in {path} does not unwrap the stored keys "
+        "(wrong key, or a key file from another data directory)"
+    ]
+    assert "Uvicorn running" not in done.stdout + done.stderr
+
+
+KILLED_ROTATION = textwrap.dedent(
+    """
+    import os, signal, sys
+    import app.main, app.repository
+
+    def die(*_):
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    point = sys.argv[1]
+    if point == "before-transaction":
+        app.main.rewrap_keys = die
+    elif point == "inside-transaction":
+        real_wrap, calls = app.repository.wrap_key, []
+
+        def wrap(*args):
+            calls.append(args)
+            if len(calls) == 2:
+                die()
+            return real_wrap(*args)
+
+        app.repository.wrap_key = wrap
+    elif point == "after-commit":
+        app.main.commit_pending_master_key = die
+    sys.argv = ["reqcrypt", "rotate-master-key"]
+    from app.cli import main
+    main()
+    """
+)
+
+
+@pytest.mark.parametrize(
+    ("point", "survivor"),
+    [("before-transaction", "old"), ("inside-transaction", "old"), ("after-commit", "new")],
+)
+async def test_a_sigkilled_rotation_leaves_one_master_key_that_unwraps_everything(
+    key_settings: Settings, point: str, survivor: str
+) -> None:
+    await populate(key_settings)
+    old = key_file(key_settings)
+    env = {
+        **os.environ,
+        "REQCRYPT_DATA_DIR": str(key_settings.data_dir),
+        "REQCRYPT_DATABASE_URL": key_settings.resolved_database_url,
+    }
+    killed = subprocess.run(
+        [sys.executable, "-c", KILLED_ROTATION, point], env=env, capture_output=True, timeout=60
+    )
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    pending = pending_master_key_path(key_settings)
+    assert pending.exists()
+    new = bytes.fromhex(pending.read_text())
+    assert unwraps(key_settings, old if survivor == "old" else new) is True
+    assert unwraps(key_settings, new if survivor == "old" else old) is False
+
+    await assert_intact(key_settings)
+    assert key_file(key_settings) == (old if survivor == "old" else new)
+    assert not pending.exists()
