@@ -90,6 +90,7 @@ def serve(
                 port=settings.port,
                 log_level=settings.log_level,
                 proxy_headers=False,
+                timeout_keep_alive=settings.keep_alive_seconds,
             )
     except (MasterKeyError, ServiceRunning) as error:
         typer.echo(f"reqcrypt: {error}", err=True)

@@ -61,6 +61,48 @@ class Settings(BaseSettings):
         ge=4096,
         description="bytes of a multi-range GET or a multipart PUT, held in memory at once",
     )
+    max_control_body_bytes: int = Field(
+        default=8 << 20,
+        ge=1024,
+        description="JSON body of a control request; larger: 413 before it is read",
+    )
+    max_device_bytes: int = Field(
+        default=16 << 40, ge=512, le=1 << 50, description="size of one device (16 TiB)"
+    )
+    max_total_device_bytes: int = Field(
+        default=64 << 40, ge=512, description="sizes of all devices together (64 TiB)"
+    )
+    max_devices: int = Field(default=1024, ge=1, description="registered devices")
+    max_volumes: int = Field(default=1024, ge=1, description="volumes")
+    max_table_lines: int = Field(default=1024, ge=1, description="target lines in one table")
+    max_table_line_length: int = Field(
+        default=4096, ge=64, description="characters in one table line"
+    )
+    max_volume_ios: int = Field(
+        default=256,
+        ge=1,
+        description="HTTP I/Os in flight on one volume; more are answered 503 with Retry-After",
+    )
+    body_timeout_seconds: float = Field(
+        default=30.0,
+        gt=0,
+        description="longest wait for the next piece of a request body; then 408",
+    )
+    body_min_rate_bytes: int = Field(
+        default=64 << 10,
+        ge=1,
+        description="slowest whole-body rate: a body must arrive within "
+        "body_timeout_seconds + its length / this rate, else 408",
+    )
+    max_benchmark_jobs: int = Field(
+        default=4, ge=1, description="benchmark jobs queued or running at once; more: 503"
+    )
+    max_benchmark_bytes: int = Field(
+        default=64 << 30, ge=4096, description="bytes one benchmark job may move over all its cells"
+    )
+    keep_alive_seconds: int = Field(
+        default=5, ge=1, description="an idle keep-alive connection closes after this long"
+    )
     suspend_wait_seconds: float = Field(default=30.0, ge=0)
     plug_window_us: int = Field(default=50, ge=0, le=1_000_000)
     nbd_port: int | None = Field(

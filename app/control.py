@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import threading
 import uuid
+from dataclasses import dataclass
 from typing import Any
 
 from app.blk.tuning import Tuning, TuningPatch
 from app.dm.stacking import StackingGraph, stacking_order
-from app.dm.table import DeviceRef, ErrorParams, Table, TableLine, parse_table
+from app.dm.table import DeviceRef, ErrorParams, Table, TableLimits, TableLine, parse_table
 from app.dm.targets import BlockDevice
 from app.dm.timed import TimedDevice
 from app.dm.volume import Volume
@@ -26,8 +27,10 @@ from app.errors import (
     AlreadyExists,
     DeviceBusy,
     DeviceNotFound,
+    InsufficientStorage,
     InvalidInput,
     InvalidState,
+    QuotaExceeded,
     VolumeBusy,
     VolumeNotFound,
 )
@@ -43,6 +46,22 @@ def check_name(kind: str, name: str) -> None:
         )
 
 
+@dataclass(frozen=True, slots=True)
+class ControlLimits:
+    """What the service holds at most (REQCRYPT_MAX_*); checked before anything is written."""
+
+    max_devices: int
+    max_volumes: int
+    max_device_bytes: int
+    max_total_device_bytes: int
+    max_table_lines: int
+    max_table_line_length: int
+
+    @property
+    def table(self) -> TableLimits:
+        return TableLimits(self.max_table_lines, self.max_table_line_length)
+
+
 class Control:
     def __init__(
         self,
@@ -52,8 +71,10 @@ class Control:
         *,
         plug_window_us: int,
         suspend_wait_seconds: float,
+        limits: ControlLimits,
     ) -> None:
         self.records = records
+        self.limits = limits
         self.devices = devices
         self.engines = engines
         self.plug_window_us = plug_window_us
@@ -95,11 +116,17 @@ class Control:
         check_name("device", name)
         if size_bytes <= 0 or size_bytes % SECTOR_SIZE:
             raise InvalidInput("size_bytes must be a positive multiple of 512")
+        if size_bytes > self.limits.max_device_bytes:
+            raise InvalidInput(
+                f"size_bytes {size_bytes} exceeds the {self.limits.max_device_bytes}-byte "
+                "maximum (REQCRYPT_MAX_DEVICE_BYTES)"
+            )
         if model is not None:
             self.engines.device_model(model)
         with self._lock:
             if name in self.device_sizes:
                 raise AlreadyExists(f"device {name} exists")
+            self._check_device_quota(size_bytes)
             try:
                 with self.records.transaction() as records:
                     records.add_device(name, size_bytes, model)
@@ -109,6 +136,19 @@ class Control:
                 raise
             self.device_sizes[name] = size_bytes
             self.device_models[name] = model
+
+    def _check_device_quota(self, size_bytes: int) -> None:
+        if len(self.device_sizes) >= self.limits.max_devices:
+            raise QuotaExceeded(
+                f"the service holds at most {self.limits.max_devices} devices "
+                "(REQCRYPT_MAX_DEVICES); delete one first"
+            )
+        total = sum(self.device_sizes.values()) + size_bytes
+        if total > self.limits.max_total_device_bytes:
+            raise InsufficientStorage(
+                f"devices would total {total} bytes; at most "
+                f"{self.limits.max_total_device_bytes} (REQCRYPT_MAX_TOTAL_DEVICE_BYTES)"
+            )
 
     def delete_device(self, name: str) -> None:
         with self._lock:
@@ -137,7 +177,7 @@ class Control:
     # ------------------------------------------------------------------ volumes
 
     def _parse(self, name: str, text: str, engine: Engine) -> Table:
-        table = parse_table(text, resolve=self)
+        table = parse_table(text, resolve=self, limits=self.limits.table)
         if self.stacking.would_cycle(name, table):
             raise InvalidInput(f"table would make volume {name} map onto itself")
         check_engine(engine, table)
@@ -159,6 +199,11 @@ class Control:
         with self._lock:
             if name in self.volumes:
                 raise AlreadyExists(f"volume {name} exists")
+            if len(self.volumes) >= self.limits.max_volumes:
+                raise QuotaExceeded(
+                    f"the service holds at most {self.limits.max_volumes} volumes "
+                    "(REQCRYPT_MAX_VOLUMES); remove one first"
+                )
             table = self._parse(name, table_text, engine_obj)
             volume = self._new_volume(name, str(uuid.uuid4()), engine_obj, tuning)
             volume.nbd_export = nbd_export

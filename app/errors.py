@@ -12,7 +12,8 @@ only through ``app.dm.table.redact``.
     │   ├── AlreadyExists
     │   ├── DeviceBusy, VolumeBusy
     │   ├── InvalidState          (wrong lifecycle state for the operation)
-    │   └── KeyNotSet
+    │   ├── KeyNotSet
+    │   └── QuotaExceeded         (as many devices or volumes as the service allows)
     ├── InvalidInput
     │   ├── TableError            (line, field, reason)
     │   ├── CipherSpecError
@@ -20,6 +21,8 @@ only through ``app.dm.table.redact``.
     ├── RangeNotSatisfiable       (size of the volume)
     ├── PreconditionFailed
     ├── PayloadTooLarge
+    ├── InsufficientStorage       (the devices' sizes would exceed the service's total)
+    ├── RequestTimeout            (a request body arrived too slowly)
     ├── TargetIOError             (error target, device failure)
     ├── Unavailable               (suspended too long; retry_after seconds)
     └── BatchFailed               (some writes of a batch; the first one's cause)
@@ -84,6 +87,10 @@ class KeyNotSet(Conflict):
     pass
 
 
+class QuotaExceeded(Conflict):
+    pass
+
+
 class InvalidInput(ReqcryptError):
     pass
 
@@ -117,6 +124,14 @@ class PreconditionFailed(ReqcryptError):
 
 
 class PayloadTooLarge(ReqcryptError):
+    pass
+
+
+class InsufficientStorage(ReqcryptError):
+    pass
+
+
+class RequestTimeout(ReqcryptError):
     pass
 
 

@@ -15,12 +15,14 @@ from sqlalchemy import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
 from app.api import docs, manual, problems
+from app.api.admission import VolumeAdmission
+from app.api.bodylimit import ControlBodyLimit
 from app.api.executor import IoExecutor
 from app.api.routes import benchmarks, ceiling, data, devices, engines, health, volumes
 from app.api.schemas import Problem, TableIn
 from app.bench.jobs import BenchmarkJobs
 from app.config import Settings, get_settings
-from app.control import Control
+from app.control import Control, ControlLimits
 from app.db import migrate
 from app.db.queries import SqlRegistryStore
 from app.db.session import make_engine, make_sessionmaker
@@ -52,6 +54,17 @@ token is configured, an admin token is generated on first start and stored 0600
 in the data directory as `admin.token`. Errors are `application/problem+json`
 (RFC 9457).
 """
+
+
+def control_limits(settings: Settings) -> ControlLimits:
+    return ControlLimits(
+        max_devices=settings.max_devices,
+        max_volumes=settings.max_volumes,
+        max_device_bytes=settings.max_device_bytes,
+        max_total_device_bytes=settings.max_total_device_bytes,
+        max_table_lines=settings.max_table_lines,
+        max_table_line_length=settings.max_table_line_length,
+    )
 
 
 def open_master_key(settings: Settings, sessions: sessionmaker[Session]) -> bytes:
@@ -125,10 +138,17 @@ def build_state(settings: Settings, registry: CollectorRegistry) -> State:
         engines,
         plug_window_us=settings.plug_window_us,
         suspend_wait_seconds=settings.suspend_wait_seconds,
+        limits=control_limits(settings),
     )
     control.restore()
     registry.register(VolumeCollector(control))
-    benchmarks_runner = BenchmarkJobs(sessions, control, engines)
+    benchmarks_runner = BenchmarkJobs(
+        sessions,
+        control,
+        engines,
+        max_jobs=settings.max_benchmark_jobs,
+        max_bytes=settings.max_benchmark_bytes,
+    )
     benchmarks_runner.recover()
     return State(
         settings=settings,
@@ -141,6 +161,7 @@ def build_state(settings: Settings, registry: CollectorRegistry) -> State:
         engines=engines,
         benchmarks=benchmarks_runner,
         io_executor=IoExecutor(),
+        admission=VolumeAdmission(settings.max_volume_ios),
     )
 
 
@@ -262,6 +283,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     )
     install_openapi(app)
     problems.install(app)
+    app.add_middleware(ControlBodyLimit, max_bytes=settings.max_control_body_bytes)
     app.add_middleware(RequestContextMiddleware, metrics=HttpMetrics(registry))
     # Data routes first: FastAPI tries routers in this order on every request.
     app.include_router(data.router)

@@ -8,6 +8,7 @@ from prometheus_client import CollectorRegistry
 from sqlalchemy import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
+from app.api.admission import VolumeAdmission
 from app.api.executor import IoExecutor
 from app.bench.jobs import BenchmarkJobs
 from app.config import Settings
@@ -28,4 +29,5 @@ class State:
     engines: EngineRegistry
     benchmarks: BenchmarkJobs
     io_executor: IoExecutor
+    admission: VolumeAdmission
     nbd: NbdServer | None = None

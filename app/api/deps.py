@@ -17,6 +17,7 @@ from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from starlette.exceptions import HTTPException
 
+from app.api.admission import VolumeAdmission
 from app.api.executor import IoExecutor
 from app.config import Settings
 from app.control import Control
@@ -95,6 +96,7 @@ class IoContext:
     control: Control
     settings: Settings
     executor: IoExecutor
+    admission: VolumeAdmission
     role: Role
 
 
@@ -103,7 +105,7 @@ async def get_io_context(request: Request) -> IoContext:
     tens of microseconds, which a 4 KiB I/O notices."""
     state = await get_state(request)
     role = authorize(state, request.headers.get("authorization"))
-    return IoContext(state.control, state.settings, state.io_executor, role)
+    return IoContext(state.control, state.settings, state.io_executor, state.admission, role)
 
 
 IoDep = Annotated[IoContext, Depends(get_io_context)]

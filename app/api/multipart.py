@@ -15,6 +15,8 @@ from app.api.ranges import ByteRange, parse_content_range
 from app.errors import InvalidRange, PayloadTooLarge
 
 _BOUNDARY = re.compile(r';\s*boundary=(?:"([^"]{1,70})"|([^\s;"]{1,70}))', re.IGNORECASE)
+# RFC 2046 §5.1.1 bchars: a boundary is ASCII, so it can be searched for in the body's bytes.
+_BCHARS = re.compile(r"[0-9A-Za-z'()+_,\-./:=? ]*[0-9A-Za-z'()+_,\-./:=?]", re.ASCII)
 _HEADER_END = b"\r\n\r\n"
 _MAX_HEADER_BYTES = 4096
 
@@ -33,7 +35,12 @@ def multipart_boundary(content_type: str) -> str | None:
     match = _BOUNDARY.search(content_type)
     if match is None:
         raise InvalidRange("multipart/byteranges needs a boundary parameter of 1-70 characters")
-    return match[1] or match[2]
+    boundary = match[1] or match[2]
+    if not _BCHARS.fullmatch(boundary):
+        raise InvalidRange(
+            "the multipart boundary may hold only letters, digits and '()+_,-./:=? (RFC 2046)"
+        )
+    return boundary
 
 
 def _headers(block: bytes, index: int) -> dict[str, str]:

@@ -26,6 +26,8 @@ STATUS_BY_ERROR: dict[type[errors.ReqcryptError], int] = {
     errors.RangeNotSatisfiable: 416,
     errors.PreconditionFailed: 412,
     errors.PayloadTooLarge: 413,
+    errors.InsufficientStorage: 507,
+    errors.RequestTimeout: 408,
     errors.TargetIOError: 500,
     errors.Unavailable: 503,
 }
@@ -77,6 +79,8 @@ async def _domain_error(request: Request, exc: Exception) -> JSONResponse:
         headers["Content-Range"] = f"bytes */{exc.size}"
     if isinstance(exc, errors.Unavailable):
         headers["Retry-After"] = str(exc.retry_after)
+    if isinstance(exc, errors.RequestTimeout):
+        headers["Connection"] = "close"  # the rest of the body is never read
     if isinstance(exc, errors.TableError):
         extra = {"line": exc.line, "field": exc.field}
     if isinstance(exc, errors.BatchFailed):

@@ -7,8 +7,16 @@ from dataclasses import dataclass
 
 from app.errors import InvalidRange, RangeNotSatisfiable
 
-_SPEC = re.compile(r"^\s*(\d*)\s*-\s*(\d*)\s*$")
-_CONTENT_RANGE = re.compile(r"^bytes (\d+)-(\d+)/(\d+|\*)$")
+_SPEC = re.compile(r"^\s*(\d*)\s*-\s*(\d*)\s*$", re.ASCII)
+_CONTENT_RANGE = re.compile(r"^bytes (\d+)-(\d+)/(\d+|\*)$", re.ASCII)
+_BEYOND = 1 << 64
+"""Stands for any position of more than 20 digits: past every volume, and never handed
+to ``int()``, which refuses strings of over 4300 digits (a 500, not the client's error)."""
+
+
+def _position(digits: str) -> int:
+    significant = digits.lstrip("0")
+    return int(significant or "0") if len(significant) <= 20 else _BEYOND
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,15 +50,15 @@ def parse_range(header: str, size: int, max_ranges: int) -> list[ByteRange] | No
         if match is None or (not match[1] and not match[2]):
             return None  # syntactically invalid: RFC 9110 says ignore the header
         if match[1]:
-            first = int(match[1])
-            last = int(match[2]) if match[2] else size - 1
+            first = _position(match[1])
+            last = _position(match[2]) if match[2] else size - 1
             if match[2] and last < first:
                 return None
             if first >= size:
                 continue
             ranges.append(ByteRange(first, min(last, size - 1)))
         else:
-            suffix = int(match[2])
+            suffix = _position(match[2])
             if suffix == 0:
                 continue
             ranges.append(ByteRange(max(0, size - suffix), size - 1))
@@ -68,10 +76,10 @@ def parse_content_range(header: str | None, size: int) -> ByteRange:
     match = _CONTENT_RANGE.match(header.strip())
     if match is None:
         raise InvalidRange("Content-Range must be 'bytes <first>-<last>/<size or *>'")
-    first, last = int(match[1]), int(match[2])
+    first, last = _position(match[1]), _position(match[2])
     if last < first:
         raise InvalidRange("Content-Range last byte is before the first")
-    if match[3] != "*" and int(match[3]) != size:
+    if match[3] != "*" and _position(match[3]) != size:
         raise RangeNotSatisfiable(
             f"Content-Range complete length {match[3]} is not the volume size {size}", size
         )

@@ -31,7 +31,7 @@ from app.control import Control
 from app.db import models
 from app.dm.table import parse_table
 from app.engine.registry import EngineRegistry
-from app.errors import BenchmarkNotFound, ReqcryptError
+from app.errors import BenchmarkNotFound, InvalidInput, ReqcryptError, Unavailable
 
 __all__ = ["BenchmarkJobs", "machine_info"]
 
@@ -84,9 +84,17 @@ class BenchmarkJobs:
     """The service's job runner: one worker thread, jobs in submission order."""
 
     def __init__(
-        self, sessions: sessionmaker[Session], control: Control, engines: EngineRegistry
+        self,
+        sessions: sessionmaker[Session],
+        control: Control,
+        engines: EngineRegistry,
+        *,
+        max_jobs: int,
+        max_bytes: int,
     ) -> None:
         self.sessions = sessions
+        self.max_jobs = max_jobs
+        self.max_bytes = max_bytes
         self.cells = CellRunner(control, engines)
         self.control = control
         self.engines = engines
@@ -118,6 +126,12 @@ class BenchmarkJobs:
         """Refuse at submission what would fail in the first cell (404 / 422, not a failed run)."""
         if spec.volume is not None:
             self.control.volume(spec.volume)
+        total = sum(plan.workload.total_bytes for plan in spec.points())
+        if total > self.max_bytes:
+            raise InvalidInput(
+                f"the job would move {total} bytes; at most {self.max_bytes} "
+                "(REQCRYPT_MAX_BENCHMARK_BYTES)"
+            )
         for plan in spec.points():
             if plan.engine is not None:
                 self.engines.profile(plan.engine)
@@ -142,8 +156,14 @@ class BenchmarkJobs:
 
     def submit(self, spec: JobSpec) -> str:
         self.check(spec)
-        run_id = self._insert_run(spec)
         with self._lock:
+            if len(self._live) >= self.max_jobs:
+                raise Unavailable(
+                    f"{len(self._live)} benchmark jobs are queued or running; at most "
+                    f"{self.max_jobs} (REQCRYPT_MAX_BENCHMARK_JOBS): retry when one finishes",
+                    retry_after=10,
+                )
+            run_id = self._insert_run(spec)
             self._live[run_id] = _Live(run_id, spec)
             if self._worker is None:
                 self._worker = threading.Thread(

@@ -271,7 +271,17 @@ class DeviceSizes(Protocol):
 # --------------------------------------------------------------------------- parse
 
 
-def parse_table(text: str, *, resolve: DeviceSizes | None = None) -> Table:
+@dataclass(frozen=True, slots=True)
+class TableLimits:
+    """How big a table the service accepts: each line is checked before it is split."""
+
+    max_lines: int
+    max_line_length: int
+
+
+def parse_table(
+    text: str, *, resolve: DeviceSizes | None = None, limits: TableLimits | None = None
+) -> Table:
     """Parse and validate table text; raise TableError naming line and field.
 
     Blank lines, ``#`` comment lines and surrounding whitespace are ignored, as
@@ -288,6 +298,8 @@ def parse_table(text: str, *, resolve: DeviceSizes | None = None) -> Table:
         stripped = raw.strip(" \t\r\f\v")
         if not stripped or stripped.startswith("#"):
             continue
+        if limits is not None:
+            _check_limits(line_no, stripped, len(lines), limits)
         line = _parse_line(line_no, _WORD_SEP_RE.split(stripped), resolve)
         if line.start != expected_start:
             if not lines:
@@ -318,6 +330,22 @@ def parse_table(text: str, *, resolve: DeviceSizes | None = None) -> Table:
         raise TableError(max(line_no, 1), "table", "empty table: give at least one target line")
     _check_logical_block_alignment(lines, last_line_no)
     return Table(tuple(lines))
+
+
+def _check_limits(line_no: int, line: str, lines_before: int, limits: TableLimits) -> None:
+    if len(line) > limits.max_line_length:
+        raise TableError(
+            line_no,
+            "line",
+            f"{len(line)} characters; at most {limits.max_line_length} "
+            "(REQCRYPT_MAX_TABLE_LINE_LENGTH)",
+        )
+    if lines_before >= limits.max_lines:
+        raise TableError(
+            line_no,
+            "table",
+            f"more than {limits.max_lines} target lines (REQCRYPT_MAX_TABLE_LINES)",
+        )
 
 
 def _parse_line(line_no: int, words: list[str], resolve: DeviceSizes | None) -> TableLine:

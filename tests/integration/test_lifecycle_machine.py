@@ -21,6 +21,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 from app.blk.tuning import TuningPatch
+from app.config import Settings
 from app.control import Control
 from app.db import migrate
 from app.db.queries import SqlRegistryStore
@@ -28,6 +29,7 @@ from app.db.session import make_engine, make_sessionmaker
 from app.dm.table import format_table, parse_table
 from app.engine.registry import EngineRegistry
 from app.errors import AlreadyExists, InvalidInput, InvalidState, KeyNotSet, VolumeBusy
+from app.main import control_limits
 from app.repository import Records
 from app.storage.registry import DeviceRegistry
 from tests.conftest import POSTGRES_ADMIN_DSN
@@ -120,6 +122,7 @@ class Lifecycle(RuleBasedStateMachine):
             EngineRegistry(SqlRegistryStore(sessions)),
             plug_window_us=0,
             suspend_wait_seconds=0.05,
+            limits=control_limits(Settings()),
         )
         control.restore()
         return control

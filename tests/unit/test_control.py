@@ -11,12 +11,14 @@ import pytest
 from sqlalchemy import Engine
 
 from app.blk.tuning import TuningPatch
+from app.config import Settings
 from app.control import Control
 from app.db import migrate
 from app.db.queries import SqlRegistryStore
 from app.db.session import make_engine, make_sessionmaker
 from app.dm.table import format_table
 from app.engine.registry import EngineRegistry
+from app.main import control_limits
 from app.repository import Records, RecordsTx
 from app.storage.registry import DeviceRegistry
 
@@ -54,6 +56,7 @@ def make_control(db: Engine, data_dir: Path) -> Control:
         EngineRegistry(SqlRegistryStore(sessions)),
         plug_window_us=0,
         suspend_wait_seconds=0.05,
+        limits=control_limits(Settings()),
     )
     control.restore()
     return control

@@ -120,3 +120,54 @@ def test_any_well_formed_body_round_trips(parts):
 def test_arbitrary_bytes_never_raise_anything_but_a_client_error(raw):
     with contextlib.suppress(InvalidRange, RangeNotSatisfiable, PayloadTooLarge):
         parse(raw)
+
+
+_hostile_ranges = st.one_of(
+    st.text(max_size=30),
+    st.sampled_from(
+        [
+            "bytes -1-0/*",
+            f"bytes 0-{'9' * 5000}/*",
+            f"bytes {'9' * 5000}-{'9' * 5000}/*",
+            "bytes \u0660-\u0663/*",
+            "bytes 0-0/0",
+            "bytes 5-1/*",
+        ]
+    ),
+)
+_hostile_headers = st.one_of(
+    st.just(""),
+    st.text(max_size=40).map(lambda t: f"X-{t}: v\r\n"),
+    st.sampled_from(["Content-Type: \x00\r\n", "Ümlaut: x\r\n", ": empty\r\n", "a" * 5000]),
+)
+
+
+@given(st.lists(st.tuples(_hostile_ranges, st.binary(max_size=16)), min_size=1, max_size=4))
+def test_hostile_part_headers_are_refused_as_client_errors(parts):
+    with contextlib.suppress(InvalidRange, RangeNotSatisfiable, PayloadTooLarge):
+        for part in parse(body(*parts)):
+            assert 0 <= part.range.first <= part.range.last < SIZE
+
+
+@given(_hostile_headers, st.binary(max_size=16))
+def test_hostile_extra_headers_are_refused_or_ignored(extra, data):
+    raw = body((f"bytes 0-{len(data) - 1}/*" if data else "bytes 0-0/*", data or b"x"), extra=extra)
+    with contextlib.suppress(InvalidRange, RangeNotSatisfiable, PayloadTooLarge):
+        assert [bytes(p.data) for p in parse(raw)] == [data or b"x"]
+
+
+@given(st.text(max_size=90))
+def test_any_content_type_gives_an_ascii_boundary_none_or_a_400(content_type):
+    try:
+        boundary = multipart_boundary(content_type)
+    except InvalidRange:
+        return
+    if boundary is not None:
+        assert 1 <= len(boundary) <= 70
+        boundary.encode("ascii")
+
+
+@pytest.mark.parametrize("boundary", ["café", "a\x00b", "ends with space "])
+def test_a_boundary_outside_rfc_2046s_characters_is_a_400(boundary):
+    with pytest.raises(InvalidRange, match="boundary"):
+        multipart_boundary(f'multipart/byteranges; boundary="{boundary}"')

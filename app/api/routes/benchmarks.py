@@ -86,7 +86,7 @@ class BenchmarkStarted(BaseModel):
 
 
 @router.post(
-    "", status_code=202, response_model=BenchmarkStarted, responses=responses(404, 409, 422)
+    "", status_code=202, response_model=BenchmarkStarted, responses=responses(404, 409, 422, 503)
 )
 def start_benchmark(
     body: BenchmarkCreate, jobs: JobsDep, _: AdminDep, response: Response

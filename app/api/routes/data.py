@@ -15,6 +15,7 @@ from fastapi.responses import StreamingResponse
 from starlette.exceptions import HTTPException
 
 from app import _native
+from app.api.admission import paced
 from app.api.deps import BEARER_SECURITY, IoContext, IoDep
 from app.api.executor import IoExecutor
 from app.api.multipart import multipart_boundary, parse_byteranges_body
@@ -22,6 +23,7 @@ from app.api.problems import responses
 from app.api.ranges import ByteRange, parse_content_range, parse_range
 from app.api.schemas import RangeIn
 from app.blk import mempool
+from app.config import Settings
 from app.dm.generation import Precondition
 from app.dm.volume import Volume
 from app.errors import (
@@ -143,6 +145,20 @@ async def read_data(name: str, request: Request, io: IoDep) -> Response:
     and If-Range (full 200 when stale).
     """
     volume = io.control.volume(name)
+    io.admission.enter(volume)
+    try:
+        response = await _read_response(volume, request, io)
+    except BaseException:
+        io.admission.leave(volume)
+        raise
+    if isinstance(response, StreamingResponse):
+        response.body_iterator = io.admission.streamed(volume, response.body_iterator)
+    else:
+        io.admission.leave(volume)
+    return response
+
+
+async def _read_response(volume: Volume, request: Request, io: IoContext) -> Response:
     headers, ranges = read_preconditions(request, volume, io.settings.max_ranges)
     if headers is None:
         return Response(status_code=304, headers={"Accept-Ranges": "bytes", "ETag": etag(volume)})
@@ -219,7 +235,7 @@ async def head_data(name: str, request: Request, io: IoDep) -> Response:
 @router.put(
     "/data",
     status_code=204,
-    responses=responses(400, 411, 412, 413, 416, 500, 503),
+    responses=responses(400, 408, 411, 412, 413, 416, 500, 503),
     openapi_extra={
         **BEARER_SECURITY,
         "requestBody": {
@@ -258,10 +274,22 @@ async def write_data(name: str, request: Request, io: IoDep, fua: bool = False) 
     batch as a whole.
     """
     volume = io.control.volume(name)
+    with io.admission.slot(volume):
+        boundary = multipart_boundary(request.headers.get("content-type", ""))
+        if boundary is not None:
+            return await write_batch(request, io, volume, boundary, fua)
+        return await write_range(request, io, volume, fua)
+
+
+def paced_body(request: Request, settings: Settings, length: int) -> AsyncIterator[bytes]:
+    return paced(
+        request.stream(), length, settings.body_timeout_seconds, settings.body_min_rate_bytes
+    )
+
+
+async def write_range(request: Request, io: IoContext, volume: Volume, fua: bool) -> Response:
+    """A single-range PUT, written chunk by chunk as the body arrives."""
     settings = io.settings
-    boundary = multipart_boundary(request.headers.get("content-type", ""))
-    if boundary is not None:
-        return await write_batch(request, io, volume, boundary, fua)
     byte_range = parse_content_range(request.headers.get("content-range"), volume.size)
     declared = request.headers.get("content-length")
     if declared is None:
@@ -280,7 +308,7 @@ async def write_data(name: str, request: Request, io: IoDep, fua: bool = False) 
     position = byte_range.first
     end = byte_range.last + 1
     next_cut = min(end, (position // chunk + 1) * chunk)
-    async for piece in request.stream():
+    async for piece in paced_body(request, settings, byte_range.length):
         view = memoryview(piece)
         while view:
             take = min(len(view), next_cut - position - filled)
@@ -311,17 +339,17 @@ async def write_batch(
     if declared is None:
         raise HTTPException(411, "a multipart PUT needs Content-Length")
     check_batch_bytes(int(declared), io.settings.max_batch_bytes)
-    body = bytearray(int(declared))
+    data = bytearray(int(declared))
     filled = 0
-    async for piece in request.stream():
-        if filled + len(piece) > len(body):
+    async for piece in paced_body(request, io.settings, len(data)):
+        if filled + len(piece) > len(data):
             raise InvalidRange(f"body is longer than its Content-Length {declared}")
-        body[filled : filled + len(piece)] = piece
+        data[filled : filled + len(piece)] = piece
         filled += len(piece)
-    if filled != len(body):
+    if filled != len(data):
         raise InvalidRange(f"body ended at byte {filled} of its Content-Length {declared}")
     parts = parse_byteranges_body(
-        memoryview(body), boundary, volume.size, max_parts=io.settings.max_ranges
+        memoryview(data), boundary, volume.size, max_parts=io.settings.max_ranges
     )
     errors, version = await io.executor.run(
         functools.partial(
@@ -410,7 +438,8 @@ def _write(
 async def flush(name: str, io: IoDep) -> Response:
     """Returns once every write acknowledged before it is durable (fsync)."""
     volume = io.control.volume(name)
-    await io.executor.run(volume.flush)
+    with io.admission.slot(volume):
+        await io.executor.run(volume.flush)
     return Response(status_code=204)
 
 
@@ -426,7 +455,8 @@ async def discard(name: str, body: RangeIn, io: IoDep) -> Response:
     Discarded sectors read back as dm-crypt returns them: the decryption of zeros.
     """
     volume = io.control.volume(name)
-    await io.executor.run(volume.discard, body.offset, body.length)
+    with io.admission.slot(volume):
+        await io.executor.run(volume.discard, body.offset, body.length)
     return Response(status_code=204, headers={"ETag": etag(volume)})
 
 
@@ -439,5 +469,6 @@ async def discard(name: str, body: RangeIn, io: IoDep) -> Response:
 async def write_zeroes(name: str, body: RangeIn, io: IoDep) -> Response:
     """Write encrypted zeros over whole logical blocks."""
     volume = io.control.volume(name)
-    await io.executor.run(volume.write_zeroes, body.offset, body.length)
+    with io.admission.slot(volume):
+        await io.executor.run(volume.write_zeroes, body.offset, body.length)
     return Response(status_code=204, headers={"ETag": etag(volume)})

@@ -11,7 +11,7 @@ from app.api.schemas import DeviceCreate, DeviceOut
 router = APIRouter(prefix="/v1/devices", tags=["devices"], responses=responses(401, 403))
 
 
-@router.post("", status_code=201, response_model=DeviceOut, responses=responses(409, 422))
+@router.post("", status_code=201, response_model=DeviceOut, responses=responses(409, 422, 507))
 def create_device(body: DeviceCreate, control: ControlDep, _: AdminDep) -> DeviceOut:
     control.create_device(body.name, body.size_bytes, body.model)
     return DeviceOut(**control.device_info(body.name))

@@ -5,10 +5,11 @@ from __future__ import annotations
 import contextlib
 import re
 
+import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from app.dm.table import format_table, normalize, parse_table, redact
+from app.dm.table import TableLimits, format_table, normalize, parse_table, redact
 from app.errors import InvalidInput, TableError
 
 _FAST = settings(max_examples=150, deadline=None)
@@ -154,3 +155,45 @@ def test_redacted_text_never_contains_the_key(raw: bytes) -> None:
     redacted = redact(f"0 8 crypt aes-xts-plain64 {key} 0 sda 0\nnoise {key} more")
     assert key not in redacted
     assert not re.search(r"[1-9a-f]{16,}", redacted)
+
+
+def _target_lines(text: str) -> list[str]:
+    stripped = (raw.strip(" \t\r\f\v") for raw in text.split("\n"))
+    return [line for line in stripped if line and not line.startswith("#")]
+
+
+@_FAST
+@given(valid_tables(), st.integers(1, 5), st.integers(10, 300))
+def test_limits_refuse_exactly_the_tables_beyond_them(
+    text: str, max_lines: int, max_line_length: int
+) -> None:
+    lines = _target_lines(text)
+    limits = TableLimits(max_lines, max_line_length)
+    within = len(lines) <= max_lines and all(len(line) <= max_line_length for line in lines)
+    if within:
+        assert parse_table(text, limits=limits) == parse_table(text)
+        return
+    with pytest.raises(TableError, match="REQCRYPT_MAX_TABLE_LINE") as refused:
+        parse_table(text, limits=limits)
+    assert refused.value.field in ("table", "line")
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.one_of(st.text(max_size=400), st.lists(_table_alphabet, max_size=200).map("".join)),
+    st.integers(1, 3),
+    st.integers(1, 40),
+)
+def test_with_limits_any_text_is_still_parsed_or_refused_as_invalid_input(
+    text: str, max_lines: int, max_line_length: int
+) -> None:
+    with contextlib.suppress(InvalidInput):
+        table = parse_table(text, limits=TableLimits(max_lines, max_line_length))
+        assert len(table.lines) <= max_lines
+
+
+def test_a_huge_line_count_is_refused_at_the_first_line_past_the_limit() -> None:
+    text = "\n".join(f"{i * 8} 8 zero" for i in range(200_000))
+    with pytest.raises(TableError) as refused:
+        parse_table(text, limits=TableLimits(1024, 4096))
+    assert (refused.value.line, refused.value.field) == (1025, "table")

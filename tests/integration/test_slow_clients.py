@@ -1,0 +1,203 @@
+"""Slow and idle clients against a real uvicorn, over raw sockets.
+
+A client trickling a body holds only its own connection: other clients' I/O on
+the same volume and on others goes on, and the trickler gets 408 once its body
+deadline passes, with nothing written. Idle keep-alive connections are closed,
+oversized bodies are refused from their headers alone, and a streamed read
+abandoned half-way gives its volume slot back.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import subprocess
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from tests.conftest import ADMIN_TOKEN
+from tests.factories import xts_table
+from tests.integration.test_e2e_data import MIB, Server
+
+pytestmark = pytest.mark.e2e
+
+BODY_TIMEOUT = 5
+VOLUME_IOS = 4
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    running = Server(
+        tmp_path_factory.mktemp("slow") / "data",
+        REQCRYPT_BODY_TIMEOUT_SECONDS=str(BODY_TIMEOUT),
+        REQCRYPT_KEEP_ALIVE_SECONDS="1",
+        REQCRYPT_MAX_BODY_BYTES=str(MIB),
+        REQCRYPT_MAX_VOLUME_IOS=str(VOLUME_IOS),
+    )
+    running.start()
+    try:
+        with running.client() as client:
+            for name in ("a", "b"):
+                response = client.post("/v1/devices", json={"name": name, "size_bytes": 16 * MIB})
+                assert response.status_code == 201
+                table = xts_table(name, 16 * MIB // 512)
+                response = client.post("/v1/volumes", json={"name": name, "table": table})
+                assert response.status_code == 201
+        yield running
+    finally:
+        # A failed test may leave a request waiting on a body: uvicorn would wait for it.
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            running.stop()
+        if running.process is not None:
+            running.process.kill()
+            running.process.wait()
+
+
+def connect(server: Server) -> socket.socket:
+    return socket.create_connection(("127.0.0.1", server.port), timeout=30)
+
+
+def head(method: str, path: str, **headers: str) -> bytes:
+    lines = [f"{method} {path} HTTP/1.1", "Host: 127.0.0.1", f"Authorization: Bearer {ADMIN_TOKEN}"]
+    lines += [f"{name.replace('_', '-')}: {value}" for name, value in headers.items()]
+    return ("\r\n".join(lines) + "\r\n\r\n").encode()
+
+
+def read_response(sock: socket.socket) -> tuple[int, dict[str, str], bytes]:
+    """One response: status, headers, and as much body as Content-Length says."""
+    raw = b""
+    while b"\r\n\r\n" not in raw:
+        piece = sock.recv(65536)
+        assert piece, f"connection closed mid-response: {raw!r}"
+        raw += piece
+    header_block, _, body = raw.partition(b"\r\n\r\n")
+    status_line, *header_lines = header_block.decode("latin-1").split("\r\n")
+    headers = {k.strip().lower(): v.strip() for k, _, v in (h.partition(":") for h in header_lines)}
+    length = int(headers.get("content-length", "0"))
+    while len(body) < length:
+        piece = sock.recv(65536)
+        assert piece
+        body += piece
+    return int(status_line.split()[1]), headers, body
+
+
+def closed_by_server(sock: socket.socket) -> bool:
+    try:
+        return sock.recv(1) == b""
+    except ConnectionResetError:
+        return True
+
+
+def nothing_to_read(sock: socket.socket) -> bool:
+    timeout = sock.gettimeout()
+    sock.setblocking(False)
+    try:
+        sock.recv(1)
+    except BlockingIOError:
+        return True
+    finally:
+        sock.settimeout(timeout)
+    return False
+
+
+def test_trickling_bodies_block_no_one_and_end_in_408_with_nothing_written(
+    server: Server,
+) -> None:
+    with server.client() as client, contextlib.ExitStack() as stack:
+        before = client.get("/v1/volumes/a/data", headers={"Range": "bytes=0-65535"}).content
+        tricklers = []
+        for _ in range(VOLUME_IOS - 1):
+            sock = stack.enter_context(connect(server))
+            sock.sendall(
+                head(
+                    "PUT",
+                    "/v1/volumes/a/data",
+                    Content_Range="bytes 0-65535/*",
+                    Content_Length="65536",
+                )
+                + b"\xaa" * 100
+            )
+            tricklers.append(sock)
+        for round_ in range(20):
+            data = bytes([round_]) * 4096
+            for volume in ("a", "b"):
+                first = MIB + round_ * 4096
+                response = client.put(
+                    f"/v1/volumes/{volume}/data",
+                    content=data,
+                    headers={"Content-Range": f"bytes {first}-{first + 4095}/*"},
+                )
+                assert response.status_code == 204, response.text
+                back = client.get(
+                    f"/v1/volumes/{volume}/data",
+                    headers={"Range": f"bytes={first}-{first + 4095}"},
+                )
+                assert back.content == data
+        # All that I/O was served while every trickler was still waiting on its body.
+        assert all(nothing_to_read(sock) for sock in tricklers)
+        for sock in tricklers:
+            sock.sendall(b"\xaa")  # a trickle, not a stop: the overall deadline still applies
+        for sock in tricklers:
+            status, headers, body = read_response(sock)
+            assert status == 408
+            assert headers["content-type"] == "application/problem+json"
+            assert b"REQCRYPT_BODY_TIMEOUT_SECONDS" in body
+            assert closed_by_server(sock)
+        after = client.get("/v1/volumes/a/data", headers={"Range": "bytes=0-65535"}).content
+        assert after == before
+
+
+def test_an_idle_keep_alive_connection_is_closed_after_keep_alive_seconds(
+    server: Server,
+) -> None:
+    with connect(server) as sock:
+        sock.sendall(head("GET", "/healthz"))
+        status, headers, _ = read_response(sock)
+        assert status == 200
+        assert headers.get("connection", "keep-alive") != "close"
+        # REQCRYPT_KEEP_ALIVE_SECONDS=1; uvicorn's own default (5 s) would outlast this.
+        sock.settimeout(4)
+        assert closed_by_server(sock)
+
+
+def test_an_oversized_body_is_refused_from_its_headers_before_any_byte_is_sent(
+    server: Server,
+) -> None:
+    with connect(server) as sock:
+        size = 2 * MIB
+        sock.sendall(
+            head(
+                "PUT",
+                "/v1/volumes/b/data",
+                Content_Range=f"bytes 0-{size - 1}/*",
+                Content_Length=str(size),
+            )
+        )
+        status, headers, body = read_response(sock)
+        assert status == 413
+        assert headers["content-type"] == "application/problem+json"
+        assert str(size).encode() in body
+
+
+def test_an_abandoned_streamed_read_gives_its_volume_slot_back(server: Server) -> None:
+    readers = []
+    for _ in range(VOLUME_IOS):
+        sock = connect(server)
+        sock.sendall(head("GET", "/v1/volumes/b/data"))
+        assert sock.recv(4096).startswith(b"HTTP/1.1 200")
+        readers.append(sock)
+    with server.client() as client:
+        refused = client.get("/v1/volumes/b/data", headers={"Range": "bytes=0-511"})
+        assert refused.status_code == 503
+        assert refused.headers["retry-after"] == "1"
+        for sock in readers:
+            sock.close()
+        deadline = time.monotonic() + 30
+        while True:
+            response = client.get("/v1/volumes/b/data", headers={"Range": "bytes=0-511"})
+            if response.status_code == 206 or time.monotonic() > deadline:
+                break
+            time.sleep(0.1)
+        assert response.status_code == 206
