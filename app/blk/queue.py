@@ -409,7 +409,6 @@ class BlockQueue:
             if self._held or self._scheduled < self._limits.nr_requests:
                 break
             self._wait_for_request_slot()
-        self.stats.account_bio(bio.op, None)
         rq = Request.from_bio(bio, self._limits.max_segment_size, now)
         for earlier in conflicts:
             earlier.dependents.append(rq)
@@ -420,7 +419,7 @@ class BlockQueue:
         self._scheduled += 1
         if bio.op is not Op.FLUSH:
             self._index(rq, rq.sector, rq.sector + rq.nr_sectors)
-        self.stats.request_started(now)
+        self.stats.request_started(now, bio.op)
         if _is_barrier(bio) or self._mode == "bio":
             if _is_barrier(bio):
                 # Nothing submitted later may join a request from before the barrier.
@@ -463,6 +462,8 @@ class BlockQueue:
         for rq in candidates:
             if rq is None or rq.state > RqState.QUEUED or rq in tried:
                 continue
+            if rq.sector + rq.nr_sectors != bio.sector and rq.sector != bio.sector + bio.nr_sectors:
+                continue  # not adjacent: attempt_bio_merge could only say NONE
             tried.append(rq)
             old_sector, old_end = rq.sector, rq.sector + rq.nr_sectors
             status, kind = attempt_bio_merge(rq, bio, self._limits, self._boundaries)

@@ -88,10 +88,12 @@ class QueueStats:
                 else:
                     self.front_merges += 1
 
-    def request_started(self, now: int) -> None:
+    def request_started(self, now: int, op: Op) -> None:
+        """A request was created from a bio of ``op``; the bio is accounted with it."""
         with self._lock:
             self._tick(now)
             self.in_flight += 1
+            self._bios[_group(op)] += 1
 
     def request_dispatched(self, rq: Request, now: int) -> None:
         """The request took a device tag."""
