@@ -596,15 +596,19 @@ class BlockQueue:
             while batch := self._take_ready():
                 lock.release()
                 done: list[int] = []
+                statuses: list[Exception | None] = []
                 for rq in batch:
                     status: Exception | None = None
                     try:
                         self._dispatch(rq)
                     except Exception as error:
                         status = error
-                    rq.complete(status)
+                    statuses.append(status)
                     done.append(time.perf_counter_ns())
+                # Accounted before the bios end: whoever sees its I/O done sees it counted.
                 self.stats.requests_done(batch, done)
+                for rq, status in zip(batch, statuses, strict=True):
+                    rq.complete(status)
                 lock.acquire()
                 self._dispatching -= len(batch)
                 pending = self._pending
