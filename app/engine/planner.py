@@ -123,7 +123,7 @@ def plan_calls(
 def _check_geometry(segments: Sequence[int], nbytes: int, sector: int, unit: int) -> None:
     if not segments:
         raise InvalidInput("a request needs at least one segment")
-    if any(size <= 0 for size in segments):
+    if min(segments) <= 0:
         raise InvalidInput("segment sizes must be positive")
     if nbytes % unit:
         raise InvalidInput(f"request of {nbytes} bytes is not a whole number of {unit}-byte units")
