@@ -18,8 +18,11 @@ submitting task in the kernel:
 
 Whoever moves requests to the elevator, or completes a request, runs the
 dispatch loop until no request is ready, calling ``dispatch(request)``
-synchronously with the lock released; at most ``queue_depth`` threads dispatch
-at once (the device's tags). A request that finds no free tag stays in the
+synchronously with the lock released; at most ``queue_depth`` requests are
+dispatched at once (the device's tags). A thread takes the ready requests in
+elevator order as one batch (a driver's ``queue_rqs``), up to 128 KiB, and
+dispatches them one after another; a request that a batch member unblocks is
+never overtaken by a later one. A request that finds no free tag stays in the
 elevator, where later bios still merge into it, and the thread that frees a tag
 dispatches the next one. A submitter that needs a new request while
 ``nr_requests`` are already waiting for a tag first flushes the plug, then
@@ -72,6 +75,8 @@ Dispatch = Callable[[Request], None]
 
 #: Overlap index granularity: 2^11 sectors = 1 MiB per bucket.
 _CHUNK_SHIFT = 11
+#: A dispatching thread stops taking ready requests once its batch holds this much.
+_DISPATCH_BATCH_BYTES = 128 * 1024
 
 
 def _chunks(start: int, end: int) -> range:
@@ -409,7 +414,6 @@ class BlockQueue:
             if self._held or self._scheduled < self._limits.nr_requests:
                 break
             self._wait_for_request_slot()
-        self.stats.account_bio(bio.op, None)
         rq = Request.from_bio(bio, self._limits.max_segment_size, now)
         for earlier in conflicts:
             earlier.dependents.append(rq)
@@ -420,7 +424,7 @@ class BlockQueue:
         self._scheduled += 1
         if bio.op is not Op.FLUSH:
             self._index(rq, rq.sector, rq.sector + rq.nr_sectors)
-        self.stats.request_started(now)
+        self.stats.request_started(now, bio.op)
         if _is_barrier(bio) or self._mode == "bio":
             if _is_barrier(bio):
                 # Nothing submitted later may join a request from before the barrier.
@@ -463,6 +467,8 @@ class BlockQueue:
         for rq in candidates:
             if rq is None or rq.state > RqState.QUEUED or rq in tried:
                 continue
+            if rq.sector + rq.nr_sectors != bio.sector and rq.sector != bio.sector + bio.nr_sectors:
+                continue  # not adjacent: attempt_bio_merge could only say NONE
             tried.append(rq)
             old_sector, old_end = rq.sector, rq.sector + rq.nr_sectors
             status, kind = attempt_bio_merge(rq, bio, self._limits, self._boundaries)
@@ -578,44 +584,83 @@ class BlockQueue:
         return rq.wait_count == 0
 
     def _run_queue(self) -> None:
-        """Dispatch ready requests until none is left (blk_mq_run_hw_queue)."""
+        """Dispatch ready requests until none is left (blk_mq_run_hw_queue).
+
+        Ready requests are taken a batch at a time (``_take_ready``) and dispatched
+        one after another on this thread, as a driver's ``queue_rqs`` takes a plug's
+        list: one lock round and one statistics update per batch, not per request.
+        """
         lock = self._lock
-        ready = self._ready
         lock.acquire()
         try:
-            while not self._held and self._dispatching < self._queue_depth:
-                now = time.perf_counter_ns()
-                rq = self._elevator.next_request(now, ready)
-                if rq is None:
-                    return
-                rq.state = RqState.DISPATCHED
-                self._scheduled -= 1
-                self.stats.request_dispatched(rq, now)
-                self._cond.notify_all()
-                self._hash_del(rq)
-                if self._last_merge is rq:
-                    self._last_merge = None
-                self._dispatching += 1
+            while batch := self._take_ready():
                 lock.release()
-                status: Exception | None = None
-                try:
-                    self._dispatch(rq)
-                except Exception as error:
-                    status = error
-                rq.complete(status)
-                self.stats.request_done(rq, time.perf_counter_ns())
+                done: list[int] = []
+                statuses: list[Exception | None] = []
+                for rq in batch:
+                    status: Exception | None = None
+                    try:
+                        self._dispatch(rq)
+                    except Exception as error:
+                        status = error
+                    statuses.append(status)
+                    done.append(time.perf_counter_ns())
+                # Accounted before the bios end: whoever sees its I/O done sees it counted.
+                self.stats.requests_done(batch, done)
+                for rq, status in zip(batch, statuses, strict=True):
+                    rq.complete(status)
                 lock.acquire()
-                self._dispatching -= 1
-                rq.state = RqState.DONE
-                del self._pending[rq]
-                if rq.op is not Op.FLUSH:
-                    self._unindex(rq)
-                for dependent in rq.dependents:
-                    dependent.wait_count -= 1
-                rq.dependents = []
+                self._dispatching -= len(batch)
+                pending = self._pending
+                for rq in batch:
+                    rq.state = RqState.DONE
+                    del pending[rq]
+                    if rq.op is not Op.FLUSH:
+                        self._unindex(rq)
+                    for dependent in rq.dependents:
+                        dependent.wait_count -= 1
+                    rq.dependents = []
                 self._cond.notify_all()
         finally:
             lock.release()
+
+    def _take_ready(self) -> list[Request]:
+        """Lock held: move ready requests to dispatch, one per free tag, until the batch
+        holds ``_DISPATCH_BATCH_BYTES``; a big request goes alone, so that another
+        thread dispatches the next one beside it."""
+        batch: list[Request] = []
+        nbytes = 0
+        now = time.perf_counter_ns()
+        elevator = self._elevator
+        blocked = False
+
+        def in_order(rq: Request) -> bool:
+            """Past the batch's first request, the elevator's next choice or nothing: a
+            request the batch would unblock may not be overtaken by a later one."""
+            nonlocal blocked
+            blocked = blocked or rq.wait_count != 0
+            return not blocked
+
+        while (
+            not self._held
+            and self._dispatching < self._queue_depth
+            and nbytes < _DISPATCH_BATCH_BYTES
+        ):
+            rq = elevator.next_request(now, in_order if batch else self._ready)
+            if rq is None:
+                break
+            rq.state = RqState.DISPATCHED
+            self._scheduled -= 1
+            self._hash_del(rq)
+            if self._last_merge is rq:
+                self._last_merge = None
+            self._dispatching += 1
+            nbytes += rq.nr_sectors << SECTOR_SHIFT
+            batch.append(rq)
+        if batch:
+            self.stats.requests_dispatched(batch, now)
+            self._cond.notify_all()
+        return batch
 
     # ------------------------------------------------------- suspend/resume
 

@@ -6,13 +6,15 @@ creation (plugged, queued or dispatched) to completion, and ``aqu_sz`` is
 its time-weighted average, like the kernel's time_in_queue / interval.
 ``queued`` is the part of it still waiting for a device tag, and ``*_d2c``
 the average time a request spent on the device (blktrace's dispatch to
-complete): ``*_await`` minus ``*_d2c`` is time spent queued.
+complete; a request dispatched in a batch is on the device from the batch's
+dispatch): ``*_await`` minus ``*_d2c`` is time spent queued.
 """
 
 from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Sequence
 from typing import Any
 
 from app.blk.bio import WRITE_OPS
@@ -71,6 +73,8 @@ class QueueStats:
 
     def _tick(self, now: int) -> None:
         elapsed = now - self._last_change
+        if elapsed <= 0:
+            return  # a completion stamped before the last change (a batch's earlier request)
         if self.in_flight:
             self._weighted_ns += self.in_flight * elapsed
             self._busy_ns += elapsed
@@ -88,16 +92,19 @@ class QueueStats:
                 else:
                     self.front_merges += 1
 
-    def request_started(self, now: int) -> None:
+    def request_started(self, now: int, op: Op) -> None:
+        """A request was created from a bio of ``op``; the bio is accounted with it."""
         with self._lock:
             self._tick(now)
             self.in_flight += 1
+            self._bios[_group(op)] += 1
 
-    def request_dispatched(self, rq: Request, now: int) -> None:
-        """The request took a device tag."""
-        rq.dispatch_time = now
+    def requests_dispatched(self, rqs: Sequence[Request], now: int) -> None:
+        """The requests took device tags."""
+        for rq in rqs:
+            rq.dispatch_time = now
         with self._lock:
-            self.on_device += 1
+            self.on_device += len(rqs)
 
     def request_absorbed(self, op: Op, now: int) -> None:
         """A queued request merged into another: it counts as a merge, not an I/O."""
@@ -107,24 +114,26 @@ class QueueStats:
             self._merges[_group(op)] += 1
             self.request_merges += 1
 
-    def request_done(self, rq: Request, now: int) -> None:
+    def requests_done(self, rqs: Sequence[Request], times: Sequence[int]) -> None:
+        """The requests completed, each at its time in ``times`` (in order)."""
         with self._lock:
-            self._tick(now)
-            self.in_flight -= 1
-            group = _group(rq.op)
-            if rq.dispatch_time:
-                self.on_device -= 1
-                self._d2c_ns[group] += now - rq.dispatch_time
-            self._ios[group] += 1
-            self._sectors[group] += rq.nr_sectors
-            if rq.op is not Op.FLUSH:
-                bucket = _bucket_kib(rq.nr_bytes)
-                self.histogram[bucket] = self.histogram.get(bucket, 0) + 1
-            wait = 0
-            for bio in rq.bios:
-                wait += now - bio.submit_time
-            self._bio_wait_ns[group] += wait
-            self._bios_done[group] += len(rq.bios)
+            for rq, now in zip(rqs, times, strict=True):
+                self._tick(now)
+                self.in_flight -= 1
+                group = _group(rq.op)
+                if rq.dispatch_time:
+                    self.on_device -= 1
+                    self._d2c_ns[group] += now - rq.dispatch_time
+                self._ios[group] += 1
+                self._sectors[group] += rq.nr_sectors
+                if rq.op is not Op.FLUSH:
+                    bucket = _bucket_kib(rq.nr_bytes)
+                    self.histogram[bucket] = self.histogram.get(bucket, 0) + 1
+                wait = 0
+                for bio in rq.bios:
+                    wait += now - bio.submit_time
+                self._bio_wait_ns[group] += wait
+                self._bios_done[group] += len(rq.bios)
 
     def add_engine_calls(self, count: int) -> None:
         with self._lock:

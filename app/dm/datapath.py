@@ -36,7 +36,9 @@ from app.dm.rangelock import RangeLock
 from app.dm.table import CryptParams, Table
 from app.dm.targets import MapContext, Target
 from app.errors import InvalidInput, InvalidState, RangeNotSatisfiable, Unavailable
-from app.vocab import DEFAULT_QUEUE_DEPTH, SECTOR_SIZE, Op
+from app.vocab import DEFAULT_QUEUE_DEPTH, DISPATCH_MODES, SECTOR_SIZE, Op
+
+_CONTEXTS = {mode: MapContext(dispatch_mode=mode) for mode in DISPATCH_MODES}
 
 
 @dataclass(slots=True, eq=False)
@@ -147,7 +149,7 @@ class DataPath:
         live = self.live
         if live is None:
             raise InvalidState(f"volume {self.name} has no live table")
-        context = MapContext(dispatch_mode=self.queue.dispatch_mode)
+        context = _CONTEXTS[self.queue.dispatch_mode]
         if request.op == Op.FLUSH:
             for target in live.targets:
                 target.flush()

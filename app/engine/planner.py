@@ -97,6 +97,17 @@ def plan_calls(
     nbytes = ends[-1] if ends else 0
     _check_geometry(segments, nbytes, sector, data_unit_size)
     reason = capabilities.fallback_reason(spec)
+    if (
+        reason is None
+        and len(ends) == 1
+        and (dispatch_mode == "request" or bios is None or len(bios) == 1)
+        and nbytes <= capabilities.max_bytes_per_call
+    ):
+        # One segment that fits one call (a lone small bio): what _bulk_calls would plan.
+        call = EngineCall(True, 0, nbytes, sector, nbytes // data_unit_size, 0, 1)
+        if dispatch_mode == "bio":
+            _bio_regions(bios, sector, nbytes, data_unit_size)
+        return CallPlan(op, dispatch_mode, data_unit_size, nbytes, (call,), None)
     if reason is not None:
         calls = _unit_calls(ends, nbytes, sector, data_unit_size)
     else:
@@ -112,7 +123,7 @@ def plan_calls(
 def _check_geometry(segments: Sequence[int], nbytes: int, sector: int, unit: int) -> None:
     if not segments:
         raise InvalidInput("a request needs at least one segment")
-    if any(size <= 0 for size in segments):
+    if min(segments) <= 0:
         raise InvalidInput("segment sizes must be positive")
     if nbytes % unit:
         raise InvalidInput(f"request of {nbytes} bytes is not a whole number of {unit}-byte units")

@@ -64,6 +64,9 @@ class FileStore(BackingStore):
             done += os.pwrite(self._fd, view[done:], offset + done)
 
     def readv_into(self, offset: int, buffers: Sequence[memoryview]) -> None:
+        if len(buffers) == 1:  # a lone small request: no iovec bookkeeping
+            self.read_into(offset, memoryview(buffers[0]).cast("B"))
+            return
         views = [memoryview(buffer).cast("B") for buffer in buffers]
         self.check_range(offset, sum(len(view) for view in views))
         while views:
@@ -77,6 +80,9 @@ class FileStore(BackingStore):
             views = _advance(views, count)
 
     def writev(self, offset: int, buffers: Sequence[Buffer]) -> None:
+        if len(buffers) == 1:
+            self.write(offset, buffers[0])
+            return
         views = [memoryview(buffer).cast("B") for buffer in buffers]
         self.check_range(offset, sum(len(view) for view in views))
         while views:

@@ -14,6 +14,8 @@ from app.engine.base import Engine, EngineRequest
 from app.errors import InvalidInput, InvalidState
 from app.vocab import SECTOR_SHIFT, Op
 
+_NOTHING = MapResult()
+
 
 class CryptTarget(Target):
     def __init__(
@@ -38,7 +40,7 @@ class CryptTarget(Target):
         relative = request.sector - self.start
         position = self._device_offset(request.sector)
         bios = [(bio.sector - self.start, bio.nr_sectors) for bio in request.bios]
-        result = MapResult()
+        result = _NOTHING
         if request.op == Op.READ:
             # The ciphertext lands in the bio's pages and is decrypted there, in place.
             self.device.readv_into(position, request.segments)

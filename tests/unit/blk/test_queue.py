@@ -370,3 +370,30 @@ def test_concurrent_sequential_writers_get_large_requests():
             per_client * 8 * SECTOR
         )
     assert device.violations == []
+
+
+def _on_device_at_first_dispatch(bios):
+    seen = []
+    device = RecordingDevice()
+
+    def dispatch(request):
+        if not seen:
+            seen.append(queue.stats.snapshot()["on_device"])
+        device.dispatch(request)
+
+    queue = BlockQueue(dispatch, limits=device.limits, plug_window_us=LONG_WINDOW_US)
+    submit_all(queue, bios)
+    queue.finish_plug()
+    wait_all(bios)
+    assert len(device.requests) == len(bios)
+    return seen[0]
+
+
+def test_small_ready_requests_go_to_the_device_as_one_batch():
+    # Four apart 4 KiB writes: all four hold a tag when the first is dispatched (queue_rqs).
+    assert _on_device_at_first_dispatch([write_bio(64 * i, 8) for i in range(4)]) == 4
+
+
+def test_a_big_request_is_dispatched_alone_so_another_thread_can_take_the_next():
+    big = 256  # 128 KiB each, apart: two requests
+    assert _on_device_at_first_dispatch([write_bio(0, big), write_bio(4 * big, big)]) == 1

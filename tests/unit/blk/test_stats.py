@@ -1,6 +1,7 @@
 import pytest
 
 from app.blk import Bio, BlockQueue, Op, QueueLimits, QueueStats
+from app.blk.request import Request
 
 from .helpers import RecordingDevice, read_bio, write_bio
 
@@ -70,3 +71,17 @@ def test_cumulative_ticks_let_a_client_take_deltas():
     assert snap["io_ticks_ms"] == pytest.approx(snap["util"] * snap["elapsed_s"] * 1e3)
     assert snap["time_in_queue_ms"] == pytest.approx(snap["aqu_sz"] * snap["elapsed_s"] * 1e3)
     assert snap["time_in_queue_ms"] >= snap["io_ticks_ms"] > 0
+
+
+def test_a_completion_stamped_before_the_last_change_never_shrinks_queue_time():
+    stats = QueueStats()
+    stats.request_started(1_000, Op.WRITE)
+    stats.request_started(2_000, Op.WRITE)
+    first, second = write_bio(0, 8), write_bio(64, 8)
+    rqs = [Request.from_bio(bio, 1 << 16) for bio in (first, second)]
+    stats.requests_dispatched(rqs, 2_000)
+    stats.requests_done(rqs[1:], [5_000])
+    before = stats.snapshot()["time_in_queue_ms"]
+    stats.requests_done(rqs[:1], [4_000])  # a batch's earlier request, accounted late
+    assert stats.snapshot()["time_in_queue_ms"] >= before
+    assert stats.snapshot()["in_flight"] == 0

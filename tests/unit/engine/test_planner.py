@@ -1,7 +1,7 @@
 import pytest
 
 from app.engine.model import Capabilities, ModelSpec
-from app.engine.planner import plan_calls
+from app.engine.planner import _bulk_calls, plan_calls
 from app.errors import InvalidInput
 
 BULK = Capabilities(
@@ -122,3 +122,18 @@ def test_unsupported_spec_is_refused():
     caps = Capabilities(ciphers=frozenset({"aes"}))
     with pytest.raises(InvalidInput, match="cipher sm4"):
         plan(ModelSpec(cipher="sm4"), [512], caps=caps)
+
+
+@pytest.mark.parametrize("mode", ["request", "bio"])
+@pytest.mark.parametrize("size", [512, PAGE, 64 * 1024, 64 * 1024 + 512])
+def test_a_lone_segment_is_planned_as_the_general_chunking_plans_it(mode, size):
+    sector = 24
+    result = plan(PLAIN64, [size], mode=mode, sector=sector, bios=[(sector, size // 512)])
+    expected = _bulk_calls(BULK, [size], 0, size, sector, 512)
+    assert result.calls == tuple(expected)
+    assert result.nbytes == size
+
+
+def test_a_lone_segment_in_bio_mode_still_checks_its_bio():
+    with pytest.raises(InvalidInput):
+        plan(PLAIN64, [PAGE], mode="bio", sector=8, bios=[(0, 8)])
