@@ -206,6 +206,12 @@ class _Soak:
         )
 
     async def client_loop(self, index: int, deadline: float) -> None:
+        try:
+            await self._client_loop(index, deadline)
+        except httpx.HTTPError as error:  # the service dropped or stalled a request
+            self.report.failures.append(f"client {index}: {type(error).__name__}: {error}")
+
+    async def _client_loop(self, index: int, deadline: float) -> None:
         rng = random.Random(f"{self.seed}/{index}")
         mine = self.owned(index)
         while time.monotonic() < deadline and mine:

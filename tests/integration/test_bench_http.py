@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
-
 import pytest
 from typer.testing import CliRunner
 
@@ -14,16 +11,6 @@ from tests.integration.test_e2e_data import MIB, Server, make_volume
 
 pytestmark = pytest.mark.e2e
 BS = 64 << 10
-
-
-@pytest.fixture
-def server(tmp_path: Path) -> Iterator[Server]:
-    running = Server(tmp_path / "data")
-    running.start()
-    try:
-        yield running
-    finally:
-        running.stop()
 
 
 def bench_http(server: Server, rw: str, *extra: str) -> str:

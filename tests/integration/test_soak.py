@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
-
 import pytest
 from typer.testing import CliRunner
 
@@ -15,16 +12,6 @@ from tests.conftest import ADMIN_TOKEN
 from tests.integration.test_e2e_data import Server
 
 pytestmark = pytest.mark.e2e
-
-
-@pytest.fixture
-def server(tmp_path: Path) -> Iterator[Server]:
-    running = Server(tmp_path / "data")
-    running.start()
-    try:
-        yield running
-    finally:
-        running.stop()
 
 
 def test_a_ten_second_soak_loses_nothing_and_keeps_memory_bounded(server: Server) -> None:
