@@ -8,11 +8,8 @@ import signal
 import subprocess
 import sys
 import textwrap
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from pathlib import Path
 
-import httpx
 import pytest
 from prometheus_client import CollectorRegistry
 from typer.testing import CliRunner
@@ -23,10 +20,11 @@ from app.cli import cli
 from app.config import Settings
 from app.db.session import make_engine, make_sessionmaker
 from app.keyfiles import MasterKeyError, data_dir_lock, pending_master_key_path
-from app.main import build_state, create_app, rotate_master_key
+from app.main import build_state, rotate_master_key
 from app.repository import master_key_unwraps
-from tests.conftest import ADMIN_TOKEN, asgi_client
+from tests.conftest import ADMIN_TOKEN
 from tests.factories import CBC_KEY, XTS_KEY, xts_table
+from tests.integration.conftest import running
 from tests.integration.test_deployment import free_port
 
 pytestmark = pytest.mark.anyio
@@ -37,24 +35,6 @@ ESSIV_TABLE = f"0 2048 crypt aes-cbc-essiv:sha256 {CBC_KEY} 0 pv 2048"
 
 class Crash(BaseException):
     """A kill at this point: nothing after it runs, no ``except Exception`` catches it."""
-
-
-@asynccontextmanager
-async def running(settings: Settings) -> AsyncIterator[httpx.AsyncClient]:
-    application = create_app(settings)
-    async with (
-        application.router.lifespan_context(application),
-        asgi_client(application, ADMIN_TOKEN) as client,
-    ):
-        yield client
-
-
-@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
-def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    if request.param == "sqlite":
-        return f"sqlite:///{tmp_path / 'keys.db'}"
-    url: str = request.getfixturevalue("postgres_url")
-    return url
 
 
 @pytest.fixture

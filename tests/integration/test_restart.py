@@ -3,34 +3,16 @@
 from __future__ import annotations
 
 import os
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from pathlib import Path
 
-import httpx
 import pytest
 
 from app.config import Settings
-from app.main import create_app
-from tests.conftest import ADMIN_TOKEN, asgi_client
+from tests.conftest import ADMIN_TOKEN
 from tests.factories import CBC_KEY, XTS_KEY, xts_table
+from tests.integration.conftest import running
 
 pytestmark = pytest.mark.anyio
-
-
-@asynccontextmanager
-async def running(settings: Settings) -> AsyncIterator[httpx.AsyncClient]:
-    app = create_app(settings)
-    async with app.router.lifespan_context(app), asgi_client(app, ADMIN_TOKEN) as client:
-        yield client
-
-
-@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
-def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    if request.param == "sqlite":
-        return f"sqlite:///{tmp_path / 'restart.db'}"
-    url: str = request.getfixturevalue("postgres_url")
-    return url
 
 
 @pytest.fixture
