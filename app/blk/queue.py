@@ -292,20 +292,25 @@ class BlockQueue:
         if not bio.submit_time:
             bio.submit_time = now
         pieces = self._split_to_limits(bio)
-        run = False
         with self._lock:
-            generation = -1
-            for piece in pieces:
-                piece.unplug = self._unplug
-                run |= self._queue_bio(piece, now)
-                generation = max(generation, piece.plug_generation)
-            parent = bio if len(pieces) > 1 else None
-            while parent is not None:
-                parent.unplug = self._unplug
-                parent.plug_generation = max(parent.plug_generation, generation)
-                parent = parent.parent
+            run = self._place_locked(bio, pieces, now)
         if run:
             self._run_queue()
+
+    def _place_locked(self, bio: Bio, pieces: list[Bio], now: int) -> bool:
+        """Queue a bio's pieces; a split parent learns their plug. True: run the queue."""
+        run = False
+        generation = -1
+        for piece in pieces:
+            piece.unplug = self._unplug
+            run |= self._queue_bio(piece, now)
+            generation = max(generation, piece.plug_generation)
+        parent = bio if len(pieces) > 1 else None
+        while parent is not None:
+            parent.unplug = self._unplug
+            parent.plug_generation = max(parent.plug_generation, generation)
+            parent = parent.parent
+        return run
 
     def submit_bios(self, bios: Sequence[Bio]) -> None:
         """Queue several bios at once, then flush the plug (io_submit under one plug).
@@ -319,12 +324,7 @@ class BlockQueue:
             for bio in bios:
                 if not bio.submit_time:
                     bio.submit_time = now
-                pieces = self._split_to_limits(bio)
-                for piece in pieces:
-                    piece.unplug = self._unplug
-                    self._queue_bio(piece, now)
-                if len(pieces) > 1:
-                    bio.unplug = self._unplug
+                self._place_locked(bio, self._split_to_limits(bio), now)
             self._flush_plug_locked(now)
         self._run_queue()
 
