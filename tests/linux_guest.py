@@ -75,14 +75,21 @@ class GuestImage:
 
 @dataclass(frozen=True)
 class Disk:
-    """A virtio-blk disk: ``source`` is a file path or a qemu URI such as ``nbd://…``."""
+    """A virtio-blk disk: ``source`` is a file path or a qemu URI such as ``nbd://…``, or
+    ``drive`` gives the ``-drive`` options that say where the blocks are (e.g. ``driver=nbd,…``)."""
 
     serial: str
-    source: str
+    source: str = ""
     readonly: bool = False
     cache: str = "none"
     device_options: str = ""
     """Extra ``virtio-blk-pci`` properties, e.g. ``,request-merging=off``."""
+    drive: str = ""
+
+    def drive_options(self) -> str:
+        where = self.drive or f"file={self.source.replace(',', ',,')},format=raw"
+        readonly = ",readonly=on" if self.readonly else ""
+        return f"{where},if=none,id={self.serial},cache={self.cache}{readonly}"
 
 
 @dataclass(frozen=True)
@@ -141,9 +148,17 @@ def cpio_newc(files: dict[str, bytes]) -> bytes:
 
 
 def boot(
-    image: GuestImage, script: str, disks: list[Disk], workdir: Path, *, timeout: float = 600
+    image: GuestImage,
+    script: str,
+    disks: list[Disk],
+    workdir: Path,
+    *,
+    qemu_args: tuple[str, ...] = (),
+    timeout: float = 600,
 ) -> GuestRun:
-    """Boot the guest, run ``script`` (busybox sh; ``disk SERIAL`` names a disk) and power off."""
+    """Boot the guest, run ``script`` (busybox sh; ``disk SERIAL`` names a disk) and power off.
+
+    ``qemu_args`` go before the disks (``-object tls-creds-x509,…`` for an NBD over TLS)."""
     initrd = workdir / "initrd.cpio"
     with initrd.open("wb") as out:
         with image.initramfs.open("rb") as oracle:
@@ -175,12 +190,11 @@ def boot(
         "-serial",
         f"file:{serial_log}",
     ]
+    command += list(qemu_args)
     for disk in [Disk("res", str(result), cache="writeback"), *disks]:
-        source = disk.source.replace(",", ",,")
-        readonly = ",readonly=on" if disk.readonly else ""
         command += [
             "-drive",
-            f"file={source},format=raw,if=none,id={disk.serial},cache={disk.cache}{readonly}",
+            disk.drive_options(),
             "-device",
             f"virtio-blk-pci,drive={disk.serial},serial={disk.serial}{disk.device_options}",
         ]

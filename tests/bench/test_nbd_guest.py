@@ -28,6 +28,7 @@ from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 from tests.factories import XTS_KEY, xts_table
 from tests.integration.test_nbd_clients import NbdServer, export
 from tests.linux_guest import Disk, GuestImage, GuestRun, GuestUnavailable, boot, find_image
+from tests.nbd.certs import make_pki
 from tests.unit.crypto.test_kernel_fixtures import CASES, stream
 
 pytestmark = pytest.mark.bench
@@ -77,10 +78,46 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NbdServer]:
         running.stop()
 
 
+@pytest.fixture(scope="module")
+def tls_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NbdServer]:
+    """NBD with TLS forced and client certificates verified (qemu's tls-creds-x509)."""
+    pki = make_pki(tmp_path_factory.mktemp("pki"))
+    running = NbdServer(tmp_path_factory.mktemp("guest-tls") / "data")
+    running.env.update(
+        REQCRYPT_NBD_TLS_CERT=str(pki / "server-cert.pem"),
+        REQCRYPT_NBD_TLS_KEY=str(pki / "server-key.pem"),
+        REQCRYPT_NBD_TLS_CA=str(pki / "ca-cert.pem"),
+    )
+    running.pki = pki  # type: ignore[attr-defined]
+    running.start()
+    try:
+        yield running
+    finally:
+        running.stop()
+
+
 @pytest.fixture
 def http(server: NbdServer) -> Iterator[httpx.Client]:
     with server.client() as client:
         yield client
+
+
+def nbd_disk(server: NbdServer, name: str) -> Disk:
+    """The export as a virtio disk, over TLS when the server insists on it."""
+    if "REQCRYPT_NBD_TLS_CERT" not in server.env:
+        return Disk(name, server.uri(name))
+    drive = (
+        f"driver=nbd,server.type=inet,server.host=localhost,server.port={server.nbd_port},"
+        f"export={name},tls-creds=tls0"
+    )
+    return Disk(name, drive=drive)
+
+
+def tls_args(server: NbdServer) -> tuple[str, ...]:
+    if "REQCRYPT_NBD_TLS_CERT" not in server.env:
+        return ()
+    pki = server.pki  # type: ignore[attr-defined]
+    return ("-object", f"tls-creds-x509,id=tls0,dir={pki},endpoint=client")
 
 
 def sha256(data: bytes) -> str:
@@ -158,9 +195,22 @@ def check_run(run: GuestRun, expected: dict[str, tuple[bytes, list[tuple[int, in
     assert not reads
 
 
+@pytest.mark.parametrize("transport", ["plain", "tls"])
 def test_guest_writes_and_reads_with_o_direct_through_nbd(
+    image: GuestImage, request: pytest.FixtureRequest, transport: str, tmp_path: Path
+) -> None:
+    """O_DIRECT writes and reads of a real kernel arrive whole and encrypted as dm-crypt
+    would, over NBD in clear and over TLS with client certificates."""
+    server: NbdServer = request.getfixturevalue("server" if transport == "plain" else "tls_server")
+    with server.client() as http:
+        guest_o_direct_round_trip(image, server, http, tmp_path)
+
+
+def guest_o_direct_round_trip(
     image: GuestImage, server: NbdServer, http: httpx.Client, tmp_path: Path
 ) -> None:
+    """The guest writes PIECES of a random 16 MiB volume and KERNEL_PIECES of a kernel
+    fixture's volume; an idle third export counts the flushes qemu sends by itself."""
     plaintext = os.urandom(SIZE)
     export(http, "guest", SIZE, table=xts_table("guest-pv", SIZE // 512))
     kernel_table, kernel_plaintext, kernel_backing_sha256 = kernel_fixture()
@@ -171,13 +221,13 @@ def test_guest_writes_and_reads_with_o_direct_through_nbd(
     disks = []
     for tag, data in sources.items():
         (tmp_path / f"{tag}.raw").write_bytes(data)
-        disks.append(Disk(tag, server.uri(tag)))
+        disks.append(nbd_disk(server, tag))
         disks.append(Disk(f"{tag}-src", str(tmp_path / f"{tag}.raw"), readonly=True))
     export(http, "idle", MIB)  # attached, untouched: counts the flushes qemu sends on exit
-    disks.append(Disk("idle", server.uri("idle")))
+    disks.append(nbd_disk(server, "idle"))
     layouts = {"guest": PIECES, "kfx": KERNEL_PIECES}
 
-    run = boot(image, guest_script(layouts), disks, tmp_path)
+    run = boot(image, guest_script(layouts), disks, tmp_path, qemu_args=tls_args(server))
 
     check_run(run, {tag: (sources[tag], layouts[tag]) for tag in sources})
     for tag, data in sources.items():
