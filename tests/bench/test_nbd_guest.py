@@ -47,8 +47,12 @@ PIECES = [  # (offset, block size, count): every byte written once, in this orde
     (16 * MIB - 4 * KIB, 512, 8),  # the device's last sectors
 ]
 KERNEL_CASE = "aes-xts-plain64-k64"
-KERNEL_PIECES = [(0, 4 * KIB, 3), (12 * KIB, 512, 1), (12 * KIB + 512, 4 * KIB, 12)]
-KERNEL_PIECES.append((60 * KIB + 512, 512, 7))
+KERNEL_PIECES = [
+    (0, 4 * KIB, 3),
+    (12 * KIB, 512, 1),
+    (12 * KIB + 512, 4 * KIB, 12),  # 4 KiB at 512 bytes past a 4 KiB boundary
+    (60 * KIB + 512, 512, 7),
+]
 
 
 def test_the_pieces_tile_each_volume() -> None:
@@ -65,7 +69,8 @@ def image() -> GuestImage:
     try:
         return find_image()
     except GuestUnavailable as error:
-        pytest.fail(str(error), pytrace=False)
+        unavailable = str(error)
+    pytest.fail(unavailable, pytrace=False)
 
 
 @pytest.fixture(scope="module")
