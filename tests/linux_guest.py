@@ -154,7 +154,7 @@ def boot(
     workdir: Path,
     *,
     qemu_args: tuple[str, ...] = (),
-    timeout: float = 600,
+    timeout: float = 300,
 ) -> GuestRun:
     """Boot the guest, run ``script`` (busybox sh; ``disk SERIAL`` names a disk) and power off.
 
