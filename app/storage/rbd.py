@@ -1,0 +1,320 @@
+"""RBD images on a Ceph cluster, through librbd (Debian's python3-rbd / python3-rados).
+
+One ``CephCluster`` per process holds the one librados connection every image shares
+(connected lazily, at the first RBD device). Ceph fences per connection: a lock broken
+by another node blocklists this connection, so every image it has open fails over at once.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, NoReturn
+
+from typing_extensions import Buffer
+
+from app.errors import AlreadyExists, DeviceBusy, Fenced, InvalidInput, Unavailable
+from app.storage.base import BackingStore
+
+try:
+    import rados
+    import rbd
+except ImportError:  # pragma: no cover - scripts/setup installs them
+    rados = None
+    rbd = None
+
+IMAGE_FEATURES = (
+    "layering",
+    "exclusive-lock",  # claim()/release() and Ceph's fencing need it
+    "object-map",
+    "fast-diff",  # allocated_bytes without reading every object
+)
+_ESHUTDOWN = 108  # librados after this client was blocklisted
+_EIO = 5
+_EROFS = 30  # librbd: another client holds the exclusive lock and will not hand it over
+
+
+def bindings_available() -> bool:
+    return rbd is not None
+
+
+class CephCluster:
+    """The process's librados connection and one I/O context per pool, made on first use."""
+
+    def __init__(
+        self,
+        conf: Path,
+        *,
+        client: str | None = None,
+        keyring: Path | None = None,
+        timeout_seconds: float = 10.0,
+    ) -> None:
+        self.conf = conf
+        self.client = client
+        self.keyring = keyring
+        self.timeout_seconds = timeout_seconds
+        self._rados: Any = None
+        self._ioctxs: dict[str, Any] = {}
+        self._lock = threading.Lock()
+
+    def _connected(self) -> Any:
+        if rados is None:
+            raise Unavailable("the RBD store needs python3-rados and python3-rbd (Debian)")
+        if self._rados is None:
+            options = {
+                # a discard must read back as zeros even where it covers part of an object
+                "rbd_skip_partial_discard": "false",
+                "client_mount_timeout": str(max(1, round(self.timeout_seconds))),
+            }
+            if self.keyring is not None:
+                options["keyring"] = str(self.keyring)
+            cluster = rados.Rados(conffile=str(self.conf), rados_id=self.client, conf=options)
+            try:
+                cluster.connect(timeout=max(1, round(self.timeout_seconds)))
+            except rados.Error as exc:
+                cluster.shutdown()
+                raise Unavailable(f"Ceph cluster of {self.conf} is unreachable: {exc}") from None
+            self._rados = cluster
+        return self._rados
+
+    def ioctx(self, pool: str) -> Any:
+        with self._lock:
+            ioctx = self._ioctxs.get(pool)
+            if ioctx is None:
+                cluster = self._connected()
+                try:
+                    ioctx = cluster.open_ioctx(pool)
+                except rados.ObjectNotFound:
+                    raise InvalidInput(f"Ceph pool {pool!r} does not exist") from None
+                self._ioctxs[pool] = ioctx
+            return ioctx
+
+    def ping(self) -> None:
+        """Ask the monitors for their status: what /readyz reports (connects if needed)."""
+        with self._lock:
+            cluster = self._connected()
+        command = json.dumps({"prefix": "mon stat", "format": "json"})
+        try:
+            code, _, status = cluster.mon_command(command, b"", timeout=self.timeout_seconds)
+        except rados.Error as exc:
+            raise Unavailable(f"Ceph monitors did not answer: {exc}") from None
+        if code != 0:
+            raise Unavailable(f"Ceph monitors answered {code}: {status}")
+
+    def close(self) -> None:
+        with self._lock:
+            for ioctx in self._ioctxs.values():
+                ioctx.close()
+            self._ioctxs.clear()
+            if self._rados is not None:
+                self._rados.shutdown()
+                self._rados = None
+
+
+def _io_error(exc: Exception, what: str) -> NoReturn:
+    """librbd's error as the domain's: a fenced client is told so, the rest stay OSErrors."""
+    code = getattr(exc, "errno", None)
+    if code == _ESHUTDOWN:
+        raise Fenced(f"{what}: this node was fenced off the Ceph cluster (blocklisted)") from None
+    if code == _EROFS:
+        raise Fenced(f"{what}: another node holds the device's exclusive lock") from None
+    raise OSError(code or _EIO, f"{what}: {exc}") from None
+
+
+class RbdStore(BackingStore):
+    """One RBD image. librbd handles are thread-safe and drop the GIL inside every call."""
+
+    def __init__(self, ioctx: Any, image: str, size: int, *, create: bool = False) -> None:
+        self.image_name = image
+        self._ioctx = ioctx
+        if create:
+            try:
+                rbd.RBD().create(
+                    ioctx, image, size, old_format=False, features=_features(IMAGE_FEATURES)
+                )
+            except rbd.ImageExists:
+                raise AlreadyExists(f"RBD image {image} exists") from None
+        try:
+            self._image = rbd.Image(ioctx, image)
+        except rbd.ImageNotFound:
+            raise InvalidInput(f"RBD image {image} does not exist") from None
+        self._size = size
+        if self._image.size() < size:
+            self._image.resize(size)
+
+    @property
+    def size(self) -> int:
+        return self._size
+
+    def read_into(self, offset: int, buffer: memoryview) -> None:
+        self.check_range(offset, len(buffer))
+        try:
+            buffer[:] = self._image.read(offset, len(buffer))
+        except rbd.Error as exc:
+            _io_error(exc, f"read of {self.image_name}")
+
+    def write(self, offset: int, data: Buffer) -> None:
+        view = memoryview(data).cast("B")
+        self.check_range(offset, len(view))
+        try:
+            self._image.write(bytes(view), offset)
+        except rbd.Error as exc:
+            _io_error(exc, f"write to {self.image_name}")
+
+    def readv_into(self, offset: int, buffers: Sequence[memoryview]) -> None:
+        """One aio_read per segment, all in flight at once: librbd sends each to its OSD."""
+        if len(buffers) == 1:
+            self.read_into(offset, memoryview(buffers[0]).cast("B"))
+            return
+        views = [memoryview(buffer).cast("B") for buffer in buffers]
+        self.check_range(offset, sum(len(view) for view in views))
+        batch = _Completions(len(views))
+        for view in views:
+            self._image.aio_read(offset, len(view), batch.reader(view))
+            offset += len(view)
+        batch.wait(f"read of {self.image_name}")
+
+    def writev(self, offset: int, buffers: Sequence[Buffer]) -> None:
+        """One aio_write per segment, all in flight at once; returns when all completed."""
+        if len(buffers) == 1:
+            self.write(offset, buffers[0])
+            return
+        views = [memoryview(buffer).cast("B") for buffer in buffers]
+        self.check_range(offset, sum(len(view) for view in views))
+        batch = _Completions(len(views))
+        for view in views:
+            self._image.aio_write(bytes(view), offset, batch.writer())
+            offset += len(view)
+        batch.wait(f"write to {self.image_name}")
+
+    def flush(self) -> None:
+        try:
+            self._image.flush()
+        except rbd.Error as exc:
+            _io_error(exc, f"flush of {self.image_name}")
+
+    def discard(self, offset: int, length: int) -> None:
+        self.check_range(offset, length)
+        try:
+            self._image.discard(offset, length)
+        except rbd.Error as exc:
+            _io_error(exc, f"discard on {self.image_name}")
+
+    def write_zeroes(self, offset: int, length: int) -> None:
+        self.check_range(offset, length)
+        try:
+            self._image.write_zeroes(offset, length)
+        except rbd.Error as exc:
+            _io_error(exc, f"write-zeroes on {self.image_name}")
+
+    def allocated_bytes(self) -> int:
+        """Bytes of the objects that exist (object granularity, from the object map)."""
+        total = 0
+
+        def extent(_offset: int, length: int, exists: bool) -> None:
+            nonlocal total
+            if exists:
+                total += length
+
+        self._image.diff_iterate(0, self._size, None, extent, whole_object=True)
+        return total
+
+    def claim(self, *, take_over: bool = False) -> None:
+        """Hold the image's exclusive lock; with ``take_over``, break (and so blocklist) the
+        holder first. While held, another client's writes fail with EROFS."""
+        try:
+            if take_over:
+                for owner in self._image.lock_get_owners():
+                    self._image.lock_break(rbd.RBD_LOCK_MODE_EXCLUSIVE, owner["owner"])
+            self._image.lock_acquire(rbd.RBD_LOCK_MODE_EXCLUSIVE)
+        except rbd.ReadOnlyImage:
+            raise DeviceBusy(
+                f"RBD image {self.image_name} is claimed by another node (take over to fence it)"
+            ) from None
+        except rbd.Error as exc:
+            _io_error(exc, f"claim of {self.image_name}")
+
+    def release(self) -> None:
+        try:
+            self._image.lock_release()
+        except rbd.Error as exc:
+            _io_error(exc, f"release of {self.image_name}")
+
+    def close(self) -> None:
+        if self._image is not None:
+            self._image.close()
+            self._image = None
+
+    def remove(self) -> None:
+        """Close, then delete the image. librbd refuses while another client has it open:
+        then the image is reopened here and ``DeviceBusy`` raised."""
+        self.close()
+        try:
+            rbd.RBD().remove(self._ioctx, self.image_name)
+        except rbd.ImageNotFound:
+            pass
+        except rbd.ImageBusy:
+            self._image = rbd.Image(self._ioctx, self.image_name)
+            raise DeviceBusy(f"RBD image {self.image_name} is open elsewhere") from None
+
+
+def _features(names: Sequence[str]) -> int:
+    flags = {
+        "layering": rbd.RBD_FEATURE_LAYERING,
+        "exclusive-lock": rbd.RBD_FEATURE_EXCLUSIVE_LOCK,
+        "object-map": rbd.RBD_FEATURE_OBJECT_MAP,
+        "fast-diff": rbd.RBD_FEATURE_FAST_DIFF,
+    }
+    result = 0
+    for name in names:
+        result |= flags[name]
+    return result
+
+
+class _Completions:
+    """Counts a request's aio completions down; librbd calls back from its own thread."""
+
+    def __init__(self, count: int) -> None:
+        self._left = count
+        self._failure: int | None = None
+        self._done = threading.Event()
+        self._lock = threading.Lock()
+
+    def _complete(self, value: int) -> None:
+        with self._lock:
+            if value < 0 and self._failure is None:
+                self._failure = -value
+            self._left -= 1
+            if self._left == 0:
+                self._done.set()
+
+    def reader(self, view: memoryview) -> Callable[[Any, bytes | None], None]:
+        def done(completion: Any, data: bytes | None) -> None:
+            value = completion.get_return_value()
+            if value >= 0:
+                if data is not None and len(data) == len(view):
+                    view[:] = data
+                else:
+                    value = -_EIO
+            self._complete(value)
+
+        return done
+
+    def writer(self) -> Callable[[Any], None]:
+        def done(completion: Any) -> None:
+            self._complete(completion.get_return_value())
+
+        return done
+
+    def wait(self, what: str) -> None:
+        self._done.wait()
+        if self._failure is not None:
+            _io_error(_Errno(self._failure), what)
+
+
+class _Errno(Exception):
+    def __init__(self, errno: int) -> None:
+        super().__init__(f"errno {errno}")
+        self.errno = errno
