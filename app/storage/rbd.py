@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -32,7 +32,7 @@ IMAGE_FEATURES = (
     "fast-diff",  # allocated_bytes without reading every object
 )
 _ESHUTDOWN = 108  # librados after this client was blocklisted
-_EIO = 5
+_EIO = 5  # what an unnamed librbd failure becomes
 _EROFS = 30  # librbd: another client holds the exclusive lock and will not hand it over
 
 
@@ -164,30 +164,40 @@ class RbdStore(BackingStore):
             _io_error(exc, f"write to {self.image_name}")
 
     def readv_into(self, offset: int, buffers: Sequence[memoryview]) -> None:
-        """One aio_read per segment, all in flight at once: librbd sends each to its OSD."""
+        """One librbd read for the whole request, scattered into its segments.
+
+        Not one aio_read per segment: contiguous segments then become as many OSD ops on
+        the same object, measured at a third to a half of one read's throughput (16 x 64 KiB
+        vs 1 MiB on memstore); librbd already splits a read across objects and runs the
+        pieces in parallel.
+        """
         if len(buffers) == 1:
             self.read_into(offset, memoryview(buffers[0]).cast("B"))
             return
         views = [memoryview(buffer).cast("B") for buffer in buffers]
-        self.check_range(offset, sum(len(view) for view in views))
-        batch = _Completions(len(views))
+        length = sum(len(view) for view in views)
+        self.check_range(offset, length)
+        try:
+            data = memoryview(self._image.read(offset, length))
+        except rbd.Error as exc:
+            _io_error(exc, f"read of {self.image_name}")
+        position = 0
         for view in views:
-            self._image.aio_read(offset, len(view), batch.reader(view))
-            offset += len(view)
-        batch.wait(f"read of {self.image_name}")
+            view[:] = data[position : position + len(view)]
+            position += len(view)
 
     def writev(self, offset: int, buffers: Sequence[Buffer]) -> None:
-        """One aio_write per segment, all in flight at once; returns when all completed."""
+        """One librbd write of the gathered segments (librbd takes only ``bytes``, so the
+        gather is the one copy a write needs anyway); see ``readv_into`` for why not aio."""
         if len(buffers) == 1:
             self.write(offset, buffers[0])
             return
-        views = [memoryview(buffer).cast("B") for buffer in buffers]
-        self.check_range(offset, sum(len(view) for view in views))
-        batch = _Completions(len(views))
-        for view in views:
-            self._image.aio_write(bytes(view), offset, batch.writer())
-            offset += len(view)
-        batch.wait(f"write to {self.image_name}")
+        data = b"".join(memoryview(buffer).cast("B") for buffer in buffers)
+        self.check_range(offset, len(data))
+        try:
+            self._image.write(data, offset)
+        except rbd.Error as exc:
+            _io_error(exc, f"write to {self.image_name}")
 
     def flush(self) -> None:
         try:
@@ -271,50 +281,3 @@ def _features(names: Sequence[str]) -> int:
     for name in names:
         result |= flags[name]
     return result
-
-
-class _Completions:
-    """Counts a request's aio completions down; librbd calls back from its own thread."""
-
-    def __init__(self, count: int) -> None:
-        self._left = count
-        self._failure: int | None = None
-        self._done = threading.Event()
-        self._lock = threading.Lock()
-
-    def _complete(self, value: int) -> None:
-        with self._lock:
-            if value < 0 and self._failure is None:
-                self._failure = -value
-            self._left -= 1
-            if self._left == 0:
-                self._done.set()
-
-    def reader(self, view: memoryview) -> Callable[[Any, bytes | None], None]:
-        def done(completion: Any, data: bytes | None) -> None:
-            value = completion.get_return_value()
-            if value >= 0:
-                if data is not None and len(data) == len(view):
-                    view[:] = data
-                else:
-                    value = -_EIO
-            self._complete(value)
-
-        return done
-
-    def writer(self) -> Callable[[Any], None]:
-        def done(completion: Any) -> None:
-            self._complete(completion.get_return_value())
-
-        return done
-
-    def wait(self, what: str) -> None:
-        self._done.wait()
-        if self._failure is not None:
-            _io_error(_Errno(self._failure), what)
-
-
-class _Errno(Exception):
-    def __init__(self, errno: int) -> None:
-        super().__init__(f"errno {errno}")
-        self.errno = errno

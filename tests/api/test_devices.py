@@ -2,6 +2,7 @@ import httpx
 import pytest
 from fastapi import FastAPI
 
+from app.storage.registry import Placement
 from tests.factories import make_device, make_volume
 
 pytestmark = pytest.mark.anyio
@@ -69,7 +70,7 @@ async def test_a_failed_device_file_leaves_no_row_and_a_retry_works(
 ) -> None:
     control = app.state.reqcrypt.control
 
-    def disk_full(name: str, size: int) -> None:
+    def disk_full(name: str, size: int, placement: Placement) -> None:
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(control.devices, "create", disk_full)
