@@ -55,11 +55,6 @@ class TestRbdStore(BlockDeviceTests[RbdStore]):
         device.readv_into(0, [memoryview(segment) for segment in segments])
         assert b"".join(segments) == pattern
 
-    def test_write_zeroes_zeroes_only_its_range(self, device: RbdStore) -> None:
-        device.write(0, b"w" * 8192)
-        device.write_zeroes(512, 1024)
-        assert read(device, 0, 2048) == b"w" * 512 + bytes(1024) + b"w" * 512
-
     def test_allocated_bytes_grow_with_writes(self, device: RbdStore) -> None:
         assert device.allocated_bytes() == 0
         device.write(0, b"a" * 4096)
