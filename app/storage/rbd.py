@@ -7,6 +7,7 @@ by another node blocklists this connection, so every image it has open fails ove
 
 from __future__ import annotations
 
+import errno
 import json
 import threading
 from collections.abc import Sequence
@@ -31,13 +32,6 @@ IMAGE_FEATURES = (
     "object-map",
     "fast-diff",  # allocated_bytes without reading every object
 )
-_ESHUTDOWN = 108  # librados after this client was blocklisted
-_EIO = 5  # what an unnamed librbd failure becomes
-_EROFS = 30  # librbd: another client holds the exclusive lock and will not hand it over
-
-
-def bindings_available() -> bool:
-    return rbd is not None
 
 
 class CephCluster:
@@ -116,11 +110,11 @@ class CephCluster:
 def _io_error(exc: Exception, what: str) -> NoReturn:
     """librbd's error as the domain's: a fenced client is told so, the rest stay OSErrors."""
     code = getattr(exc, "errno", None)
-    if code == _ESHUTDOWN:
+    if code == errno.ESHUTDOWN:  # librados, once this client was blocklisted
         raise Fenced(f"{what}: this node was fenced off the Ceph cluster (blocklisted)") from None
-    if code == _EROFS:
+    if code == errno.EROFS:  # librbd: another client holds the lock and keeps it
         raise Fenced(f"{what}: another node holds the device's exclusive lock") from None
-    raise OSError(code or _EIO, f"{what}: {exc}") from None
+    raise OSError(code or errno.EIO, f"{what}: {exc}") from None
 
 
 class RbdStore(BackingStore):
@@ -235,7 +229,7 @@ class RbdStore(BackingStore):
         """Hold the image's exclusive lock; with ``take_over``, break (and so blocklist) the
         holder first. While held, another client's writes fail with EROFS."""
         try:
-            if take_over:
+            if take_over and not self._image.is_exclusive_lock_owner():
                 for owner in self._image.lock_get_owners():
                     self._image.lock_break(rbd.RBD_LOCK_MODE_EXCLUSIVE, owner["owner"])
             self._image.lock_acquire(rbd.RBD_LOCK_MODE_EXCLUSIVE)

@@ -190,3 +190,15 @@ def test_take_over_fences_another_process(ceph_cluster: ceph.Cluster, image: str
         connection.close()
         process.stdin.close()
         assert process.wait(timeout=30) == 0
+
+
+def test_taking_over_an_unclaimed_or_own_image_fences_nobody(
+    two_clients: tuple[RbdStore, RbdStore],
+) -> None:
+    first, second = two_clients
+    second.claim(take_over=True)  # nobody held it
+    second.write(0, b"a" * 512)
+    second.claim(take_over=True)  # already ours: not broken, so not blocklisted
+    second.write(0, b"b" * 512)
+    second.flush()
+    assert read(first, 0, 512) == b"b" * 512
