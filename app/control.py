@@ -178,9 +178,12 @@ class Control:
             users = self.stacking.users_of(name)
             if users:
                 raise DeviceBusy(f"device {name} is mapped by volume(s) {', '.join(users)}")
+            self.devices.check_removable(name)
             with self.records.transaction() as records:
                 records.delete_device(name)
-                self.devices.remove(name)  # an image still open elsewhere keeps the row
+            # after the commit: a crash in between leaves an orphan file or image, never
+            # a row whose file or image is gone
+            self.devices.remove(name)
             del self.device_sizes[name]
             del self.device_models[name]
             del self.device_placements[name]

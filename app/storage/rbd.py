@@ -241,7 +241,10 @@ class RbdStore(BackingStore):
             _io_error(exc, f"claim of {self.image_name}")
 
     def release(self) -> None:
+        """Give the lock up; nothing to do when this client does not hold it."""
         try:
+            if not self._image.is_exclusive_lock_owner():
+                return
             self._image.lock_release()
         except rbd.Error as exc:
             _io_error(exc, f"release of {self.image_name}")
@@ -251,17 +254,23 @@ class RbdStore(BackingStore):
             self._image.close()
             self._image = None
 
+    def check_unwatched(self) -> None:
+        """``DeviceBusy`` while another client has the image open (librbd would refuse
+        to remove it): a watcher besides this handle."""
+        if len(list(self._image.watchers_list())) > 1:
+            raise DeviceBusy(f"RBD image {self.image_name} is open by another client")
+
     def remove(self) -> None:
-        """Close, then delete the image. librbd refuses while another client has it open:
-        then the image is reopened here and ``DeviceBusy`` raised."""
+        """Close, then delete the image (``check_unwatched`` first to know it will go)."""
         self.close()
         try:
             rbd.RBD().remove(self._ioctx, self.image_name)
         except rbd.ImageNotFound:
             pass
         except rbd.ImageBusy:
-            self._image = rbd.Image(self._ioctx, self.image_name)
-            raise DeviceBusy(f"RBD image {self.image_name} is open elsewhere") from None
+            raise DeviceBusy(
+                f"RBD image {self.image_name} was opened by another client; it is left in place"
+            ) from None
 
 
 def _features(names: Sequence[str]) -> int:

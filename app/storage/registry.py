@@ -92,16 +92,20 @@ class DeviceRegistry:
     def names(self) -> list[str]:
         return sorted(self._stores)
 
+    def check_removable(self, name: str) -> None:
+        """Refuse (``DeviceBusy``) to delete an RBD image another client has open."""
+        store = self._stores.get(name)
+        if isinstance(store, RbdStore):
+            store.check_unwatched()
+
     def remove(self, name: str) -> None:
         """Close the device and delete its file or image. An RBD image is deleted only
         when this registry created or opened it: a name clash never deletes another's."""
         with self._lock:
-            store = self._stores.get(name)
+            store = self._stores.pop(name, None)
             if isinstance(store, RbdStore):
                 store.remove()
-                del self._stores[name]
                 return
-            self._stores.pop(name, None)
             if store is not None:
                 store.close()
             self.path(name).unlink(missing_ok=True)

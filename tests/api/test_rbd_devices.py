@@ -11,6 +11,7 @@ import httpx
 import pytest
 
 from app.config import Settings
+from app.storage.rbd import CephCluster, RbdStore
 from tests import ceph
 from tests.conftest import ADMIN_TOKEN
 from tests.factories import make_volume, xts_table
@@ -121,6 +122,24 @@ async def test_an_rbd_device_is_not_deleted_while_mapped_then_its_image_goes(
     assert (await rbd_client.delete("/v1/devices/rbd0")).status_code == 204
     assert f"{prefix}rbd0" not in ceph_cluster.images()
     assert (await rbd_client.get("/v1/devices/rbd0")).status_code == 404
+
+
+async def test_an_rbd_device_open_by_another_client_is_not_deleted(
+    rbd_client: httpx.AsyncClient, ceph_cluster: ceph.Cluster, prefix: str
+) -> None:
+    await make_rbd_device(rbd_client, "rbd0")
+    other = CephCluster(ceph_cluster.conf)
+    try:
+        held = RbdStore(other.ioctx(ceph.POOL), f"{prefix}rbd0", SIZE)
+        refused = await rbd_client.delete("/v1/devices/rbd0")
+        assert refused.status_code == 409
+        assert "open by another client" in refused.json()["detail"]
+        assert (await rbd_client.get("/v1/devices/rbd0")).status_code == 200
+        held.close()
+    finally:
+        other.close()
+    assert (await rbd_client.delete("/v1/devices/rbd0")).status_code == 204
+    assert f"{prefix}rbd0" not in ceph_cluster.images()
 
 
 async def test_a_restart_reopens_the_image_with_its_data(

@@ -202,3 +202,22 @@ def test_taking_over_an_unclaimed_or_own_image_fences_nobody(
     second.write(0, b"b" * 512)
     second.flush()
     assert read(first, 0, 512) == b"b" * 512
+
+
+def test_an_image_open_in_another_client_is_not_removable(
+    two_clients: tuple[RbdStore, RbdStore],
+) -> None:
+    first, second = two_clients
+    with pytest.raises(DeviceBusy, match="open by another client"):
+        first.check_unwatched()
+    first.close()
+    second.check_unwatched()  # only its own handle watches
+
+
+def test_release_without_a_claim_is_a_no_op(two_clients: tuple[RbdStore, RbdStore]) -> None:
+    first, second = two_clients
+    first.release()
+    first.write(0, b"w" * 512)  # librbd takes the lock implicitly, cooperatively
+    first.release()
+    second.claim()  # nothing managed held it
+    assert read(second, 0, 512) == b"w" * 512
