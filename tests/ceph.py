@@ -7,6 +7,8 @@ ceph-mon, ceph-osd, ceph-common, python3-rbd and python3-rados); nothing skips.
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import os
 import signal
 import socket
@@ -17,6 +19,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 POOL = "rbd"
+
+
+_PR_SET_PDEATHSIG = 1
+_libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+
+
+def _die_with_parent() -> None:
+    _libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
+def _ceph_env() -> dict[str, str]:
+    """The environment without a caller's CEPH_CONF / CEPH_ARGS."""
+    return {key: value for key, value in os.environ.items() if not key.startswith("CEPH_")}
 
 
 def _free_port() -> int:
@@ -79,7 +94,7 @@ class Cluster:
     """A running cluster; ``conf`` is what librados and the ``rbd`` CLI are pointed at."""
 
     root: Path
-    pids: list[int] = field(default_factory=list)
+    processes: list[subprocess.Popen[bytes]] = field(default_factory=list)
 
     @property
     def conf(self) -> Path:
@@ -87,13 +102,12 @@ class Cluster:
 
     def run(self, *args: str, timeout: float = 60) -> str:
         """A Ceph CLI command (ceph, rbd, rados) against this cluster; its stdout."""
-        env = {k: v for k, v in os.environ.items() if not k.startswith("CEPH_")}
         done = subprocess.run(
             [args[0], "-c", str(self.conf), *args[1:]],
             capture_output=True,
             text=True,
             timeout=timeout,
-            env=env,
+            env=_ceph_env(),
             check=False,
         )
         if done.returncode != 0:
@@ -101,16 +115,27 @@ class Cluster:
         return done.stdout
 
     def _daemon(self, *args: str) -> None:
-        """Start a daemon (it forks itself away) and record the pid it writes."""
+        """Run a daemon in the foreground as our child, killed with us (PR_SET_PDEATHSIG):
+        a test run that is itself killed leaves no cluster behind."""
         name = args[0].removeprefix("ceph-") + "." + args[-1]
-        self.run(*args)
+        log = (self.root / "log" / f"{name}.stderr").open("wb")
+        process = subprocess.Popen(
+            [args[0], "-f", "-c", str(self.conf), *args[1:]],
+            stdout=log,
+            stderr=log,
+            preexec_fn=_die_with_parent,
+            env=_ceph_env(),
+        )
+        log.close()
+        self.processes.append(process)
         pid_file = self.root / "run" / f"{name}.pid"
         for _ in range(600):
             if pid_file.exists() and pid_file.read_text().strip():
-                self.pids.append(int(pid_file.read_text()))
                 return
+            if process.poll() is not None:
+                break
             time.sleep(0.05)
-        raise RuntimeError(f"{name} wrote no pid file; see {self.root / 'log'}")
+        raise RuntimeError(f"{name} did not start; see {self.root / 'log'}")
 
     def start(self) -> None:
         for step in ("mon", "osd", "run", "log", "crash"):
@@ -133,21 +158,15 @@ class Cluster:
         self.run("rbd", "pool", "init", POOL)  # returns once the pool's PGs are active
 
     def stop(self) -> None:
-        """Stop the OSD, then the monitor: only the pids this cluster started."""
-        for pid in reversed(self.pids):
+        """Stop the OSD, then the monitor."""
+        for process in reversed(self.processes):
+            process.terminate()
             try:
-                os.kill(pid, signal.SIGTERM)
-            except ProcessLookupError:
-                continue
-            for _ in range(200):
-                try:
-                    os.kill(pid, 0)
-                except ProcessLookupError:
-                    break
-                time.sleep(0.05)
-            else:
-                os.kill(pid, signal.SIGKILL)
-        self.pids.clear()
+                process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+        self.processes.clear()
 
     def images(self, pool: str = POOL) -> list[str]:
         return self.run("rbd", "ls", pool).split()
