@@ -32,6 +32,7 @@ pytestmark = pytest.mark.e2e
 KILLS = 20
 WRITERS = 4
 BLOCKS_PER_WRITER = 8
+ACKS_BEFORE_KILL = 10
 BLOCK = 4096
 UNIT = 512
 SIZE = 4 << 20
@@ -116,10 +117,13 @@ def run_until_killed(
 ) -> int:
     """Returns how many writes were acknowledged before the kill."""
     stop = threading.Event()
+    under_way = threading.Event()
     lock = threading.Lock()
     flush_started: list[float] = []
+    acked_this_run = 0
 
     def writer(index: int) -> None:
+        nonlocal acked_this_run
         blocks = range(index * BLOCKS_PER_WRITER, (index + 1) * BLOCKS_PER_WRITER)
         with server.client() as client:
             seq = 0
@@ -143,6 +147,9 @@ def run_until_killed(
                 if response.status_code == 204:
                     with lock:
                         history.acked_at[position] = time.monotonic()
+                        acked_this_run += 1
+                        if acked_this_run >= ACKS_BEFORE_KILL:
+                            under_way.set()
 
     def flusher() -> None:
         with server.client() as client:
@@ -165,6 +172,8 @@ def run_until_killed(
     threads += [threading.Thread(target=flusher), threading.Thread(target=lifecycle_thread)]
     for thread in threads:
         thread.start()
+    # On a loaded machine the first writes can take seconds: the kill waits for real I/O.
+    under_way.wait(60)
     time.sleep(rng.uniform(0.1, 0.6))
     server.stop(sig=9)
     stop.set()
