@@ -113,6 +113,23 @@ class Settings(BaseSettings):
     nbd_tls_ca: Path | None = Field(
         default=None, description="PEM CA certificates that client certificates must chain to"
     )
+    ceph_conf: Path | None = Field(
+        default=None, description="ceph.conf of the cluster for rbd devices; unset: no rbd store"
+    )
+    ceph_client: str | None = Field(
+        default=None, description="Ceph client name without 'client.' (librados default: admin)"
+    )
+    ceph_keyring: Path | None = Field(
+        default=None, description="keyring of ceph_client; unset: what ceph.conf says"
+    )
+    ceph_timeout_seconds: float = Field(
+        default=10.0, gt=0, le=300, description="connecting to the cluster, /readyz's ping"
+    )
+    rbd_image_prefix: str = Field(
+        default="reqcrypt-",
+        pattern=r"^[A-Za-z0-9._-]{0,32}$",
+        description="an rbd device's image is named <prefix><device name>",
+    )
     bench_ceiling: bool = Field(
         default=False, description="mount the /v1/null ceiling endpoints the benchmarks use"
     )

@@ -34,8 +34,8 @@ from app.errors import (
     VolumeBusy,
     VolumeNotFound,
 )
-from app.repository import Records, StoredVolume
-from app.storage.registry import DeviceRegistry
+from app.repository import Records, StoredDevice, StoredVolume
+from app.storage.registry import DeviceRegistry, Placement, StoreKind
 from app.vocab import SECTOR_SIZE, is_valid_name
 
 
@@ -83,6 +83,7 @@ class Control:
         self.stacking = StackingGraph(self.volumes)
         self.device_sizes: dict[str, int] = {}
         self.device_models: dict[str, str | None] = {}
+        self.device_placements: dict[str, Placement] = {}
         self._lock = threading.RLock()
 
     # ------------------------------------------------------------------ plumbing
@@ -112,7 +113,16 @@ class Control:
 
     # ------------------------------------------------------------------ devices
 
-    def create_device(self, name: str, size_bytes: int, model: str | None) -> None:
+    def create_device(
+        self,
+        name: str,
+        size_bytes: int,
+        model: str | None,
+        *,
+        store: StoreKind = "file",
+        pool: str | None = None,
+    ) -> None:
+        """Register a device: a sparse file, or an RBD image in ``pool`` (store rbd)."""
         check_name("device", name)
         if size_bytes <= 0 or size_bytes % SECTOR_SIZE:
             raise InvalidInput("size_bytes must be a positive multiple of 512")
@@ -123,19 +133,30 @@ class Control:
             )
         if model is not None:
             self.engines.device_model(model)
+        placement = self.devices.placement(name, store, pool)
         with self._lock:
             if name in self.device_sizes:
                 raise AlreadyExists(f"device {name} exists")
             self._check_device_quota(size_bytes)
             try:
                 with self.records.transaction() as records:
-                    records.add_device(name, size_bytes, model)
-                    self.devices.create(name, size_bytes)
+                    records.add_device(
+                        StoredDevice(
+                            name,
+                            size_bytes,
+                            model,
+                            placement.store,
+                            placement.pool,
+                            placement.image,
+                        )
+                    )
+                    self.devices.create(name, size_bytes, placement)
             except BaseException:
-                self.devices.remove(name)  # no row refers to the file: drop it
+                self.devices.remove(name)  # no row refers to the file or image: drop it
                 raise
             self.device_sizes[name] = size_bytes
             self.device_models[name] = model
+            self.device_placements[name] = placement
 
     def _check_device_quota(self, size_bytes: int) -> None:
         if len(self.device_sizes) >= self.limits.max_devices:
@@ -157,20 +178,28 @@ class Control:
             users = self.stacking.users_of(name)
             if users:
                 raise DeviceBusy(f"device {name} is mapped by volume(s) {', '.join(users)}")
+            self.devices.check_removable(name)
             with self.records.transaction() as records:
                 records.delete_device(name)
+            # after the commit: a crash in between leaves an orphan file or image, never
+            # a row whose file or image is gone
             self.devices.remove(name)
             del self.device_sizes[name]
             del self.device_models[name]
+            del self.device_placements[name]
 
     def device_info(self, name: str) -> dict[str, Any]:
         if name not in self.device_sizes:
             raise DeviceNotFound(f"device {name} not found")
+        placement = self.device_placements[name]
         return {
             "name": name,
             "size_bytes": self.device_sizes[name],
             "allocated_bytes": self.devices.get(name).allocated_bytes(),
             "model": self.device_models[name],
+            "store": placement.store,
+            "pool": placement.pool,
+            "image": placement.image,
             "mapped_by": self.stacking.users_of(name),
         }
 
@@ -345,9 +374,11 @@ class Control:
             devices = records.devices()
             stored = {volume.name: volume for volume in records.volumes()}
         for device in devices:
-            self.devices.open(device.name, device.size_bytes)
+            placement = Placement(device.store, device.pool, device.image)
+            self.devices.open(device.name, device.size_bytes, placement)
             self.device_sizes[device.name] = device.size_bytes
             self.device_models[device.name] = device.model
+            self.device_placements[device.name] = placement
         order, stranded = stacking_order(
             {name: [t for t in (v.live, v.inactive) if t is not None] for name, v in stored.items()}
         )

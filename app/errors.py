@@ -11,6 +11,7 @@ only through ``app.dm.table.redact``.
     ├── Conflict
     │   ├── AlreadyExists
     │   ├── DeviceBusy, VolumeBusy
+    │   ├── Fenced                (another node took the device over; this one may not write)
     │   ├── InvalidState          (wrong lifecycle state for the operation)
     │   ├── KeyNotSet
     │   └── QuotaExceeded         (as many devices or volumes as the service allows)
@@ -77,6 +78,10 @@ class DeviceBusy(Conflict):
 
 class VolumeBusy(Conflict):
     pass
+
+
+class Fenced(Conflict):
+    """The backing store refused I/O: another node claimed the device (and fenced this one)."""
 
 
 class InvalidState(Conflict):

@@ -39,6 +39,7 @@ from app.metrics import HttpMetrics, NbdCollector, RequestContextMiddleware, Vol
 from app.nbd.server import NbdServer, make_tls_context
 from app.repository import Records, master_key_unwraps, rewrap_keys
 from app.state import State
+from app.storage.rbd import CephCluster
 from app.storage.registry import DeviceRegistry
 
 log = logging.getLogger("reqcrypt")
@@ -64,6 +65,18 @@ def control_limits(settings: Settings) -> ControlLimits:
         max_total_device_bytes=settings.max_total_device_bytes,
         max_table_lines=settings.max_table_lines,
         max_table_line_length=settings.max_table_line_length,
+    )
+
+
+def ceph_cluster(settings: Settings) -> CephCluster | None:
+    """The cluster rbd devices live on; it connects at first use, not here."""
+    if settings.ceph_conf is None:
+        return None
+    return CephCluster(
+        settings.ceph_conf,
+        client=settings.ceph_client,
+        keyring=settings.ceph_keyring,
+        timeout_seconds=settings.ceph_timeout_seconds,
     )
 
 
@@ -134,7 +147,9 @@ def build_state(settings: Settings, registry: CollectorRegistry) -> State:
     engines.load()
     control = Control(
         Records(sessions, master_key),
-        DeviceRegistry(settings.devices_dir),
+        DeviceRegistry(
+            settings.devices_dir, ceph_cluster(settings), rbd_prefix=settings.rbd_image_prefix
+        ),
         engines,
         plug_window_us=settings.plug_window_us,
         suspend_wait_seconds=settings.suspend_wait_seconds,

@@ -35,6 +35,9 @@ class StoredDevice:
     name: str
     size_bytes: int
     model: str | None
+    store: Literal["file", "rbd"] = "file"
+    pool: str | None = None
+    image: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,8 +138,17 @@ class RecordsTx:
 
     # ------------------------------------------------------------------ devices
 
-    def add_device(self, name: str, size_bytes: int, model: str | None) -> None:
-        self.session.add(models.Device(name=name, size_bytes=size_bytes, model=model))
+    def add_device(self, device: StoredDevice) -> None:
+        self.session.add(
+            models.Device(
+                name=device.name,
+                size_bytes=device.size_bytes,
+                model=device.model,
+                store=device.store,
+                pool=device.pool,
+                image=device.image,
+            )
+        )
         self.session.flush()
 
     def delete_device(self, name: str) -> None:
@@ -144,7 +156,14 @@ class RecordsTx:
 
     def devices(self) -> list[StoredDevice]:
         return [
-            StoredDevice(row.name, row.size_bytes, row.model)
+            StoredDevice(
+                row.name,
+                row.size_bytes,
+                row.model,
+                "rbd" if row.store == "rbd" else "file",
+                row.pool,
+                row.image,
+            )
             for row in self.session.scalars(select(models.Device))
         ]
 

@@ -67,6 +67,11 @@ class BlockDeviceTests(Generic[D]):
         assert discarded != b"x" * 4096
         assert (discarded == bytes(4096)) == self.unwritten_reads_zeros
 
+    def test_write_zeroes_zeroes_only_its_range(self, device: D) -> None:
+        device.write(0, b"w" * 8192)
+        device.write_zeroes(512, 1024)
+        assert read(device, 0, 2048) == b"w" * 512 + bytes(1024) + b"w" * 512
+
     def test_flushed_writes_still_read_back(self, device: D) -> None:
         device.write(65536, b"f" * 4096)
         device.flush()

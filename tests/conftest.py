@@ -15,6 +15,7 @@ from fastapi import FastAPI
 
 from app.config import Settings
 from app.main import create_app
+from tests import ceph
 
 ADMIN_TOKEN = "admin-token-for-tests-0123456789"
 IO_TOKEN = "io-token-for-tests-0123456789abc"
@@ -99,3 +100,13 @@ def postgres_url() -> Iterator[str]:
     finally:
         with psycopg.connect(POSTGRES_ADMIN_DSN, autocommit=True) as conn:
             conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture(scope="session")
+def ceph_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ceph.Cluster]:
+    """One throwaway Ceph cluster (mon + memstore OSD) for the whole session; no skip."""
+    cluster = ceph.start(tmp_path_factory.mktemp("ceph"))
+    try:
+        yield cluster
+    finally:
+        cluster.stop()

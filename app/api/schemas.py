@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from app.blk.limits import DEFAULT_NR_REQUESTS, MAX_NR_REQUESTS, QueueLimits
 from app.blk.tuning import Tuning, TuningPatch
@@ -23,11 +23,36 @@ class Problem(BaseModel):
 
 
 class DeviceCreate(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True)
+    # A pool names an RBD pool, so it needs "store": "rbd" (the if/then below; 422 otherwise).
+    model_config = ConfigDict(
+        extra="forbid",
+        strict=True,
+        json_schema_extra={
+            "if": {"properties": {"pool": {"type": "string"}}, "required": ["pool"]},
+            "then": {"properties": {"store": {"const": "rbd"}}, "required": ["store"]},
+        },
+    )
 
     name: str = Field(pattern=NAME_PATTERN, examples=["sda2"])
     size_bytes: int = Field(gt=0, le=1 << 50, multiple_of=512, examples=[64 << 20])
     model: str | None = Field(default=None, description="device timing model, e.g. sdcard-bbb")
+    store: Literal["file", "rbd"] = Field(
+        default="file",
+        description="file: a sparse file in the data directory; rbd: an RBD image "
+        "(needs REQCRYPT_CEPH_CONF, else 422)",
+    )
+    pool: str | None = Field(
+        default=None,
+        pattern=NAME_PATTERN,
+        description='Ceph pool of the RBD image; only with "store": "rbd" (default "rbd"); '
+        "a pool that does not exist: 422",
+    )
+
+    @model_validator(mode="after")
+    def _pool_needs_rbd(self) -> DeviceCreate:
+        if self.pool is not None and self.store != "rbd":
+            raise ValueError('pool applies only to "store": "rbd"')
+        return self
 
 
 class DeviceOut(BaseModel):
@@ -35,6 +60,9 @@ class DeviceOut(BaseModel):
     size_bytes: int
     allocated_bytes: int
     model: str | None
+    store: Literal["file", "rbd"]
+    pool: str | None = Field(description="Ceph pool (rbd devices)")
+    image: str | None = Field(description="RBD image name (rbd devices)")
     mapped_by: list[str]
 
 

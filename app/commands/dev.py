@@ -1,4 +1,5 @@
-"""``reqcrypt dev``: backing devices (sparse files in the service's data directory)."""
+"""``reqcrypt dev``: backing devices (sparse files in the service's data directory, or RBD
+images)."""
 
 from __future__ import annotations
 
@@ -26,13 +27,26 @@ def create(
     model: Annotated[
         str | None, typer.Option(help="device timing model (GET /v1/device-models)")
     ] = None,
+    store: Annotated[
+        str,
+        typer.Option(
+            help="file (a sparse file) or rbd (an RBD image; the service needs REQCRYPT_CEPH_CONF)"
+        ),
+    ] = "file",
+    pool: Annotated[
+        str | None, typer.Option(help="Ceph pool of an rbd device (default rbd)")
+    ] = None,
     url: UrlOption = DEFAULT_URL,
     token: TokenOption = None,
 ) -> None:
-    """Create a backing device (a sparse file)."""
+    """Create a backing device (a sparse file, or with --store rbd an RBD image)."""
     body: dict[str, object] = {"name": name, "size_bytes": size_bytes}
     if model is not None:
         body["model"] = model
+    if store != "file":
+        body["store"] = store
+    if pool is not None:
+        body["pool"] = pool
     with connect(url, token) as service:
         service.request("POST", "/v1/devices", json=body)
 
@@ -60,6 +74,6 @@ def remove(
     url: UrlOption = DEFAULT_URL,
     token: TokenOption = None,
 ) -> None:
-    """Remove a device and its file (refused while a volume maps it)."""
+    """Remove a device and its file or RBD image (refused while a volume maps it)."""
     with connect(url, token) as service:
         service.request("DELETE", f"/v1/devices/{name}")

@@ -38,6 +38,9 @@ class Device(Base):
     name: Mapped[str] = mapped_column(String(64), unique=True)
     size_bytes: Mapped[int] = mapped_column(BigInteger)
     model: Mapped[str | None] = mapped_column(String(64))
+    store: Mapped[str] = mapped_column(String(8), default="file", server_default="file")
+    pool: Mapped[str | None] = mapped_column(String(64), comment="Ceph pool of an rbd device")
+    image: Mapped[str | None] = mapped_column(String(128), comment="RBD image of an rbd device")
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
 
 

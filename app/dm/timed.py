@@ -47,3 +47,7 @@ class TimedDevice:
 
     def discard(self, offset: int, length: int) -> None:
         self.device.discard(offset, length)
+
+    def write_zeroes(self, offset: int, length: int) -> None:
+        self.device.write_zeroes(offset, length)
+        self.timer.account("write", length)

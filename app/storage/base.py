@@ -31,6 +31,23 @@ class BackingStore(ABC):
     def discard(self, offset: int, length: int) -> None:
         """Deallocate the range; it then reads as zeros."""
 
+    def write_zeroes(self, offset: int, length: int) -> None:
+        """Make the range read as zeros; stores with a cheaper way than writing them override."""
+        self.check_range(offset, length)
+        chunk = bytes(min(length, 1 << 20))
+        end = offset + length
+        while offset < end:
+            count = min(len(chunk), end - offset)
+            self.write(offset, memoryview(chunk)[:count])
+            offset += count
+
+    def claim(self, *, take_over: bool = False) -> None:  # noqa: B027 - default: no owner
+        """Take exclusive ownership of the device for this process; with ``take_over``, first
+        fence any other holder. Raises ``DeviceBusy`` if another live owner holds it."""
+
+    def release(self) -> None:  # noqa: B027 - default: no owner
+        """Give up the ownership ``claim`` took."""
+
     @abstractmethod
     def allocated_bytes(self) -> int: ...
 

@@ -1,41 +1,87 @@
-"""Open backing stores by device name; the files live in one directory of the data dir."""
+"""Open backing stores by device name: sparse files in one directory of the data dir, or
+RBD images (``<prefix><device name>``) in a Ceph pool."""
 
 from __future__ import annotations
 
 import threading
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
-from app.errors import AlreadyExists, DeviceNotFound
+from app.errors import AlreadyExists, DeviceNotFound, InvalidInput
 from app.storage.base import BackingStore
 from app.storage.file import FileStore
+from app.storage.rbd import CephCluster, RbdStore
+
+StoreKind = Literal["file", "rbd"]
+
+
+@dataclass(frozen=True, slots=True)
+class Placement:
+    """Where a device's bytes live: a file, or an RBD image in a pool."""
+
+    store: StoreKind = "file"
+    pool: str | None = None
+    image: str | None = None
 
 
 class DeviceRegistry:
-    def __init__(self, root: Path) -> None:
+    def __init__(
+        self, root: Path, ceph: CephCluster | None = None, *, rbd_prefix: str = "reqcrypt-"
+    ) -> None:
         self.root = root
         self.root.mkdir(parents=True, exist_ok=True)
+        self.ceph = ceph
+        self.rbd_prefix = rbd_prefix
         self._stores: dict[str, BackingStore] = {}
         self._lock = threading.Lock()
 
     def path(self, name: str) -> Path:
         return self.root / f"{name}.img"
 
-    def create(self, name: str, size_bytes: int) -> BackingStore:
+    def placement(self, name: str, store: StoreKind, pool: str | None) -> Placement:
+        """Check a new device's store and pool; an RBD device's image is named after it."""
+        if store == "file":
+            if pool is not None:
+                raise InvalidInput("pool applies only to store rbd")
+            return Placement()
+        if self.ceph is None:
+            raise InvalidInput("store rbd is not available: REQCRYPT_CEPH_CONF is not set")
+        return Placement("rbd", pool or "rbd", self.rbd_prefix + name)
+
+    def create(
+        self, name: str, size_bytes: int, placement: Placement = Placement()
+    ) -> BackingStore:
         with self._lock:
             if name in self._stores:
                 raise AlreadyExists(f"device {name} exists")
-            path = self.path(name)
-            if path.exists():
-                path.unlink()  # an orphan of an earlier failed create; no row refers to it
-            store = FileStore(path, size_bytes, create=True)
+            store: BackingStore
+            if placement.store == "rbd":
+                store = self._rbd(placement, size_bytes, create=True)
+            else:
+                path = self.path(name)
+                if path.exists():
+                    path.unlink()  # an orphan of an earlier failed create; no row refers to it
+                store = FileStore(path, size_bytes, create=True)
             self._stores[name] = store
             return store
 
-    def open(self, name: str, size_bytes: int) -> BackingStore:
+    def open(self, name: str, size_bytes: int, placement: Placement = Placement()) -> BackingStore:
         with self._lock:
-            store = FileStore(self.path(name), size_bytes)
+            store: BackingStore
+            if placement.store == "rbd":
+                store = self._rbd(placement, size_bytes, create=False)
+            else:
+                store = FileStore(self.path(name), size_bytes)
             self._stores[name] = store
             return store
+
+    def _rbd(self, placement: Placement, size_bytes: int, *, create: bool) -> RbdStore:
+        if self.ceph is None:
+            raise InvalidInput("store rbd is not available: REQCRYPT_CEPH_CONF is not set")
+        assert placement.pool is not None
+        assert placement.image is not None
+        return RbdStore(self.ceph.ioctx(placement.pool), placement.image, size_bytes, create=create)
 
     def get(self, name: str) -> BackingStore:
         try:
@@ -46,9 +92,20 @@ class DeviceRegistry:
     def names(self) -> list[str]:
         return sorted(self._stores)
 
+    def check_removable(self, name: str) -> None:
+        """Refuse (``DeviceBusy``) to delete an RBD image another client has open."""
+        store = self._stores.get(name)
+        if isinstance(store, RbdStore):
+            store.check_unwatched()
+
     def remove(self, name: str) -> None:
+        """Close the device and delete its file or image. An RBD image is deleted only
+        when this registry created or opened it: a name clash never deletes another's."""
         with self._lock:
             store = self._stores.pop(name, None)
+            if isinstance(store, RbdStore):
+                store.remove()
+                return
             if store is not None:
                 store.close()
             self.path(name).unlink(missing_ok=True)
@@ -58,3 +115,5 @@ class DeviceRegistry:
             for store in self._stores.values():
                 store.close()
             self._stores.clear()
+            if self.ceph is not None:
+                self.ceph.close()

@@ -1,7 +1,10 @@
 import httpx
+import jsonschema
 import pytest
 from fastapi import FastAPI
 
+from app.api.schemas import DeviceCreate
+from app.storage.registry import Placement
 from tests.factories import make_device, make_volume
 
 pytestmark = pytest.mark.anyio
@@ -69,7 +72,7 @@ async def test_a_failed_device_file_leaves_no_row_and_a_retry_works(
 ) -> None:
     control = app.state.reqcrypt.control
 
-    def disk_full(name: str, size: int) -> None:
+    def disk_full(name: str, size: int, placement: Placement) -> None:
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(control.devices, "create", disk_full)
@@ -78,3 +81,24 @@ async def test_a_failed_device_file_leaves_no_row_and_a_retry_works(
     monkeypatch.undo()
     assert (await client.get("/v1/devices/d")).status_code == 404
     await make_device(client, "d", 4096)
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [
+        {},
+        {"pool": None},
+        {"store": "file", "pool": None},
+        {"pool": "rbd"},
+        {"store": "file", "pool": "rbd"},
+    ],
+)
+async def test_the_schema_says_what_is_enforced_of_store_and_pool(
+    client: httpx.AsyncClient, extra: dict[str, object]
+) -> None:
+    """A pool needs "store": "rbd": the published schema (if/then) and the service agree."""
+    body = {"name": "d", "size_bytes": 4096, **extra}
+    schema = DeviceCreate.model_json_schema()
+    response = await client.post("/v1/devices", json=body)
+    assert response.status_code in (201, 422)
+    assert jsonschema.Draft202012Validator(schema).is_valid(body) == (response.status_code == 201)

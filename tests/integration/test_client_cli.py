@@ -115,7 +115,14 @@ def test_user_errors_are_the_problem_detail_on_stderr_without_traceback(server: 
     assert "401 invalid bearer token (pass --token" in wrong_token.stderr.decode()
     unreachable = reqcrypt(server, "dev", "ls", "--url", "http://127.0.0.1:9", ok=False)
     assert unreachable.stderr.decode().startswith("reqcrypt: cannot reach http://127.0.0.1:9")
-    for result in (odd, bad_size, missing, no_file, wrong_token, unreachable):
+    no_ceph = reqcrypt(server, "dev", "create", "r", "4M", "--store", "rbd", ok=False)
+    assert no_ceph.stderr.decode() == (
+        "reqcrypt: POST /v1/devices: 422 store rbd is not available: "
+        "REQCRYPT_CEPH_CONF is not set\n"
+    )
+    pool_on_file = reqcrypt(server, "dev", "create", "f", "4M", "--pool", "rbd", ok=False)
+    assert "pool applies only" in pool_on_file.stderr.decode()
+    for result in (odd, bad_size, missing, no_file, wrong_token, unreachable, no_ceph):
         assert b"Traceback" not in result.stderr
 
 

@@ -1,4 +1,4 @@
-"""Backing devices: sparse files in the data directory."""
+"""Backing devices: sparse files in the data directory, or RBD images in a Ceph pool."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ from app.api.schemas import DeviceCreate, DeviceOut
 router = APIRouter(prefix="/v1/devices", tags=["devices"], responses=responses(401, 403))
 
 
-@router.post("", status_code=201, response_model=DeviceOut, responses=responses(409, 422, 507))
+@router.post("", status_code=201, response_model=DeviceOut, responses=responses(409, 422, 503, 507))
 def create_device(body: DeviceCreate, control: ControlDep, _: AdminDep) -> DeviceOut:
-    control.create_device(body.name, body.size_bytes, body.model)
+    control.create_device(body.name, body.size_bytes, body.model, store=body.store, pool=body.pool)
     return DeviceOut(**control.device_info(body.name))
 
 

@@ -12,6 +12,7 @@ from sqlalchemy import text
 from app.api.deps import StateDep
 from app.api.problems import problem
 from app.db import migrate
+from app.errors import ReqcryptError
 
 router = APIRouter(tags=["health"])
 
@@ -38,6 +39,13 @@ def readyz(state: StateDep) -> dict[str, object] | Response:
         checks["data_dir"] = "ok" if os.access(state.settings.data_dir, os.W_OK) else "read-only"
     except OSError as exc:
         checks["data_dir"] = f"not writable: {exc.strerror}"
+    ceph = state.control.devices.ceph
+    if ceph is not None:
+        try:
+            ceph.ping()
+            checks["ceph"] = "ok"
+        except ReqcryptError as exc:
+            checks["ceph"] = exc.detail
     failing = {name: value for name, value in checks.items() if value != "ok"}
     if failing:
         detail = "; ".join(f"{name}: {value}" for name, value in failing.items())

@@ -31,6 +31,8 @@ class BlockDevice(Protocol):
 
     def discard(self, offset: int, length: int) -> None: ...
 
+    def write_zeroes(self, offset: int, length: int) -> None: ...
+
 
 @dataclass(frozen=True, slots=True)
 class MapContext:

@@ -27,7 +27,7 @@ class LinearTarget(Target):
             if request.op == Op.DISCARD:
                 self.device.discard(position, length)
             else:
-                self.device.write(position, bytes(length))
+                self.device.write_zeroes(position, length)
         if request.fua:
             self.device.flush()
         return MapResult()

@@ -1,0 +1,286 @@
+"""RBD images on a Ceph cluster, through librbd (Debian's python3-rbd / python3-rados).
+
+One ``CephCluster`` per process holds the one librados connection every image shares
+(connected lazily, at the first RBD device). Ceph fences per connection: a lock broken
+by another node blocklists this connection, so every image it has open fails over at once.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, NoReturn
+
+from typing_extensions import Buffer
+
+from app.errors import AlreadyExists, DeviceBusy, Fenced, InvalidInput, Unavailable
+from app.storage.base import BackingStore
+
+try:
+    import rados
+    import rbd
+except ImportError:  # pragma: no cover - scripts/setup installs them
+    rados = None
+    rbd = None
+
+IMAGE_FEATURES = (
+    "layering",
+    "exclusive-lock",  # claim()/release() and Ceph's fencing need it
+    "object-map",
+    "fast-diff",  # allocated_bytes without reading every object
+)
+
+
+class CephCluster:
+    """The process's librados connection and one I/O context per pool, made on first use."""
+
+    def __init__(
+        self,
+        conf: Path,
+        *,
+        client: str | None = None,
+        keyring: Path | None = None,
+        timeout_seconds: float = 10.0,
+    ) -> None:
+        self.conf = conf
+        self.client = client
+        self.keyring = keyring
+        self.timeout_seconds = timeout_seconds
+        self._rados: Any = None
+        self._ioctxs: dict[str, Any] = {}
+        self._lock = threading.Lock()
+
+    def _connected(self) -> Any:
+        if rados is None:
+            raise Unavailable("the RBD store needs python3-rados and python3-rbd (Debian)")
+        if self._rados is None:
+            options = {
+                # a discard must read back as zeros even where it covers part of an object
+                "rbd_skip_partial_discard": "false",
+                "client_mount_timeout": str(max(1, round(self.timeout_seconds))),
+            }
+            if self.keyring is not None:
+                options["keyring"] = str(self.keyring)
+            cluster = rados.Rados(conffile=str(self.conf), rados_id=self.client, conf=options)
+            try:
+                cluster.connect(timeout=max(1, round(self.timeout_seconds)))
+            except rados.Error as exc:
+                cluster.shutdown()
+                raise Unavailable(f"Ceph cluster of {self.conf} is unreachable: {exc}") from None
+            self._rados = cluster
+        return self._rados
+
+    def ioctx(self, pool: str) -> Any:
+        with self._lock:
+            ioctx = self._ioctxs.get(pool)
+            if ioctx is None:
+                cluster = self._connected()
+                try:
+                    ioctx = cluster.open_ioctx(pool)
+                except rados.ObjectNotFound:
+                    raise InvalidInput(f"Ceph pool {pool!r} does not exist") from None
+                self._ioctxs[pool] = ioctx
+            return ioctx
+
+    def ping(self) -> None:
+        """Ask the monitors for their status: what /readyz reports (connects if needed)."""
+        with self._lock:
+            cluster = self._connected()
+        command = json.dumps({"prefix": "mon stat", "format": "json"})
+        try:
+            code, _, status = cluster.mon_command(command, b"", timeout=self.timeout_seconds)
+        except rados.Error as exc:
+            raise Unavailable(f"Ceph monitors did not answer: {exc}") from None
+        if code != 0:
+            raise Unavailable(f"Ceph monitors answered {code}: {status}")
+
+    def close(self) -> None:
+        with self._lock:
+            for ioctx in self._ioctxs.values():
+                ioctx.close()
+            self._ioctxs.clear()
+            if self._rados is not None:
+                self._rados.shutdown()
+                self._rados = None
+
+
+def _io_error(exc: Exception, what: str) -> NoReturn:
+    """librbd's error as the domain's: a fenced client is told so, the rest stay OSErrors."""
+    code = getattr(exc, "errno", None)
+    if code == errno.ESHUTDOWN:  # librados, once this client was blocklisted
+        raise Fenced(f"{what}: this node was fenced off the Ceph cluster (blocklisted)") from None
+    if code == errno.EROFS:  # librbd: another client holds the lock and keeps it
+        raise Fenced(f"{what}: another node holds the device's exclusive lock") from None
+    raise OSError(code or errno.EIO, f"{what}: {exc}") from None
+
+
+class RbdStore(BackingStore):
+    """One RBD image. librbd handles are thread-safe and drop the GIL inside every call."""
+
+    def __init__(self, ioctx: Any, image: str, size: int, *, create: bool = False) -> None:
+        self.image_name = image
+        self._ioctx = ioctx
+        if create:
+            try:
+                rbd.RBD().create(
+                    ioctx, image, size, old_format=False, features=_features(IMAGE_FEATURES)
+                )
+            except rbd.ImageExists:
+                raise AlreadyExists(f"RBD image {image} exists") from None
+        try:
+            self._image = rbd.Image(ioctx, image)
+        except rbd.ImageNotFound:
+            raise InvalidInput(f"RBD image {image} does not exist") from None
+        self._size = size
+        if self._image.size() < size:
+            self._image.resize(size)
+
+    @property
+    def size(self) -> int:
+        return self._size
+
+    def read_into(self, offset: int, buffer: memoryview) -> None:
+        self.check_range(offset, len(buffer))
+        try:
+            buffer[:] = self._image.read(offset, len(buffer))
+        except rbd.Error as exc:
+            _io_error(exc, f"read of {self.image_name}")
+
+    def write(self, offset: int, data: Buffer) -> None:
+        view = memoryview(data).cast("B")
+        self.check_range(offset, len(view))
+        try:
+            self._image.write(bytes(view), offset)
+        except rbd.Error as exc:
+            _io_error(exc, f"write to {self.image_name}")
+
+    def readv_into(self, offset: int, buffers: Sequence[memoryview]) -> None:
+        """One librbd read for the whole request, scattered into its segments.
+
+        Not one aio_read per segment: contiguous segments then become as many OSD ops on
+        the same object, measured at a third to a half of one read's throughput (16 x 64 KiB
+        vs 1 MiB on memstore); librbd already splits a read across objects and runs the
+        pieces in parallel.
+        """
+        if len(buffers) == 1:
+            self.read_into(offset, memoryview(buffers[0]).cast("B"))
+            return
+        views = [memoryview(buffer).cast("B") for buffer in buffers]
+        length = sum(len(view) for view in views)
+        self.check_range(offset, length)
+        try:
+            data = memoryview(self._image.read(offset, length))
+        except rbd.Error as exc:
+            _io_error(exc, f"read of {self.image_name}")
+        position = 0
+        for view in views:
+            view[:] = data[position : position + len(view)]
+            position += len(view)
+
+    def writev(self, offset: int, buffers: Sequence[Buffer]) -> None:
+        """One librbd write of the gathered segments (librbd takes only ``bytes``, so the
+        gather is the one copy a write needs anyway); see ``readv_into`` for why not aio."""
+        if len(buffers) == 1:
+            self.write(offset, buffers[0])
+            return
+        data = b"".join(memoryview(buffer).cast("B") for buffer in buffers)
+        self.check_range(offset, len(data))
+        try:
+            self._image.write(data, offset)
+        except rbd.Error as exc:
+            _io_error(exc, f"write to {self.image_name}")
+
+    def flush(self) -> None:
+        try:
+            self._image.flush()
+        except rbd.Error as exc:
+            _io_error(exc, f"flush of {self.image_name}")
+
+    def discard(self, offset: int, length: int) -> None:
+        self.check_range(offset, length)
+        try:
+            self._image.discard(offset, length)
+        except rbd.Error as exc:
+            _io_error(exc, f"discard on {self.image_name}")
+
+    def write_zeroes(self, offset: int, length: int) -> None:
+        self.check_range(offset, length)
+        try:
+            self._image.write_zeroes(offset, length)
+        except rbd.Error as exc:
+            _io_error(exc, f"write-zeroes on {self.image_name}")
+
+    def allocated_bytes(self) -> int:
+        """Bytes of the objects that exist (object granularity, from the object map)."""
+        total = 0
+
+        def extent(_offset: int, length: int, exists: bool) -> None:
+            nonlocal total
+            if exists:
+                total += length
+
+        self._image.diff_iterate(0, self._size, None, extent, whole_object=True)
+        return total
+
+    def claim(self, *, take_over: bool = False) -> None:
+        """Hold the image's exclusive lock; with ``take_over``, break (and so blocklist) the
+        holder first. While held, another client's writes fail with EROFS."""
+        try:
+            if take_over and not self._image.is_exclusive_lock_owner():
+                for owner in self._image.lock_get_owners():
+                    self._image.lock_break(rbd.RBD_LOCK_MODE_EXCLUSIVE, owner["owner"])
+            self._image.lock_acquire(rbd.RBD_LOCK_MODE_EXCLUSIVE)
+        except rbd.ReadOnlyImage:
+            raise DeviceBusy(
+                f"RBD image {self.image_name} is claimed by another node (take over to fence it)"
+            ) from None
+        except rbd.Error as exc:
+            _io_error(exc, f"claim of {self.image_name}")
+
+    def release(self) -> None:
+        """Give the lock up; nothing to do when this client does not hold it."""
+        try:
+            if not self._image.is_exclusive_lock_owner():
+                return
+            self._image.lock_release()
+        except rbd.Error as exc:
+            _io_error(exc, f"release of {self.image_name}")
+
+    def close(self) -> None:
+        if self._image is not None:
+            self._image.close()
+            self._image = None
+
+    def check_unwatched(self) -> None:
+        """``DeviceBusy`` while another client has the image open (librbd would refuse
+        to remove it): a watcher besides this handle."""
+        if len(list(self._image.watchers_list())) > 1:
+            raise DeviceBusy(f"RBD image {self.image_name} is open by another client")
+
+    def remove(self) -> None:
+        """Close, then delete the image (``check_unwatched`` first to know it will go)."""
+        self.close()
+        try:
+            rbd.RBD().remove(self._ioctx, self.image_name)
+        except rbd.ImageNotFound:
+            pass
+        except rbd.ImageBusy:
+            raise DeviceBusy(
+                f"RBD image {self.image_name} was opened by another client; it is left in place"
+            ) from None
+
+
+def _features(names: Sequence[str]) -> int:
+    flags = {
+        "layering": rbd.RBD_FEATURE_LAYERING,
+        "exclusive-lock": rbd.RBD_FEATURE_EXCLUSIVE_LOCK,
+        "object-map": rbd.RBD_FEATURE_OBJECT_MAP,
+        "fast-diff": rbd.RBD_FEATURE_FAST_DIFF,
+    }
+    result = 0
+    for name in names:
+        result |= flags[name]
+    return result

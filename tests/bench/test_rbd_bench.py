@@ -1,0 +1,131 @@
+"""RBD-backed volumes next to file-backed ones and next to librbd alone, in one run
+(run with -m bench).
+
+fio drives three targets with the same jobs, interleaved ROUNDS times: an aes-xts volume
+on an RBD image and one on a sparse file, both exported by reqcrypt over NBD (fio's nbd
+engine), and a bare RBD image through fio's own rbd engine (librbd, no crypto, no NBD):
+the peer, what the cluster gives a client that adds nothing. The cluster is the
+throwaway mon + memstore OSD of ``tests/ceph.py``; memstore stalls 0.3-1 s now and then,
+so this prints figures and asserts none of them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from statistics import median
+from typing import Any
+
+import pytest
+
+from tests import ceph
+from tests.bench.test_nbd_bench import make_export
+from tests.factories import XTS_KEY
+from tests.integration.test_deployment import free_port
+from tests.integration.test_e2e_data import Server
+
+pytestmark = [pytest.mark.bench, pytest.mark.ceph]
+MIB = 1 << 20
+SIZE = 256 * MIB
+DURATION_S = 5
+ROUNDS = 3
+WORKLOADS = {  # name: (fio rw, block size, iodepth)
+    "seq write 1 MiB": ("write", "1M", 8),
+    "rand write 4 KiB": ("randwrite", "4k", 32),
+    "rand read 4 KiB": ("randread", "4k", 32),
+    "seq read 1 MiB": ("read", "1M", 8),
+}
+
+
+def fio(target: dict[str, str], rw: str, bs: str, iodepth: int, env: dict[str, str]) -> float:
+    """IOPS (4 KiB) or MB/s (1 MiB) of one time-based fio job."""
+    options = {
+        "name": "bench",
+        **target,
+        "rw": rw,
+        "bs": bs,
+        "iodepth": str(iodepth),
+        "size": str(SIZE),
+        "time_based": "1",
+        "runtime": str(DURATION_S),
+        "ramp_time": "1",
+        "output-format": "json",
+    }
+    result = subprocess.run(
+        ["fio", *(f"--{key}={value}" for key, value in options.items())],
+        capture_output=True,
+        timeout=300,
+        env=env,
+    )
+    assert result.returncode == 0, result.stderr.decode()
+    output = result.stdout.decode()
+    job: dict[str, Any] = json.loads(output[output.index("{") :])["jobs"][0]
+    assert job["error"] == 0
+    side = job["read"] if "read" in rw else job["write"]
+    return float(side["iops"] if bs == "4k" else side["bw_bytes"] / 1e6)
+
+
+def test_rbd_volume_against_a_file_volume_and_librbd(
+    ceph_cluster: ceph.Cluster, tmp_path: Any
+) -> None:
+    nbd_port = free_port()
+    server = Server(
+        tmp_path / "data",
+        REQCRYPT_NBD_PORT=str(nbd_port),
+        REQCRYPT_CEPH_CONF=str(ceph_cluster.conf),
+        REQCRYPT_RBD_IMAGE_PREFIX="bench-",
+    )
+    peer = "bench-peer"
+    ceph_cluster.run("rbd", "create", "--size", f"{SIZE // MIB}M", f"{ceph.POOL}/{peer}")
+    server.start()
+    env = {**os.environ, "CEPH_CONF": str(ceph_cluster.conf)}
+    targets = {
+        "reqcrypt rbd": {"ioengine": "nbd", "uri": f"nbd://127.0.0.1:{nbd_port}/on-rbd"},
+        "reqcrypt file": {"ioengine": "nbd", "uri": f"nbd://127.0.0.1:{nbd_port}/on-file"},
+        "fio rbd": {"ioengine": "rbd", "pool": ceph.POOL, "rbdname": peer, "clientname": "admin"},
+    }
+    results: dict[str, dict[str, list[float]]] = {}
+    try:
+        with server.client() as http:
+            for device, store in (("rbd0", "rbd"), ("pv", "file")):
+                created = http.post(
+                    "/v1/devices", json={"name": device, "size_bytes": SIZE, "store": store}
+                )
+                assert created.status_code == 201, created.text
+            for export, device in (("on-rbd", "rbd0"), ("on-file", "pv")):
+                make_export(
+                    http, export, f"0 {SIZE // 512} crypt aes-xts-plain64 {XTS_KEY} 0 {device} 0"
+                )
+            for name, (rw, bs, iodepth) in WORKLOADS.items():
+                runs = results.setdefault(name, {who: [] for who in targets})
+                for _ in range(ROUNDS):
+                    for who, target in targets.items():
+                        runs[who].append(fio(target, rw, bs, iodepth, env))
+            for export in ("on-rbd", "on-file"):
+                assert http.delete(f"/v1/volumes/{export}").status_code == 204
+            for device in ("rbd0", "pv"):
+                assert http.delete(f"/v1/devices/{device}").status_code == 204
+    finally:
+        server.stop()
+        ceph_cluster.run("rbd", "rm", f"{ceph.POOL}/{peer}")
+    assert not [image for image in ceph_cluster.images() if image.startswith("bench-")]
+
+    print(
+        f"\nfio, {DURATION_S} s runs, {ROUNDS} interleaved rounds: median (min-max); "
+        "1 MiB in MB/s, 4 KiB in IOPS"
+    )
+    print(
+        f"{'workload':<18}{'reqcrypt rbd':>22}{'reqcrypt file':>22}{'fio rbd (peer)':>22}"
+        f"{'rbd/file':>10}{'rbd/peer':>10}"
+    )
+    for name, runs in results.items():
+        cells = "".join(
+            f"{median(values):>9.0f} ({min(values):.0f}-{max(values):.0f})".rjust(22)
+            for values in runs.values()
+        )
+        ours = median(runs["reqcrypt rbd"])
+        print(
+            f"{name:<18}{cells}{ours / median(runs['reqcrypt file']):>9.2f}x"
+            f"{ours / median(runs['fio rbd']):>9.2f}x"
+        )

@@ -1,0 +1,223 @@
+"""``RbdStore`` on a real (throwaway) Ceph cluster: the block device conformance suite, what
+only an RBD image promises, and fencing between two clients of one image."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+import uuid
+from collections.abc import Iterator
+
+import pytest
+
+from app.errors import AlreadyExists, DeviceBusy, Fenced, InvalidInput
+from app.storage.rbd import CephCluster, RbdStore
+from tests import ceph
+from tests.conformance import SIZE, BlockDeviceTests, read
+
+pytestmark = pytest.mark.ceph
+
+
+@pytest.fixture(scope="module")
+def cluster(ceph_cluster: ceph.Cluster) -> Iterator[CephCluster]:
+    connection = CephCluster(ceph_cluster.conf)
+    yield connection
+    connection.close()
+
+
+@pytest.fixture
+def image(ceph_cluster: ceph.Cluster) -> Iterator[str]:
+    """A fresh image name; whatever the test left under it is removed."""
+    name = f"t-{uuid.uuid4().hex[:12]}"
+    yield name
+    if name in ceph_cluster.images():
+        ceph_cluster.run("rbd", "rm", f"{ceph.POOL}/{name}")
+
+
+class TestRbdStore(BlockDeviceTests[RbdStore]):
+    @pytest.fixture
+    def device(self, cluster: CephCluster, image: str) -> Iterator[RbdStore]:
+        store = RbdStore(cluster.ioctx(ceph.POOL), image, SIZE, create=True)
+        yield store
+        store.remove()
+
+    def test_bytes_land_in_the_image(self, device: RbdStore, ceph_cluster: ceph.Cluster) -> None:
+        device.writev(8192, [b"p" * 4096, b"q" * 512])
+        device.flush()
+        exported = ceph_cluster.export(device.image_name)
+        assert exported[8192 : 8192 + 4608] == b"p" * 4096 + b"q" * 512
+
+    def test_vectored_read_of_many_segments_fills_each(self, device: RbdStore) -> None:
+        pattern = bytes(range(256)) * 256  # 64 KiB, every 512-byte sector distinct
+        device.write(0, pattern)
+        segments = [bytearray(512) for _ in range(128)]
+        device.readv_into(0, [memoryview(segment) for segment in segments])
+        assert b"".join(segments) == pattern
+
+    def test_allocated_bytes_grow_with_writes(self, device: RbdStore) -> None:
+        assert device.allocated_bytes() == 0
+        device.write(0, b"a" * 4096)
+        assert device.allocated_bytes() > 0
+
+    def test_remove_deletes_the_image(
+        self, cluster: CephCluster, ceph_cluster: ceph.Cluster, image: str
+    ) -> None:
+        store = RbdStore(cluster.ioctx(ceph.POOL), image, SIZE, create=True)
+        assert image in ceph_cluster.images()
+        store.remove()
+        assert image not in ceph_cluster.images()
+
+
+def test_creating_an_existing_image_is_refused_and_keeps_it(
+    cluster: CephCluster, image: str
+) -> None:
+    first = RbdStore(cluster.ioctx(ceph.POOL), image, SIZE, create=True)
+    first.write(0, b"keep" * 128)
+    with pytest.raises(AlreadyExists):
+        RbdStore(cluster.ioctx(ceph.POOL), image, SIZE, create=True)
+    assert read(first, 0, 512) == b"keep" * 128
+    first.remove()
+
+
+def test_a_missing_pool_is_invalid_input(cluster: CephCluster) -> None:
+    with pytest.raises(InvalidInput, match="pool 'no-such-pool' does not exist"):
+        cluster.ioctx("no-such-pool")
+
+
+def test_ping_reaches_the_monitors(cluster: CephCluster) -> None:
+    cluster.ping()
+
+
+# ---------------------------------------------------------------------------- fencing
+
+
+@pytest.fixture
+def two_clients(ceph_cluster: ceph.Cluster, image: str) -> Iterator[tuple[RbdStore, RbdStore]]:
+    """The same image opened through two librados connections, as two nodes would."""
+    old, new = CephCluster(ceph_cluster.conf), CephCluster(ceph_cluster.conf)
+    first = RbdStore(old.ioctx(ceph.POOL), image, SIZE, create=True)
+    second = RbdStore(new.ioctx(ceph.POOL), image, SIZE)
+    yield first, second
+    first.close()
+    second.release()
+    second.remove()
+    old.close()
+    new.close()
+
+
+def test_a_claimed_image_refuses_another_claim_and_its_writes(
+    two_clients: tuple[RbdStore, RbdStore],
+) -> None:
+    first, second = two_clients
+    first.claim()
+    first.write(0, b"1" * 512)
+    with pytest.raises(DeviceBusy, match="claimed by another node"):
+        second.claim()
+    with pytest.raises(Fenced, match="exclusive lock"):
+        second.write(0, b"2" * 512)
+    assert read(second, 0, 512) == b"1" * 512
+    first.release()
+    second.claim()
+    second.write(0, b"2" * 512)
+    assert read(first, 0, 512) == b"2" * 512
+
+
+def test_take_over_fences_the_old_owner_its_writes_never_land(
+    two_clients: tuple[RbdStore, RbdStore], ceph_cluster: ceph.Cluster
+) -> None:
+    first, second = two_clients
+    first.claim()
+    first.write(0, b"o" * 4096)
+    second.claim(take_over=True)
+    with pytest.raises(Fenced, match="blocklisted"):
+        first.write(0, b"x" * 4096)
+    with pytest.raises(Fenced, match="blocklisted"):
+        first.writev(4096, [b"x" * 512, b"x" * 512])
+    with pytest.raises(Fenced):
+        first.flush()
+    second.write(8192, b"n" * 512)
+    second.flush()
+    exported = ceph_cluster.export(second.image_name)
+    assert exported[:4096] == b"o" * 4096
+    assert exported[4096:5120] == bytes(1024)
+    assert exported[8192:8704] == b"n" * 512
+    blocklist = ceph_cluster.run("ceph", "osd", "blocklist", "ls")
+    assert blocklist.strip()  # the old client's address is listed
+
+
+def test_take_over_fences_another_process(ceph_cluster: ceph.Cluster, image: str) -> None:
+    """A separate process holds the claim and keeps writing; after the take-over none of its
+    writes land, and it sees ``Fenced``."""
+    holder = textwrap.dedent(
+        f"""
+        import sys
+        from pathlib import Path
+        from app.errors import Fenced
+        from app.storage.rbd import CephCluster, RbdStore
+        cluster = CephCluster(Path({str(ceph_cluster.conf)!r}))
+        store = RbdStore(cluster.ioctx("rbd"), {image!r}, {SIZE}, create=True)
+        store.claim()
+        store.write(0, b"h" * 512)
+        store.flush()
+        print("claimed", flush=True)
+        sys.stdin.readline()
+        try:
+            store.write(0, b"X" * 512)
+        except Fenced:
+            print("fenced", flush=True)
+        else:
+            print("wrote", flush=True)
+        """
+    )
+    with subprocess.Popen(
+        [sys.executable, "-c", holder], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    ) as process:
+        assert process.stdin is not None
+        assert process.stdout is not None
+        assert process.stdout.readline().strip() == "claimed"
+        connection = CephCluster(ceph_cluster.conf)
+        taker = RbdStore(connection.ioctx(ceph.POOL), image, SIZE)
+        with pytest.raises(DeviceBusy):
+            taker.claim()
+        taker.claim(take_over=True)
+        process.stdin.write("go\n")
+        process.stdin.flush()
+        assert process.stdout.readline().strip() == "fenced"
+        assert read(taker, 0, 512) == b"h" * 512
+        taker.release()
+        taker.close()
+        connection.close()
+        process.stdin.close()
+        assert process.wait(timeout=30) == 0
+
+
+def test_taking_over_an_unclaimed_or_own_image_fences_nobody(
+    two_clients: tuple[RbdStore, RbdStore],
+) -> None:
+    first, second = two_clients
+    second.claim(take_over=True)  # nobody held it
+    second.write(0, b"a" * 512)
+    second.claim(take_over=True)  # already ours: not broken, so not blocklisted
+    second.write(0, b"b" * 512)
+    second.flush()
+    assert read(first, 0, 512) == b"b" * 512
+
+
+def test_an_image_open_in_another_client_is_not_removable(
+    two_clients: tuple[RbdStore, RbdStore],
+) -> None:
+    first, second = two_clients
+    with pytest.raises(DeviceBusy, match="open by another client"):
+        first.check_unwatched()
+    first.close()
+    second.check_unwatched()  # only its own handle watches
+
+
+def test_release_without_a_claim_is_a_no_op(two_clients: tuple[RbdStore, RbdStore]) -> None:
+    first, second = two_clients
+    first.release()
+    first.write(0, b"w" * 512)  # librbd takes the lock implicitly, cooperatively
+    first.release()
+    second.claim()  # nothing managed held it
+    assert read(second, 0, 512) == b"w" * 512
