@@ -409,7 +409,9 @@ class BulkTransform(CryptTransform):
             return
         self._bulk(view, sector, encrypt, np.frombuffer(target, dtype=np.uint8))
 
-    def _native_xts(self, view: memoryview, sector: int, encrypt: bool, target: Buffer) -> bool:
+    def _native_xts(
+        self, view: memoryview, sector: int, encrypt: bool, target: Buffer | U8
+    ) -> bool:
         """aes-xts-plain64 in one native call; False where the IV sectors would wrap
         differently from consecutive steps (iv_large_sectors at the top of sector_t)."""
         size = self._sector_size
