@@ -20,6 +20,17 @@ def xts(
     vaes: bool = True,
     /,
 ) -> None: ...
+def xts_plain64(
+    dst: _Bytes,
+    src: _Bytes,
+    iv_sector: int,
+    iv_step: int,
+    key: Buffer,
+    unit_bytes: int,
+    encrypt: bool,
+    vaes: bool = True,
+    /,
+) -> None: ...
 def cbc_encrypt(
     dst: _Bytes,
     src: _Bytes,

@@ -34,6 +34,11 @@ class IoExecutor:
 
     async def run(self, func: Callable[..., T], *args: Any) -> T:
         """Run ``func(*args)`` on a worker thread and await its result."""
+        return await self.submit(func, *args)
+
+    def submit(self, func: Callable[..., T], *args: Any) -> asyncio.Future[T]:
+        """Queue ``func(*args)`` for a worker; from the event loop. The future's done
+        callbacks run in the delivering loop pass: no task, no coroutine per job."""
         loop = asyncio.get_running_loop()
         future: asyncio.Future[T] = loop.create_future()
         with self._lock:
@@ -46,7 +51,7 @@ class IoExecutor:
             elif self._workers < self.max_workers:
                 self._workers += 1
                 threading.Thread(target=self._work, name="reqcrypt-io", daemon=True).start()
-        return await future
+        return future
 
     def _work(self) -> None:
         """Last idle, first woken: the threads that just ran keep their buffers and cipher

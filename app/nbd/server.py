@@ -181,10 +181,6 @@ def _write_zeroes(volume: Volume, offset: int, length: int) -> None:
         volume.write(end, zeros[: offset + length - end])
 
 
-def _payload_bytes(batch: Sequence[NbdIo]) -> int:
-    return sum(io.header.length for io in batch if io.header.command <= Command.WRITE)
-
-
 def errno_of(error: BaseException) -> Errno:
     if isinstance(error, InvalidInput | RangeNotSatisfiable):
         return Errno.EINVAL
@@ -197,7 +193,7 @@ def errno_of(error: BaseException) -> Errno:
 class Executor(Protocol):
     """Runs blocking work off the event loop (the service's ``IoExecutor``)."""
 
-    async def run(self, func: Callable[..., T], *args: Any) -> T: ...
+    def submit(self, func: Callable[..., T], *args: Any) -> asyncio.Future[T]: ...
 
 
 class NbdServer:
@@ -588,46 +584,58 @@ class NbdConnection(asyncio.Protocol):
         volume = self.volume
         assert volume is not None
         self.jobs += 1
-        task = asyncio.get_running_loop().create_task(
-            self.server.executor.run(execute_batch, volume, batch)
-        )
-        task.add_done_callback(self._completion(batch))
+        try:
+            job = self.server.executor.submit(execute_batch, volume, batch)
+        except RuntimeError as error:  # the executor is shut down: the batch fails
+            job = asyncio.get_running_loop().create_future()
+            job.set_exception(error)
+        job.add_done_callback(self._completion(batch))
 
-    def _completion(self, batch: list[NbdIo]) -> Callable[[asyncio.Task[None]], None]:
-        def done(task: asyncio.Task[None]) -> None:
-            failure = None if task.cancelled() else task.exception()
+    def _completion(self, batch: list[NbdIo]) -> Callable[[asyncio.Future[None]], None]:
+        def done(job: asyncio.Future[None]) -> None:
+            failure = None if job.cancelled() else job.exception()
             parts: list[bytes | memoryview] = []
             stats = self.stats
             assert stats is not None
             stats.batches += 1
+            counts = stats.requests
+            structured = self.structured
+            pack = protocol.SIMPLE_REPLY.pack
+            magic = protocol.SIMPLE_REPLY_MAGIC
+            payload = read_bytes = written_bytes = 0
             for io in batch:
                 header = io.header
+                command = header.command
+                counts[COMMAND_NAMES[command]] += 1
+                if command <= Command.WRITE:
+                    payload += header.length
                 error = io.error if failure is None else failure
-                stats.requests[COMMAND_NAMES[header.command]] += 1
                 if error is not None:
                     stats.errors += 1
                     if not isinstance(error, ReqcryptError):
-                        log.error("NBD %s failed", COMMAND_NAMES[header.command], exc_info=error)
+                        log.error("NBD %s failed", COMMAND_NAMES[command], exc_info=error)
                     detail = error.detail if isinstance(error, ReqcryptError) else "I/O error"
                     parts.append(self._error_reply(header.handle, errno_of(error), detail))
-                elif header.command == Command.READ:
+                elif command == Command.READ:
                     assert io.data is not None
-                    stats.read_bytes += header.length
-                    if self.structured:
+                    read_bytes += header.length
+                    if structured:
                         parts.append(
                             protocol.read_chunk_header(header.handle, header.offset, header.length)
                         )
                     else:
-                        parts.append(protocol.simple_reply(header.handle))
+                        parts.append(pack(magic, 0, header.handle))
                     parts.append(io.data)
                 else:
-                    if header.command == Command.WRITE:
-                        stats.written_bytes += header.length
-                    parts.append(protocol.simple_reply(header.handle))
+                    if command == Command.WRITE:
+                        written_bytes += header.length
+                    parts.append(pack(magic, 0, header.handle))
+            stats.read_bytes += read_bytes
+            stats.written_bytes += written_bytes
             if not self.closed and self.transport is not None:
                 self.transport.writelines(parts)
             self.in_flight -= len(batch)
-            self.in_flight_bytes -= _payload_bytes(batch)
+            self.in_flight_bytes -= payload
             self.jobs -= 1
             self._update_reading()
             if self.transmission and not self.closed:

@@ -77,7 +77,8 @@ def timed_fio(pid: int, uri: str, rw: str, bs: str, iodepth: int) -> dict[str, f
 
 
 class QemuNbd:
-    """qemu-nbd serving a LUKS2-format aes-xts-plain64 image (PBKDF cut to 10 ms)."""
+    """qemu-nbd serving a LUKS (version 1, as qemu-img writes it) aes-xts-plain64 image with a
+    512-bit key, as the reqcrypt table's (PBKDF cut to 10 ms)."""
 
     def __init__(self, directory: Path) -> None:
         self.image = directory / "luks.img"

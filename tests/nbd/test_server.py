@@ -471,3 +471,14 @@ async def test_requests_answered_in_one_burst_form_one_batch_with_those_already_
     assert status["nbd"]["batches"] == 2
     assert status["stats"]["w_ios"] == 2  # the second and third merged
     await raw.close()
+
+
+async def test_a_batch_after_the_io_pool_shut_down_is_answered_eio(
+    app: FastAPI, port: int, exported: str
+) -> None:
+    raw = await RawClient.open(port, exported)
+    assert (await raw.request(Command.READ, 0, 512)).error == 0
+    app.state.reqcrypt.io_executor.shutdown()
+    answer = await asyncio.wait_for(raw.request(Command.READ, 0, 512), 5)
+    assert answer.error == Errno.EIO
+    await raw.close()

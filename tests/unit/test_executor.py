@@ -85,3 +85,18 @@ async def test_the_last_idle_thread_is_the_first_woken() -> None:
     await anyio.sleep(0.01)
     assert await executor.run(threading.get_ident) == first
     executor.shutdown()
+
+
+async def test_submit_hands_the_result_to_done_callbacks_on_the_loop() -> None:
+    executor = IoExecutor()
+    loop_thread = threading.get_ident()
+    seen: list[tuple[int, int]] = []
+    future = executor.submit(sum, [1, 2, 3])
+    future.add_done_callback(lambda done: seen.append((done.result(), threading.get_ident())))
+    failed = executor.submit(lambda: 1 / 0)
+    assert await future == 6
+    with pytest.raises(ZeroDivisionError):
+        await failed
+    await anyio.sleep(0)
+    assert seen == [(6, loop_thread)]
+    executor.shutdown()

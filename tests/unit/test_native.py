@@ -301,3 +301,33 @@ def test_cbc_encrypt_reads_no_iv_past_the_last_unit(
     out = bytearray(len(data))
     _native.cbc_encrypt(out, data, ivs, key, 512, vaes)
     assert bytes(out) == cbc_by_pyca(data, bytes(ivs), key, 512)
+
+
+@pytest.mark.parametrize(
+    ("first", "step", "units"),
+    [(0, 1, 1), (12345, 8, 8), (7, 1, 37), (2**64 - 3, 1, 5), (2**64 - 8, 8, 4)],
+    ids=["one-unit", "4k-step", "heap-ivs", "wraps", "wraps-by-8"],
+)
+@pytest.mark.parametrize("encrypt", [True, False])
+def test_xts_plain64_equals_xts_with_le64_sector_ivs(
+    first: int, step: int, units: int, encrypt: bool
+) -> None:
+    """37 units need more IVs than the call keeps on its stack; the sector wraps like sector_t."""
+    data, key = os.urandom(units * 512), os.urandom(64)
+    ivs = b"".join(
+        ((first + unit * step) % 2**64).to_bytes(8, "little") + bytes(8) for unit in range(units)
+    )
+    expected = bytearray(len(data))
+    _native.xts(expected, data, ivs, key, 512, encrypt)
+    out = bytearray(len(data))
+    _native.xts_plain64(out, data, first, step, key, 512, encrypt)
+    assert out == expected
+
+
+def test_xts_plain64_refuses_a_bad_key_or_unit_size() -> None:
+    out = bytearray(1024)
+    with pytest.raises(ValueError, match="key must be"):
+        _native.xts_plain64(out, bytes(1024), 0, 1, bytes(20), 512, True)
+    with pytest.raises(ValueError, match="unit_bytes"):
+        _native.xts_plain64(out, bytes(1024), 0, 1, bytes(64), 100, True)
+    assert out == bytes(1024)
