@@ -47,6 +47,12 @@ DEFAULT_QUEUE_DEPTH = 32
 MAX_QUEUE_DEPTH = 1023
 """NVMe's deepest queue: the largest ``queue_depth`` a model may ask for."""
 
+MAX_DEVICE_BYTES = 1 << 50
+"""The largest backing device any configuration allows (REQCRYPT_MAX_DEVICE_BYTES' ceiling)."""
+
+TABLE_PATTERN = r"\S"
+"""A table holds at least one non-blank character (an empty table has no target line)."""
+
 NAME_PATTERN = r"^[A-Za-z0-9._-]{1,64}$"
 """Device and volume names (``.`` and ``..`` are refused too): no path separators."""
 _NAME_RE = re.compile(NAME_PATTERN)
