@@ -372,16 +372,32 @@ LINKS: dict[tuple[str, str, str], dict[str, dict[str, Any]]] = {
     # "then", and the walk a stateful test takes from a device to a volume's bytes.
     ("post", "/v1/devices", "201"): {
         "Info": {"target": ("get", "/v1/devices/{name}"), "parameters": {"name": NAME}},
-        "Delete": {"target": ("delete", "/v1/devices/{name}"), "parameters": {"name": NAME}},
         "Map": {
             "target": ("post", "/v1/volumes"),
             "description": "a one-sector aes-xts-plain64 volume on the new device",
-            "requestBody": {"table": f"0 1 crypt aes-xts-plain64 {XTS_KEY} 0 {{{NAME}}} 0"},
+            "requestBody": {
+                "table": f"0 1 crypt aes-xts-plain64 {XTS_KEY} 0 {{{NAME}}} 0",
+                "engine": "software",
+                "queue_limits": None,
+            },
         },
     },
     ("post", "/v1/volumes", "201"): {
-        name: {"target": target, "parameters": {"name": NAME}}
-        for name, target in VOLUME_LINKS.items()
+        **{
+            name: {"target": target, "parameters": {"name": NAME}}
+            for name, target in VOLUME_LINKS.items()
+        },
+        "Benchmark": {
+            "target": ("post", "/v1/benchmarks"),
+            "description": "a small read benchmark of the new volume",
+            "requestBody": {
+                "volume": NAME,
+                "volume_template": None,
+                "engine": None,
+                "workload": {"rw": "read", "bs": 512, "size": 512},
+                "sweep": {},
+            },
+        },
     },
     ("post", "/v1/benchmarks", "202"): {
         name: {"target": target, "parameters": {"run_id": "$response.body#/id"}}

@@ -10,7 +10,14 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 from app.blk.limits import DEFAULT_NR_REQUESTS, MAX_NR_REQUESTS, QueueLimits
 from app.blk.tuning import Tuning, TuningPatch
 from app.integers import JsonInt, integral_float
-from app.vocab import MAX_DEVICE_BYTES, NAME_PATTERN, TABLE_PATTERN, DispatchMode, ElevatorName
+from app.vocab import (
+    MAX_DEVICE_BYTES,
+    MODEL_NAME_PATTERN,
+    NAME_PATTERN,
+    TABLE_PATTERN,
+    DispatchMode,
+    ElevatorName,
+)
 
 MESSAGE_PATTERN = r"^\s*[Kk][Ee][Yy]\s+([Ww][Ii][Pp][Ee]|[Ss][Ee][Tt]\s+\S+)\s*$"
 """What a target message may say: crypt's ``key wipe`` and ``key set <key>`` words."""
@@ -91,7 +98,7 @@ class VolumeCreate(BaseModel):
         ],
     )
     dispatch_mode: DispatchMode = "request"
-    engine: str = "software"
+    engine: str = Field(default="software", pattern=MODEL_NAME_PATTERN)
     elevator: ElevatorName = "none"
     queue_limits: QueueLimitsIn | None = None
     plug_window_us: PlugWindowUs | None = Field(
@@ -112,7 +119,7 @@ class VolumePatch(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
 
     dispatch_mode: DispatchMode | None = None
-    engine: str | None = None
+    engine: Annotated[str, Field(pattern=MODEL_NAME_PATTERN)] | None = None
     elevator: ElevatorName | None = None
     queue_limits: QueueLimitsIn | None = None
     plug_window_us: PlugWindowUs | None = None

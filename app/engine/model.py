@@ -105,12 +105,27 @@ def _unit_sizes(sizes: frozenset[int]) -> frozenset[int]:
     return sizes
 
 
+def _distinct(items: Any) -> Any:
+    """A JSON array for a set must not repeat an item: the schema says uniqueItems."""
+    if isinstance(items, list):
+        try:
+            distinct = len(set(items))  # 512 and 512.0 are one item, as in JSON Schema
+        except TypeError:
+            return items  # not a list of names or sizes: the type check refuses it
+        if distinct != len(items):
+            raise ValueError("items must be unique")
+    return items
+
+
 ModelName = Annotated[str, Field(strict=True, pattern=MODEL_NAME_PATTERN)]
 Description = Annotated[str, Field(strict=True, max_length=1000)]
 Nanoseconds = Annotated[float, Field(strict=True, ge=0, le=_MAX_LATENCY_NS, allow_inf_nan=False)]
 BytesPerSecond = Annotated[float, Field(strict=True, gt=0, le=MAX_RATE, allow_inf_nan=False)]
 Names = Annotated[
-    frozenset[ModelName], Field(min_length=1), PlainSerializer(sorted, return_type=list[str])
+    frozenset[ModelName],
+    Field(min_length=1),
+    BeforeValidator(_distinct),
+    PlainSerializer(sorted, return_type=list[str]),
 ]
 UnitSizes = Annotated[
     frozenset[
@@ -121,6 +136,7 @@ UnitSizes = Annotated[
         ]
     ],
     Field(min_length=1),
+    BeforeValidator(_distinct),
     AfterValidator(_unit_sizes),
     PlainSerializer(sorted, return_type=list[int]),
 ]
@@ -199,6 +215,7 @@ class Capabilities(_Schema):
         frozenset[
             Annotated[ModelName, Field(json_schema_extra={"enum": sorted(DERIVABLE_IV_MODES)})]
         ],
+        BeforeValidator(_distinct),
         PlainSerializer(sorted, return_type=list[str]),
         Field(description="IV modes derived per data unit from one IV"),
     ] = frozenset()
