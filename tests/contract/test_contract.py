@@ -13,6 +13,7 @@ import json
 import os
 import shutil
 import tempfile
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -47,7 +48,10 @@ ENV = {
     "REQCRYPT_MAX_TOTAL_DEVICE_BYTES": str(1 << 40),
 }
 # The port is picked now: the schema, built at collection, must name the server's URL.
-SERVER = Server(Path(tempfile.mkdtemp(prefix="reqcrypt-contract-")) / "data", **ENV)
+# The directory is made when the server starts, so collecting alone leaves nothing behind.
+SERVER = Server(
+    Path(tempfile.gettempdir()) / f"reqcrypt-contract-{uuid.uuid4().hex}" / "data", **ENV
+)
 
 
 def load_schema() -> OpenApiSchema:
