@@ -18,8 +18,6 @@ from pydantic import (
 )
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from app.vocab import MAX_DEVICE_BYTES
-
 
 def default_data_dir() -> Path:
     """XDG data home, so a user install never writes into the current directory."""
@@ -69,7 +67,10 @@ class Settings(BaseSettings):
         description="JSON body of a control request; larger: 413 before it is read",
     )
     max_device_bytes: int = Field(
-        default=16 << 40, ge=512, le=MAX_DEVICE_BYTES, description="size of one device (16 TiB)"
+        default=16 << 40,
+        ge=512,
+        le=1 << 50,  # vocab.MAX_DEVICE_BYTES (config is a leaf)
+        description="size of one device (16 TiB)",
     )
     max_total_device_bytes: int = Field(
         default=64 << 40, ge=512, description="sizes of all devices together (64 TiB)"
