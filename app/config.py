@@ -67,7 +67,10 @@ class Settings(BaseSettings):
         description="JSON body of a control request; larger: 413 before it is read",
     )
     max_device_bytes: int = Field(
-        default=16 << 40, ge=512, le=1 << 50, description="size of one device (16 TiB)"
+        default=16 << 40,
+        ge=512,
+        le=1 << 50,  # vocab.MAX_DEVICE_BYTES (config is a leaf)
+        description="size of one device (16 TiB)",
     )
     max_total_device_bytes: int = Field(
         default=64 << 40, ge=512, description="sizes of all devices together (64 TiB)"

@@ -197,7 +197,39 @@ async def start_nbd(state: State) -> NbdServer:
     return server
 
 
-def install_openapi(app: FastAPI) -> None:
+def state_bounds(schema: dict[str, Any], settings: Settings) -> None:
+    """Bounds this service's settings set, stated where a client reads them: a request the
+    document allows is one the service accepts."""
+    device = schema["components"]["schemas"]["DeviceCreate"]["properties"]["size_bytes"]
+    device["maximum"] = settings.max_device_bytes
+
+
+def document_statuses(schema: dict[str, Any], problem: dict[str, Any]) -> None:
+    """The statuses every operation of a kind may answer, so routes list only their own:
+    401 where a token is needed, 400 and 413 (REQCRYPT_MAX_CONTROL_BODY_BYTES, checked
+    before the body is read) where a body is taken, and problem+json for 422."""
+    for path, operations in schema.get("paths", {}).items():
+        for operation in operations.values():
+            answers = operation.setdefault("responses", {})
+            statuses: list[int] = []
+            if operation.get("security"):
+                statuses.append(401)
+            if "requestBody" in operation:
+                statuses.append(400)
+                if not path.endswith("/data"):
+                    statuses.append(413)
+            for status, answer in problems.responses(*statuses).items():
+                answers.setdefault(str(status), answer)
+            if any(p.get("in") == "header" for p in operation.get("parameters", [])):
+                # A header the HTTP server cannot parse is refused by uvicorn itself,
+                # before the service, in plain text.
+                bad = answers.setdefault("400", problems.responses(400)[400])
+                bad.setdefault("content", {})["text/plain"] = {"schema": {"type": "string"}}
+            if "422" in answers:  # validation errors are problem+json too
+                answers["422"]["content"] = {problems.PROBLEM_JSON: problem}
+
+
+def install_openapi(app: FastAPI, settings: Settings) -> None:
     """Register the schemas that routes reference by hand (problem+json, text/plain tables)."""
 
     def openapi() -> dict[str, Any]:
@@ -213,16 +245,8 @@ def install_openapi(app: FastAPI) -> None:
             for model in (Problem, TableIn):
                 components[model.__name__] = model.model_json_schema()
             problem = {"schema": {"$ref": "#/components/schemas/Problem"}}
-            for operations in schema.get("paths", {}).values():
-                for operation in operations.values():
-                    answers = operation.setdefault("responses", {})
-                    if "422" in answers:  # validation errors are problem+json too
-                        answers["422"]["content"] = {problems.PROBLEM_JSON: problem}
-                    if "requestBody" in operation and "400" not in answers:
-                        answers["400"] = {
-                            "description": "malformed body",
-                            "content": {problems.PROBLEM_JSON: problem},
-                        }
+            document_statuses(schema, problem)
+            state_bounds(schema, settings)
             manual.apply(schema, problem)
             for unused in ("HTTPValidationError", "ValidationError"):
                 components.pop(unused, None)
@@ -296,7 +320,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         docs_url=None,
         redoc_url=None,
     )
-    install_openapi(app)
+    install_openapi(app, settings)
     problems.install(app)
     app.add_middleware(ControlBodyLimit, max_bytes=settings.max_control_body_bytes)
     app.add_middleware(RequestContextMiddleware, metrics=HttpMetrics(registry))

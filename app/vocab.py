@@ -47,8 +47,20 @@ DEFAULT_QUEUE_DEPTH = 32
 MAX_QUEUE_DEPTH = 1023
 """NVMe's deepest queue: the largest ``queue_depth`` a model may ask for."""
 
-NAME_PATTERN = r"^[A-Za-z0-9._-]{1,64}$"
-"""Device and volume names (``.`` and ``..`` are refused too): no path separators."""
+MAX_DEVICE_BYTES = 1 << 50
+"""The largest backing device any configuration allows (REQCRYPT_MAX_DEVICE_BYTES' ceiling)."""
+
+TABLE_PATTERN = r"\S"
+"""A table holds at least one non-blank character (an empty table has no target line)."""
+
+NAME_PATTERN = (
+    r"^([A-Za-z0-9_-][A-Za-z0-9._-]{0,63}"
+    r"|\.[A-Za-z0-9_-][A-Za-z0-9._-]{0,62}"
+    r"|\.\.[A-Za-z0-9._-]{1,62})$"
+)
+"""Device and volume names: 1-64 of letters, digits, ``._-``, but not ``.`` or ``..`` (no
+path separators, no directory names). Spelt without a lookahead, which JSON Schema
+validators and pydantic's regex engine need not support."""
 _NAME_RE = re.compile(NAME_PATTERN)
 
 MODEL_NAME_PATTERN = r"^[a-z0-9][a-z0-9._-]{0,63}$"

@@ -337,6 +337,93 @@ OPERATIONS: dict[tuple[str, str], dict[str, Any]] = {
 }
 
 
+XTS_KEY = "000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f"
+
+NAME = "$response.body#/name"
+VOLUME_LINKS = {
+    "Info": ("get", "/v1/volumes/{name}"),
+    "Retune": ("patch", "/v1/volumes/{name}"),
+    "Remove": ("delete", "/v1/volumes/{name}"),
+    "Table": ("get", "/v1/volumes/{name}/table"),
+    "LoadTable": ("put", "/v1/volumes/{name}/table"),
+    "ClearTable": ("delete", "/v1/volumes/{name}/table"),
+    "Suspend": ("post", "/v1/volumes/{name}/suspend"),
+    "Resume": ("post", "/v1/volumes/{name}/resume"),
+    "Message": ("post", "/v1/volumes/{name}/message"),
+    "Rename": ("post", "/v1/volumes/{name}/rename"),
+    "Status": ("get", "/v1/volumes/{name}/status"),
+    "ResetStats": ("post", "/v1/volumes/{name}/stats/reset"),
+    "Read": ("get", "/v1/volumes/{name}/data"),
+    "ReadHeaders": ("head", "/v1/volumes/{name}/data"),
+    "Write": ("put", "/v1/volumes/{name}/data"),
+    "Flush": ("post", "/v1/volumes/{name}/flush"),
+    "Discard": ("post", "/v1/volumes/{name}/discard"),
+    "WriteZeroes": ("post", "/v1/volumes/{name}/write-zeroes"),
+}
+RUN_LINKS = {
+    "Run": ("get", "/v1/benchmarks/{run_id}"),
+    "ResultsJson": ("get", "/v1/benchmarks/{run_id}/results.json"),
+    "ResultsCsv": ("get", "/v1/benchmarks/{run_id}/results.csv"),
+    "Plot": ("get", "/v1/benchmarks/{run_id}/plot.png"),
+}
+
+LINKS: dict[tuple[str, str, str], dict[str, dict[str, Any]]] = {
+    # What a created resource lets a client call next (OpenAPI links): the manual's
+    # "then", and the walk a stateful test takes from a device to a volume's bytes.
+    ("post", "/v1/devices", "201"): {
+        "Info": {"target": ("get", "/v1/devices/{name}"), "parameters": {"name": NAME}},
+        "Map": {
+            "target": ("post", "/v1/volumes"),
+            "description": "a one-sector aes-xts-plain64 volume on the new device",
+            "requestBody": {
+                "table": f"0 1 crypt aes-xts-plain64 {XTS_KEY} 0 {{{NAME}}} 0",
+                "engine": "software",
+                "queue_limits": None,
+            },
+        },
+    },
+    ("post", "/v1/volumes", "201"): {
+        **{
+            name: {"target": target, "parameters": {"name": NAME}}
+            for name, target in VOLUME_LINKS.items()
+        },
+        "Benchmark": {
+            "target": ("post", "/v1/benchmarks"),
+            "description": "a small read benchmark of the new volume",
+            "requestBody": {
+                "volume": NAME,
+                "volume_template": None,
+                "engine": None,
+                "workload": {"rw": "read", "bs": 512, "size": 512},
+                "sweep": {},
+            },
+        },
+    },
+    ("post", "/v1/benchmarks", "202"): {
+        name: {"target": target, "parameters": {"run_id": "$response.body#/id"}}
+        for name, target in RUN_LINKS.items()
+    },
+}
+
+
+def operation_id(schema: dict[str, Any], method: str, path: str) -> str:
+    identifier: str = schema["paths"][path][method]["operationId"]
+    return identifier
+
+
+def links(schema: dict[str, Any]) -> None:
+    """Put ``LINKS`` into the responses they follow, naming targets by operationId."""
+    for (method, path, status), entries in LINKS.items():
+        response = schema["paths"][path][method]["responses"][status]
+        response["links"] = {
+            name: {
+                "operationId": operation_id(schema, *entry["target"]),
+                **{key: value for key, value in entry.items() if key != "target"},
+            }
+            for name, entry in entries.items()
+        }
+
+
 def apply(schema: dict[str, Any], problem: dict[str, Any]) -> None:
     """Merge the manual into ``schema`` (FastAPI's generated document), in place."""
     for path, operations in schema.get("paths", {}).items():
@@ -363,3 +450,4 @@ def apply(schema: dict[str, Any], problem: dict[str, Any]) -> None:
                     "description": description,
                     "content": {"application/problem+json": problem},
                 }
+    links(schema)

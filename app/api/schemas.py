@@ -3,13 +3,28 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 
 from app.blk.limits import DEFAULT_NR_REQUESTS, MAX_NR_REQUESTS, QueueLimits
 from app.blk.tuning import Tuning, TuningPatch
-from app.vocab import NAME_PATTERN, DispatchMode, ElevatorName
+from app.integers import JsonInt, integral_float
+from app.vocab import (
+    MAX_DEVICE_BYTES,
+    MODEL_NAME_PATTERN,
+    NAME_PATTERN,
+    TABLE_PATTERN,
+    DispatchMode,
+    ElevatorName,
+)
+
+MESSAGE_PATTERN = r"^\s*[Kk][Ee][Yy]\s+([Ww][Ii][Pp][Ee]|[Ss][Ee][Tt]\s+\S+)\s*$"
+"""What a target message may say: crypt's ``key wipe`` and ``key set <key>`` words."""
+
+
+PlugWindowUs = Annotated[int, Field(ge=0, le=1_000_000), BeforeValidator(integral_float)]
+"""Microseconds (a nullable field: bounds on the int, see ``app.integers``)."""
 
 
 class Problem(BaseModel):
@@ -34,7 +49,14 @@ class DeviceCreate(BaseModel):
     )
 
     name: str = Field(pattern=NAME_PATTERN, examples=["sda2"])
-    size_bytes: int = Field(gt=0, le=1 << 50, multiple_of=512, examples=[64 << 20])
+    size_bytes: JsonInt = Field(
+        gt=0,
+        le=MAX_DEVICE_BYTES,
+        multiple_of=512,
+        examples=[64 << 20],
+        description="a multiple of 512; at most REQCRYPT_MAX_DEVICE_BYTES (the document "
+        "served by a running service states its value)",
+    )
     model: str | None = Field(default=None, description="device timing model, e.g. sdcard-bbb")
     store: Literal["file", "rbd"] = Field(
         default="file",
@@ -71,12 +93,15 @@ class QueueLimitsIn(BaseModel):
 
     model_config = ConfigDict(extra="forbid", strict=True)
 
-    max_sectors_kb: int = Field(default=1280, ge=1, le=65536)
-    max_segments: int = Field(default=128, ge=1, le=65535)
-    max_segment_size: int = Field(default=65536, ge=4096, le=1 << 31)
-    logical_block_size: Literal[512, 1024, 2048, 4096] = 512
-    nomerges: Literal[0, 1, 2] = 0
-    nr_requests: int = Field(
+    max_sectors_kb: JsonInt = Field(default=1280, ge=1, le=65536)
+    max_segments: JsonInt = Field(default=128, ge=1, le=65535)
+    max_segment_size: JsonInt = Field(default=65536, ge=4096, le=1 << 31)
+    logical_block_size: Annotated[
+        Literal[512, 1024, 2048, 4096], BeforeValidator(integral_float)
+    ] = 512
+    # An int from 0 to 2, not Literal[0, 1, 2]: a Literal takes false and true (0 == False).
+    nomerges: JsonInt = Field(default=0, ge=0, le=2)
+    nr_requests: JsonInt = Field(
         default=DEFAULT_NR_REQUESTS,
         ge=1,
         le=MAX_NR_REQUESTS,
@@ -92,6 +117,8 @@ class VolumeCreate(BaseModel):
 
     name: str = Field(pattern=NAME_PATTERN, examples=["secret"])
     table: str = Field(
+        min_length=1,
+        pattern=TABLE_PATTERN,
         description="dmsetup table text; devices by name, /dev/name or /dev/mapper/volume",
         examples=[
             "0 2048 crypt aes-xts-plain64 "
@@ -99,14 +126,11 @@ class VolumeCreate(BaseModel):
         ],
     )
     dispatch_mode: DispatchMode = "request"
-    engine: str = "software"
+    engine: str = Field(default="software", pattern=MODEL_NAME_PATTERN)
     elevator: ElevatorName = "none"
     queue_limits: QueueLimitsIn | None = None
-    plug_window_us: int | None = Field(
-        default=None,
-        ge=0,
-        le=1_000_000,
-        description="request mode's plug window; default: service setting",
+    plug_window_us: PlugWindowUs | None = Field(
+        default=None, description="request mode's plug window; default: service setting"
     )
     nbd_export: bool = Field(default=False, description="serve over NBD under the volume's name")
 
@@ -123,10 +147,10 @@ class VolumePatch(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
 
     dispatch_mode: DispatchMode | None = None
-    engine: str | None = None
+    engine: Annotated[str, Field(pattern=MODEL_NAME_PATTERN)] | None = None
     elevator: ElevatorName | None = None
     queue_limits: QueueLimitsIn | None = None
-    plug_window_us: int | None = Field(default=None, ge=0, le=1_000_000)
+    plug_window_us: PlugWindowUs | None = None
     nbd_export: bool | None = None
 
     def patch(self) -> TuningPatch:
@@ -141,7 +165,7 @@ class VolumePatch(BaseModel):
 class TableIn(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
 
-    table: str
+    table: str = Field(min_length=1, pattern=TABLE_PATTERN)
 
 
 class SuspendIn(BaseModel):
@@ -153,8 +177,12 @@ class SuspendIn(BaseModel):
 class MessageIn(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
 
-    message: str = Field(examples=["key wipe"])
-    sector: int = Field(default=0, ge=0, description="selects the target, as dmsetup message")
+    message: str = Field(
+        pattern=MESSAGE_PATTERN,
+        examples=["key wipe"],
+        description="crypt's messages: 'key wipe' and 'key set <hex>' (case-insensitive)",
+    )
+    sector: JsonInt = Field(default=0, ge=0, description="selects the target, as dmsetup message")
 
 
 class RenameIn(BaseModel):
@@ -204,5 +232,5 @@ class VolumeOut(BaseModel):
 class RangeIn(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
 
-    offset: int = Field(ge=0, description="bytes; a multiple of the logical block size")
-    length: int = Field(ge=0, description="bytes; a multiple of the logical block size")
+    offset: JsonInt = Field(ge=0, description="bytes; a multiple of the logical block size")
+    length: JsonInt = Field(ge=0, description="bytes; a multiple of the logical block size")

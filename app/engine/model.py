@@ -18,14 +18,17 @@ from typing import Annotated, Any, ClassVar, Literal, Protocol, Self, TypeAlias
 
 from pydantic import (
     AfterValidator,
+    BeforeValidator,
     ConfigDict,
     Field,
     PlainSerializer,
     TypeAdapter,
     ValidationError,
+    WithJsonSchema,
 )
 
 from app.errors import InvalidInput
+from app.integers import integral_float
 from app.vocab import (
     DATA_UNIT_SIZES,
     DEFAULT_QUEUE_DEPTH,
@@ -102,16 +105,38 @@ def _unit_sizes(sizes: frozenset[int]) -> frozenset[int]:
     return sizes
 
 
+def _distinct(items: Any) -> Any:
+    """A JSON array for a set must not repeat an item: the schema says uniqueItems."""
+    if isinstance(items, list):
+        try:
+            distinct = len(set(items))  # 512 and 512.0 are one item, as in JSON Schema
+        except TypeError:
+            return items  # not a list of names or sizes: the type check refuses it
+        if distinct != len(items):
+            raise ValueError("items must be unique")
+    return items
+
+
 ModelName = Annotated[str, Field(strict=True, pattern=MODEL_NAME_PATTERN)]
 Description = Annotated[str, Field(strict=True, max_length=1000)]
 Nanoseconds = Annotated[float, Field(strict=True, ge=0, le=_MAX_LATENCY_NS, allow_inf_nan=False)]
 BytesPerSecond = Annotated[float, Field(strict=True, gt=0, le=MAX_RATE, allow_inf_nan=False)]
 Names = Annotated[
-    frozenset[ModelName], Field(min_length=1), PlainSerializer(sorted, return_type=list[str])
+    frozenset[ModelName],
+    Field(min_length=1),
+    BeforeValidator(_distinct),
+    PlainSerializer(sorted, return_type=list[str]),
 ]
 UnitSizes = Annotated[
-    frozenset[Annotated[int, Field(strict=True)]],
+    frozenset[
+        Annotated[
+            int,
+            Field(strict=True, json_schema_extra={"enum": sorted(DATA_UNIT_SIZES)}),
+            BeforeValidator(integral_float),
+        ]
+    ],
     Field(min_length=1),
+    BeforeValidator(_distinct),
     AfterValidator(_unit_sizes),
     PlainSerializer(sorted, return_type=list[int]),
 ]
@@ -187,7 +212,10 @@ class Capabilities(_Schema):
         {"cbc", "ecb"}
     )
     bulk_ivmodes: Annotated[
-        frozenset[ModelName],
+        frozenset[
+            Annotated[ModelName, Field(json_schema_extra={"enum": sorted(DERIVABLE_IV_MODES)})]
+        ],
+        BeforeValidator(_distinct),
         PlainSerializer(sorted, return_type=list[str]),
         Field(description="IV modes derived per data unit from one IV"),
     ] = frozenset()
@@ -200,10 +228,15 @@ class Capabilities(_Schema):
         Field(
             strict=True, ge=MIN_BYTES_PER_CALL, le=MAX_BYTES_PER_CALL_LIMIT, multiple_of=SECTOR_SIZE
         ),
+        BeforeValidator(integral_float),
     ] = 1 << 20
-    max_segments_per_call: Annotated[int, Field(strict=True, ge=1, le=MAX_SEGMENTS_LIMIT)] = 256
+    max_segments_per_call: Annotated[
+        int, Field(strict=True, ge=1, le=MAX_SEGMENTS_LIMIT), BeforeValidator(integral_float)
+    ] = 256
     channels: Annotated[
-        int, Field(strict=True, ge=1, le=MAX_CHANNELS, description="calls run in parallel")
+        int,
+        Field(strict=True, ge=1, le=MAX_CHANNELS, description="calls run in parallel"),
+        BeforeValidator(integral_float),
     ] = 1
 
     @property
@@ -302,7 +335,19 @@ class EngineProfile(_Schema):
         Nanoseconds, Field(description="software IV cost per data unit on the fallback path")
     ] = 0.0
     measured: Annotated[
-        bool, Field(strict=True, description="calls really made and timed (software only)")
+        bool,
+        Field(strict=True, description="calls really made and timed (software only)"),
+        # A request may only say false: custom engines are modelled (EngineRegistry.add_profile).
+        WithJsonSchema(
+            {
+                "type": "boolean",
+                "const": False,
+                "default": False,
+                "description": "custom "
+                "engines are modelled: false (only the software preset is measured)",
+            },
+            mode="validation",
+        ),
     ] = False
 
     def _check(self) -> None:
@@ -337,6 +382,7 @@ class DeviceModel(_Schema):
             le=MAX_QUEUE_DEPTH,
             description="hardware tags (mmc 1, SATA NCQ 32, NVMe up to 1023)",
         ),
+        BeforeValidator(integral_float),
     ] = DEFAULT_QUEUE_DEPTH
 
     @property

@@ -12,11 +12,12 @@ from app.api.problems import responses
 from app.bench import report
 from app.bench.jobs import BenchmarkJobs
 from app.bench.spec import JobSpec
+from app.integers import JsonInt
 from app.vocab import DispatchMode
 
 router = APIRouter(prefix="/v1/benchmarks", tags=["benchmarks"], responses=responses(401, 403))
 
-Size = int | str
+Size = JsonInt | str
 RwField = Literal["read", "write", "randread", "randwrite", "randrw", "readwrite"]
 
 
@@ -28,11 +29,15 @@ JobsDep = Annotated[BenchmarkJobs, Depends(get_jobs)]
 
 
 class VolumeTemplateIn(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
     table: str = Field(
         description="dmsetup table with {dev} where the temporary device goes",
-        examples=["0 131072 crypt aes-xts-plain64 <64 hex> 0 {dev} 0"],
+        pattern=r"\{dev\}",
+        examples=[
+            "0 131072 crypt aes-xts-plain64 "
+            "000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f 0 {dev} 0"
+        ],
     )
     device_size: Size = Field(default=64 << 20, description="bytes, or 64M / 1G")
     device_model: str = Field(default="none", examples=["sdcard-bbb"])
@@ -41,36 +46,38 @@ class VolumeTemplateIn(BaseModel):
 class WorkloadIn(BaseModel):
     """fio's names; sizes accept 4k / 1M / bytes. ``size`` is per job."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
     rw: RwField = "read"
     bs: Size = 4096
     size: Size = 1 << 20
     offset: Size = 0
-    iodepth: int = Field(default=1, ge=1, le=256)
-    numjobs: int = Field(default=1, ge=1, le=64)
+    iodepth: JsonInt = Field(default=1, ge=1, le=256)
+    numjobs: JsonInt = Field(default=1, ge=1, le=64)
     direct: bool = True
     runtime: float | None = Field(default=None, gt=0, le=3600)
-    rwmixread: int = Field(default=50, ge=0, le=100)
-    seed: int = 0
+    rwmixread: JsonInt = Field(default=50, ge=0, le=100)
+    seed: JsonInt = 0
 
 
 class SweepIn(BaseModel):
     """Axes of the sweep; cells are their cartesian product."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
-    dispatch_mode: list[DispatchMode] | None = None
-    bs: list[Size] | None = None
-    engine: list[str] | None = None
-    rw: list[RwField] | None = None
-    iodepth: list[int] | None = None
-    numjobs: list[int] | None = None
-    table: list[str] | None = Field(default=None, description="table variants (templates only)")
+    dispatch_mode: list[DispatchMode] | None = Field(default=None, min_length=1)
+    bs: list[Size] | None = Field(default=None, min_length=1)
+    engine: list[str] | None = Field(default=None, min_length=1)
+    rw: list[RwField] | None = Field(default=None, min_length=1)
+    iodepth: list[JsonInt] | None = Field(default=None, min_length=1)
+    numjobs: list[JsonInt] | None = Field(default=None, min_length=1)
+    table: list[str] | None = Field(
+        default=None, min_length=1, description="table variants (templates only)"
+    )
 
 
 class BenchmarkCreate(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
     volume: str | None = None
     volume_template: VolumeTemplateIn | None = None

@@ -213,7 +213,8 @@ def weak_etag(headers: dict[str, str]) -> dict[str, str]:
     responses={
         200: {"content": {OCTETS: {}}, "description": "headers of the whole volume"},
         206: {"content": {OCTETS: {}}, "description": "headers of one range"},
-        **responses(412, 416),
+        304: {"description": "If-None-Match matched"},
+        **responses(400, 412, 416),
     },
     openapi_extra=BEARER_SECURITY,
 )

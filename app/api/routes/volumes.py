@@ -8,7 +8,9 @@ from typing import Any
 
 import anyio
 from fastapi import APIRouter, Request, Response
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import PlainTextResponse
+from pydantic import ValidationError
 from starlette.exceptions import HTTPException
 
 from app.api.deps import AdminDep, ControlDep, RoleDep, StateDep, admin_only
@@ -19,6 +21,7 @@ from app.api.schemas import (
     QueueLimitsIn,
     RenameIn,
     SuspendIn,
+    TableIn,
     TargetOut,
     VolumeCreate,
     VolumeOut,
@@ -28,7 +31,7 @@ from app.control import Control
 from app.dm.table import format_table
 from app.dm.volume import Volume
 from app.nbd.server import NbdServer
-from app.vocab import SECTOR_SIZE
+from app.vocab import SECTOR_SIZE, TABLE_PATTERN
 
 router = APIRouter(prefix="/v1/volumes", tags=["volumes"], responses=responses(401, 403))
 
@@ -86,9 +89,12 @@ async def table_text(request: Request) -> str:
             body = json.loads(text)
         except ValueError:
             raise HTTPException(400, "malformed JSON body") from None
-        if not isinstance(body, dict) or not isinstance(body.get("table"), str):
-            raise HTTPException(422, 'JSON body must be {"table": "<dmsetup table>"}')
-        return str(body["table"])
+        try:
+            return TableIn.model_validate(body).table
+        except ValidationError as exc:
+            raise RequestValidationError(
+                [{**error, "loc": ("body", *error["loc"])} for error in exc.errors()]
+            ) from None
     if content_type != "text/plain":
         raise HTTPException(415, "send the table as text/plain or application/json")
     return text
@@ -104,7 +110,13 @@ def create_volume(body: VolumeCreate, control: ControlDep, _: AdminDep) -> Volum
 
 @router.get("", response_model=list[VolumeOut])
 def list_volumes(control: ControlDep, _: RoleDep) -> list[VolumeOut]:
-    return [volume_out(control.volumes[name], control) for name in sorted(control.volumes)]
+    """The volumes present now: one removed while the list is built is left out."""
+    listed = []
+    for name in sorted(control.volumes):
+        volume = control.volumes.get(name)
+        if volume is not None:
+            listed.append(volume_out(volume, control))
+    return listed
 
 
 @router.get("/{name}", response_model=VolumeOut, responses=responses(404))
@@ -150,7 +162,9 @@ def get_table(
     openapi_extra={
         "requestBody": {
             "content": {
-                "text/plain": {"schema": {"type": "string"}},
+                "text/plain": {
+                    "schema": {"type": "string", "minLength": 1, "pattern": TABLE_PATTERN}
+                },
                 "application/json": {"schema": {"$ref": "#/components/schemas/TableIn"}},
             },
             "required": True,

@@ -1,0 +1,137 @@
+"""The OpenAPI document is the contract: schemathesis checks it against a real uvicorn.
+
+Every check runs (``schemathesis.toml`` lists the few state-dependent statuses it
+tolerates, and why): a response the document does not describe, a request the
+document allows that the service refuses, or one it forbids that the service
+takes, is a failure. The stateful test follows the document's links from a new
+device to a volume on it and on to its data path and lifecycle calls.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import schemathesis
+from schemathesis.config import SchemathesisConfig
+from schemathesis.engine import events
+from schemathesis.specs.openapi.schemas import OpenApiSchema
+
+from app.api.manual import RUN_LINKS, VOLUME_LINKS
+from app.config import Settings
+from app.main import create_app
+from tests.conftest import ADMIN_TOKEN
+from tests.integration.test_e2e_data import Server
+
+pytestmark = pytest.mark.e2e
+
+CONFIG = Path(__file__).with_name("schemathesis.toml")
+HEADERS = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
+
+# A batch write's body: bytes as they are (the multipart framing is the service's to check).
+schemathesis.serializer.alias("multipart/byteranges", "application/octet-stream")
+
+
+ENV = {
+    # I/O on a suspended volume answers 503 after this wait, not after the default 30 s.
+    "REQCRYPT_SUSPEND_WAIT_SECONDS": "0.2",
+    # Sparse files of the document's largest size fit any file system; the total allows
+    # every device at that size, so 507 (a total over all devices) cannot occur.
+    "REQCRYPT_MAX_DEVICE_BYTES": str(1 << 30),
+    "REQCRYPT_MAX_TOTAL_DEVICE_BYTES": str(1 << 40),
+}
+# The port is picked now: the schema, built at collection, must name the server's URL.
+# The directory is made when the server starts, so collecting alone leaves nothing behind.
+SERVER = Server(
+    Path(tempfile.gettempdir()) / f"reqcrypt-contract-{uuid.uuid4().hex}" / "data", **ENV
+)
+
+
+def load_schema() -> OpenApiSchema:
+    """The document the server will serve: the same app with the same settings."""
+    settings = Settings(
+        data_dir=SERVER.data_dir,
+        max_device_bytes=1 << 30,
+        max_total_device_bytes=1 << 40,
+    )
+    os.environ["CONTRACT_TOKEN"] = ADMIN_TOKEN  # schemathesis.toml's bearer
+    config = SchemathesisConfig.from_path(str(CONFIG))
+    document = json.loads(json.dumps(create_app(settings).openapi()))
+    loaded = schemathesis.openapi.from_dict(document, config=config)
+    loaded.config.update(base_url=SERVER.base)
+    return loaded
+
+
+schema = load_schema()
+
+# Calls only a link can make succeed: on the volume a create just made, on a run.
+ON_VOLUME = {f"{method.upper()} {path}" for method, path in VOLUME_LINKS.values()}
+ON_RUN = {f"{method.upper()} {path}" for method, path in RUN_LINKS.values()}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def server() -> Iterator[Server]:
+    SERVER.start()
+    try:
+        served = httpx.get(f"{SERVER.base}/openapi.json", timeout=30).json()
+        assert served == schema.raw_schema, "the schema under test is not the one served"
+        yield SERVER
+    finally:
+        SERVER.stop()
+        shutil.rmtree(SERVER.data_dir.parent, ignore_errors=True)
+
+
+@schema.parametrize()
+def test_operation(case: Any) -> None:
+    """Examples, coverage and fuzzing phases, one operation at a time."""
+    case.call_and_validate()
+
+
+def test_stateful() -> None:
+    """Sequences that follow the links: device -> volume -> data and lifecycle calls,
+    and benchmark runs -> their results.
+
+    Run by schemathesis's own engine, as ``schemathesis run`` does: the service keeps
+    its state between scenarios (a name taken, a benchmark still running), so one
+    Hypothesis state machine sees different choices on a replay and calls it flaky;
+    the engine re-runs such a scenario instead and reports only check failures.
+    """
+    walk = load_schema()
+    walk.config.phases.update(phases=["stateful"])
+    failures: list[str] = []
+    reached: set[str] = set()
+    for event in schemathesis.engine.from_schema(walk).execute():
+        if isinstance(event, events.NonFatalError | events.FatalError):
+            failures.append(f"error: {event}")
+        if not isinstance(event, events.ScenarioFinished):
+            continue
+        recorder = event.recorder
+        for case_id, interaction in recorder.interactions.items():
+            response = interaction.response
+            if response is not None and response.status_code < 300:
+                case = recorder.cases[case_id].value
+                reached.add(f"{case.method} {case.operation.path}")
+        for checks in recorder.checks.values():
+            for check in checks:
+                if check.failure_info is not None:
+                    failure = check.failure_info.failure
+                    failures.append(
+                        f"{failure.code} {failure.title} ({failure.operation}): "
+                        f"{failure.message}\n{check.failure_info.code_sample}"
+                    )
+    assert not failures, "\n\n".join(failures)
+    # The links lead past creation: to a new volume's data path and removal, and to a
+    # benchmark run's results.
+    # The links lead past creation (which calls they take varies with the service's
+    # timing): a volume on a new device, then calls on it; a run, then its results.
+    assert {"POST /v1/devices", "POST /v1/volumes"} <= reached, sorted(reached)
+    assert reached & ON_VOLUME, sorted(reached)
+    assert reached & ON_RUN, sorted(reached)
