@@ -200,8 +200,10 @@ async def start_nbd(state: State) -> NbdServer:
 def state_bounds(schema: dict[str, Any], settings: Settings) -> None:
     """Bounds this service's settings set, stated where a client reads them: a request the
     document allows is one the service accepts."""
-    device = schema["components"]["schemas"]["DeviceCreate"]["properties"]["size_bytes"]
-    device["maximum"] = settings.max_device_bytes
+    device = schema["components"]["schemas"]["DeviceCreate"]["properties"]
+    device["size_bytes"]["maximum"] = settings.max_device_bytes
+    if settings.ceph_conf is None:
+        device["store"]["enum"] = ["file"]  # rbd needs REQCRYPT_CEPH_CONF
 
 
 def document_statuses(schema: dict[str, Any], problem: dict[str, Any]) -> None:

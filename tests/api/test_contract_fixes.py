@@ -3,6 +3,7 @@ contract test (tests/contract) found the service and its document disagreeing on
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -125,6 +126,20 @@ async def test_device_size_bound_is_the_configured_one(settings: Settings) -> No
     app = create_app(settings.model_copy(update={"max_device_bytes": 1 << 30}))
     properties = app.openapi()["components"]["schemas"]["DeviceCreate"]["properties"]
     assert properties["size_bytes"]["maximum"] == 1 << 30
+
+
+async def test_the_rbd_store_is_offered_only_with_a_ceph_conf(settings: Settings) -> None:
+    without = create_app(settings.model_copy(update={"ceph_conf": None}))
+    with_ceph = create_app(settings.model_copy(update={"ceph_conf": Path("/etc/ceph/ceph.conf")}))
+    store = "components", "schemas", "DeviceCreate", "properties", "store"
+    assert dig(without.openapi(), store)["enum"] == ["file"]
+    assert dig(with_ceph.openapi(), store)["enum"] == ["file", "rbd"]
+
+
+def dig(document: dict[str, Any], keys: tuple[str, ...]) -> dict[str, Any]:
+    for key in keys:
+        document = document[key]
+    return document
 
 
 async def test_an_unknown_device_model_is_a_documented_404(client: httpx.AsyncClient) -> None:
