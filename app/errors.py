@@ -11,6 +11,7 @@ only through ``app.dm.table.redact``.
     ├── Conflict
     │   ├── AlreadyExists
     │   ├── DeviceBusy, VolumeBusy
+    │   │   └── DeviceClaimed     (another live process holds the device: a cluster node)
     │   ├── InvalidState          (wrong lifecycle state for the operation)
     │   ├── KeyNotSet
     │   └── QuotaExceeded         (as many devices or volumes as the service allows)
@@ -25,6 +26,7 @@ only through ``app.dm.table.redact``.
     ├── RequestTimeout            (a request body arrived too slowly)
     ├── TargetIOError             (error target, device failure)
     ├── Unavailable               (suspended too long; retry_after seconds)
+    │   └── LeaseExpired          (this node no longer owns the volume: fenced)
     └── BatchFailed               (some writes of a batch; the first one's cause)
 """
 
@@ -76,6 +78,10 @@ class DeviceBusy(Conflict):
 
 
 class VolumeBusy(Conflict):
+    pass
+
+
+class DeviceClaimed(DeviceBusy):
     pass
 
 
@@ -143,6 +149,10 @@ class Unavailable(ReqcryptError):
     def __init__(self, detail: str, retry_after: int = 1) -> None:
         super().__init__(detail)
         self.retry_after = retry_after
+
+
+class LeaseExpired(Unavailable):
+    """The node's lease on the volume ran out (or moved): it takes no more I/O for it."""
 
 
 class BatchFailed(ReqcryptError):
