@@ -17,12 +17,14 @@ Each volume is served by exactly one node, the holder of its lease
    volume unserved (503) until the old owner notices and lets go.
 
 So a volume fails over within about ``lease_seconds + renew_interval`` of its
-owner's death. Lifecycle calls and ``move`` run under the control plane's lock,
-never in this thread's statements' transactions.
+owner's death. Renewal never waits for the control plane's lock (a suspend may
+hold it while it drains); adoption takes it only when free, and a dropped
+volume's teardown waits for it in a thread of its own.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
@@ -64,6 +66,8 @@ class ClusterNode:
         self.renew_interval = renew_interval
         self.pending: dict[str, Lease] = {}
         """uuid: leases taken whose devices a live previous holder still claims."""
+        self.leaving: set[str] = set()
+        """uuid: volumes being moved away (dropped here, not yet handed over)."""
         self.stats = ClusterStats()
         self.last_heartbeat: float | None = None
         self._stop = threading.Event()
@@ -88,7 +92,8 @@ class ClusterNode:
             for name in list(self.control.volumes):
                 try:
                     lease = self.control.drop(name, graceful=True)
-                    self.leases.release(lease.uuid, lease.epoch)
+                    if lease is not None:
+                        self.leases.release(lease.uuid, lease.epoch)
                 except Exception:
                     log.exception("could not hand volume %s back cleanly", name)
             for lease in self.pending.values():
@@ -118,15 +123,30 @@ class ClusterNode:
         held.update({uuid: lease.epoch for uuid, lease in self.pending.items()})
         renewed = self.leases.renew(held)
         deadline = started + self.lease_seconds
-        for name in self.control.renewed(renewed, deadline):
-            self.stats.leases_lost += 1
-            log.warning("lost the lease on volume %s: dropped it", name)
+        lost = self.control.renewed(renewed, deadline)
         self.pending = {uuid: renewed[uuid] for uuid in self.pending if uuid in renewed}
+        for volume in lost:
+            self.stats.leases_lost += 1
+            log.warning("lost the lease on volume %s: fenced, dropping it", volume.name)
+            # Fenced already; the drop waits for the control lock, so not in this thread.
+            threading.Thread(
+                target=self._drop_lost, args=(volume.name,), name="reqcrypt-drop", daemon=True
+            ).start()
+
+    def _drop_lost(self, name: str) -> None:
+        with contextlib.suppress(ReqcryptError):  # already gone (removed meanwhile)
+            self.control.drop(name, graceful=False)
 
     def _take(self, started: float) -> None:
-        deadline = started + self.lease_seconds
+        """Adopt under the control lock, and only when it is free: a lifecycle call holding
+        it for seconds delays a takeover by a tick, never the next renewal."""
+        with self.control.lock_unless_busy() as locked:
+            if locked:
+                self._take_locked(started + self.lease_seconds)
+
+    def _take_locked(self, deadline: float) -> None:
         for uuid, name in self.leases.claimable():
-            if uuid in self.control.held:
+            if uuid in self.control.held or uuid in self.leaving:
                 continue
             lease = self.pending.get(uuid)
             if lease is None:
@@ -168,10 +188,14 @@ class ClusterNode:
             return False
         if target not in {node.node for node in self.live_nodes()}:
             raise InvalidInput(f"node {target} is not a live node of the cluster")
-        with self._tick_lock:
+        uuid = self.control.volume(name).uuid
+        self.leaving.add(uuid)  # still ours in SQL until handed over: do not take it back
+        try:
             lease = self.control.drop(name, graceful=True)
-            if not self.leases.hand_over(lease.uuid, lease.epoch, target):
+            if lease is None or not self.leases.hand_over(lease.uuid, lease.epoch, target):
                 log.warning("volume %s: lease expired during the move; it fails over", name)
+        finally:
+            self.leaving.discard(uuid)
         return True
 
     def heartbeat_age(self) -> float | None:

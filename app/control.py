@@ -537,28 +537,39 @@ class Control:
             self.held[lease.uuid] = Holding(lease, deadline)
             return volume
 
-    def renewed(self, leases: dict[str, Lease], deadline: float) -> list[str]:
-        """Apply a renewal: extend what was renewed, drop (without writing) what was not.
-        Returns the names dropped."""
+    def renewed(self, leases: dict[str, Lease], deadline: float) -> list[Volume]:
+        """Apply a renewal: extend what was renewed; fence what was not, at once, and
+        return those volumes for ``drop``. Takes no lock: a lifecycle call holding the
+        control lock (a suspend draining for seconds) must never delay a renewal."""
         lost = []
-        with self._lock:
-            for volume in list(self.volumes.values()):
-                lease = leases.get(volume.uuid)
-                if lease is not None:
-                    self.held[volume.uuid] = Holding(lease, deadline)
-                    volume.fence(deadline)
-                elif volume.uuid in self.held:
-                    lost.append(volume.name)
-                    self.drop(volume.name, graceful=False)
+        for volume in list(self.volumes.values()):
+            lease = leases.get(volume.uuid)
+            if lease is not None:
+                self.held[volume.uuid] = Holding(lease, deadline)
+                volume.fence(deadline)
+            elif self.held.pop(volume.uuid, None) is not None:
+                volume.fence(-math.inf)
+                lost.append(volume)
         return lost
 
-    def drop(self, name: str, *, graceful: bool) -> Lease:
+    @contextmanager
+    def lock_unless_busy(self) -> Iterator[bool]:
+        """The control lock if it is free now (True), else nothing (False)."""
+        acquired = self._lock.acquire(blocking=False)
+        try:
+            yield acquired
+        finally:
+            if acquired:
+                self._lock.release()
+
+    def drop(self, name: str, *, graceful: bool) -> Lease | None:
         """Stop serving a volume (its row stays): fence it, let in-flight I/O finish, and
         — when ``graceful`` (a move, a clean stop) — make it durable; then release its
-        devices. A lost lease is never graceful: nothing more is written for it."""
+        devices. A lost lease is never graceful: nothing more is written for it.
+        Returns the lease it held (None: already lost)."""
         with self._lock:
             volume = self.volume(name)
-            holding = self.held.pop(volume.uuid)
+            holding = self.held.pop(volume.uuid, None)
             with volume.lock:
                 volume.fence(-math.inf)
                 try:
@@ -572,7 +583,7 @@ class Control:
                 volume.remove()
                 del self.volumes[name]
                 self._unclaim(volume.uuid, [])
-            return holding.lease
+            return None if holding is None else holding.lease
 
     def close(self) -> None:
         with self._lock:

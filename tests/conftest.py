@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import uuid
 from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 
 import httpx
@@ -81,15 +81,9 @@ async def io_client(app: FastAPI) -> AsyncIterator[httpx.AsyncClient]:
         yield http
 
 
-@pytest.fixture
-def postgres_url() -> Iterator[str]:
-    """A fresh database on the real PostgreSQL, dropped afterwards.
-
-    There is no skip: the PostgreSQL tests must run (``.ci/run`` starts the
-    server). Set REQCRYPT_SKIP_POSTGRES=1 to deselect them knowingly.
-    """
-    if os.environ.get("REQCRYPT_SKIP_POSTGRES") == "1":
-        pytest.skip("REQCRYPT_SKIP_POSTGRES=1")
+@contextmanager
+def fresh_postgres_database() -> Iterator[str]:
+    """A new database on the real PostgreSQL, dropped afterwards (its URL)."""
     name = f"reqcrypt_{uuid.uuid4().hex[:12]}"
     with psycopg.connect(POSTGRES_ADMIN_DSN, autocommit=True, connect_timeout=5) as conn:
         conn.execute(f'CREATE DATABASE "{name}"')
@@ -99,3 +93,16 @@ def postgres_url() -> Iterator[str]:
     finally:
         with psycopg.connect(POSTGRES_ADMIN_DSN, autocommit=True) as conn:
             conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture
+def postgres_url() -> Iterator[str]:
+    """A fresh database on the real PostgreSQL, dropped afterwards.
+
+    There is no skip: the PostgreSQL tests must run (``.ci/run`` starts the
+    server). Set REQCRYPT_SKIP_POSTGRES=1 to deselect them knowingly.
+    """
+    if os.environ.get("REQCRYPT_SKIP_POSTGRES") == "1":
+        pytest.skip("REQCRYPT_SKIP_POSTGRES=1")
+    with fresh_postgres_database() as url:
+        yield url

@@ -67,18 +67,18 @@ class OwnerRouting:
         path: str = scope["path"]
         match = _VOLUME_PATH.match(path)
         create = path == "/v1/volumes" and scope["method"] == "POST"
-        if (match is None and not create) or _forwarded(scope) or not _authorized(state, scope):
+        local = match is not None and match.group(1) in state.control.volumes
+        if (
+            local  # first: a served volume's data path costs nothing more here
+            or (match is None and not create)
+            or _forwarded(scope)
+            or not _authorized(state, scope)
+        ):
             await self.app(scope, receive, send)
-            return
-        if create:
+        elif match is None:
             await self._place(state, scope, receive, send)
-            return
-        assert match is not None
-        name = match.group(1)
-        if name in state.control.volumes:
-            await self.app(scope, receive, send)
-            return
-        await self._route(state, scope, receive, send, name, match.group(2) or "")
+        else:
+            await self._route(state, scope, receive, send, match.group(1), match.group(2) or "")
 
     async def _route(
         self, state: State, scope: Scope, receive: Receive, send: Send, name: str, suffix: str

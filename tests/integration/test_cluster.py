@@ -18,7 +18,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.conftest import ADMIN_TOKEN
+from tests.conftest import ADMIN_TOKEN, fresh_postgres_database
 from tests.factories import xts_table
 from tests.integration.test_e2e_data import HEADERS, Server, pattern
 
@@ -95,6 +95,33 @@ class Node(Server):
             if line.startswith(f'{name}{{node="{self.node_id}"}}'):
                 return float(line.split()[-1])
         raise AssertionError(f"{name} not in /metrics")
+
+
+@pytest.fixture(scope="module")
+def pair(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Node, Node]]:
+    """Nodes a and b, started once for the tests that leave both running (each test uses
+    volumes of its own names)."""
+    if os.environ.get("REQCRYPT_SKIP_POSTGRES") == "1":
+        pytest.skip("REQCRYPT_SKIP_POSTGRES=1")
+    data_dir = tmp_path_factory.mktemp("pair") / "data"
+    with fresh_postgres_database() as url:
+        nodes = (Node(data_dir, url, "a"), Node(data_dir, url, "b"))
+        try:
+            for node in nodes:
+                node.launch()
+            for node in nodes:
+                node.start_wait()
+            yield nodes
+        finally:
+            for node in nodes:
+                if node.process is not None:
+                    node.stop()
+
+
+def owner_and_other(pair: tuple[Node, Node], name: str) -> tuple[Node, Node]:
+    shown = owner(pair[0], name)
+    assert shown is not None
+    return (pair[0], pair[1]) if shown["node"] == pair[0].node_id else (pair[1], pair[0])
 
 
 @pytest.fixture
@@ -206,61 +233,6 @@ def test_nodes_racing_for_one_free_lease_give_it_one_owner(
     assert owners[0]["lease_epoch"] == 2  # created (1), then taken once more
 
 
-def test_a_non_owner_redirects_the_data_path_to_the_owner(
-    cluster: Callable[[str], Node],
-) -> None:
-    a, b = cluster("a"), cluster("b")
-    a.start()
-    b.start()
-    make_volume(b)  # placed on the least-loaded live node: a (the tie goes by name)
-    owner_a = owner(a)
-    assert owner_a is not None
-    assert owner_a["node"] == "a"
-    data = pattern(4096, 8192)
-    with http(b) as client:
-        redirect = write(client, 4096, data)
-        assert redirect.status_code == 307
-        assert redirect.headers["Location"] == f"{a.base}/v1/volumes/v/data"
-        query = client.post("/v1/volumes/v/flush?x=1")
-        assert query.headers["Location"] == f"{a.base}/v1/volumes/v/flush?x=1"
-    with httpx.Client(base_url=b.base, headers=HEADERS, follow_redirects=True) as client:
-        assert write(client, 4096, data).status_code == 401  # the token stayed behind
-    with http(b, follow=True) as client:
-        assert write(client, 4096, data).status_code == 204
-        assert client.post("/v1/volumes/v/flush").status_code == 204
-        assert read(client, 4096, 8192) == data
-    with http(a) as client:
-        assert read(client, 4096, 8192) == data
-
-
-def test_lifecycle_calls_on_a_non_owner_run_on_the_owner(
-    cluster: Callable[[str], Node],
-) -> None:
-    a, b = cluster("a"), cluster("b")
-    a.start()
-    b.start()
-    make_volume(a)
-    with http(b) as via_b, http(a) as on_a:
-        suspended = via_b.post("/v1/volumes/v/suspend")
-        assert suspended.status_code == 200, suspended.text
-        assert suspended.json()["owner"]["node"] == "a"
-        assert on_a.get("/v1/volumes/v").json()["state"] == "suspended"
-        patched = via_b.patch("/v1/volumes/v", json={"dispatch_mode": "bio"})
-        assert patched.status_code == 200, patched.text
-        assert on_a.get("/v1/volumes/v").json()["dispatch_mode"] == "bio"
-        assert via_b.post("/v1/volumes/v/resume").status_code == 200
-        assert on_a.get("/v1/volumes/v").json()["state"] == "active"
-        missing = via_b.post("/v1/volumes/nope/suspend")
-        assert missing.status_code == 404
-        assert missing.headers["content-type"] == "application/problem+json"
-        bad = via_b.patch("/v1/volumes/v", json={"dispatch_mode": "sideways"})
-        assert bad.status_code == 422
-        assert on_a.get("/v1/volumes/v").json()["dispatch_mode"] == "bio"
-        anonymous = httpx.post(f"{b.base}/v1/volumes/v/suspend", timeout=10)
-        assert anonymous.status_code == 401
-        assert on_a.get("/v1/volumes/v").json()["state"] == "active"
-
-
 def test_a_killed_owner_fails_over_with_flushed_data_intact(
     cluster: Callable[[str], Node],
 ) -> None:
@@ -279,29 +251,6 @@ def test_a_killed_owner_fails_over_with_flushed_data_intact(
     with http(b) as client:
         assert read(client, 0, 65536) == data
     assert b.metric("reqcrypt_node_takeovers_total") >= 1
-
-
-def test_move_hands_a_volume_to_another_node(cluster: Callable[[str], Node]) -> None:
-    a, b = cluster("a"), cluster("b")
-    a.start()
-    b.start()
-    make_volume(a)
-    data = pattern(8192, 4096)
-    with http(a) as client:
-        assert write(client, 8192, data).status_code == 204  # not flushed: the move does it
-        moved = client.post("/v1/volumes/v/move", json={"node": "b"})
-        assert moved.status_code == 200, moved.text
-        assert moved.json()["owner"]["node"] == "b"
-        assert write(client, 0, data).status_code == 307  # a no longer serves it
-        unknown = client.post("/v1/volumes/v/move", json={"node": "zz"})
-        assert unknown.status_code == 422  # forwarded to b, which knows no node zz
-    with http(b) as client:
-        assert read(client, 8192, 4096) == data
-    with http(b) as client:  # and back again, asked of the node that does not own it
-        moved = client.post("/v1/volumes/v/move", json={"node": "a"})
-        assert moved.status_code == 200, moved.text
-        assert moved.json()["owner"]["node"] == "a"
-    assert wait_owner(a, "a") < SETTLE
 
 
 def test_a_frozen_owner_drops_the_volume_without_writing(
@@ -337,9 +286,84 @@ def test_a_frozen_owner_drops_the_volume_without_writing(
     assert a.metric("reqcrypt_node_volumes_owned") == 0
 
 
-def test_readiness_reports_the_database_and_the_node(cluster: Callable[[str], Node]) -> None:
-    a = cluster("a")
-    a.start()
-    answer = httpx.get(f"{a.base}/readyz", timeout=10).json()
+def test_a_non_owner_redirects_the_data_path_to_the_owner(pair: tuple[Node, Node]) -> None:
+    make_volume(pair[1], "r", "pr")  # placed on the least-loaded live node
+    a, b = owner_and_other(pair, "r")
+    data = pattern(4096, 8192)
+    with http(b) as client:
+        redirect = write(client, 4096, data, "r")
+        assert redirect.status_code == 307
+        assert redirect.headers["Location"] == f"{a.base}/v1/volumes/r/data"
+        query = client.post("/v1/volumes/r/flush?x=1")
+        assert query.headers["Location"] == f"{a.base}/v1/volumes/r/flush?x=1"
+    with httpx.Client(base_url=b.base, headers=HEADERS, follow_redirects=True) as client:
+        assert write(client, 4096, data, "r").status_code == 401  # the token stayed behind
+    with http(b, follow=True) as client:
+        assert write(client, 4096, data, "r").status_code == 204
+        assert client.post("/v1/volumes/r/flush").status_code == 204
+        assert read(client, 4096, 8192, "r") == data
+    with http(a) as client:
+        assert read(client, 4096, 8192, "r") == data
+
+
+def test_volumes_are_placed_on_the_least_loaded_node(pair: tuple[Node, Node]) -> None:
+    loads = {node.node_id: node.metric("reqcrypt_node_volumes_owned") for node in pair}
+    lightest = min(loads, key=lambda node: (loads[node], node))
+    heaviest = next(node for node in pair if node.node_id != lightest)
+    make_volume(heaviest, "p", "pp")
+    shown = owner(heaviest, "p")
+    assert shown is not None
+    assert shown["node"] == lightest
+
+
+def test_lifecycle_calls_on_a_non_owner_run_on_the_owner(pair: tuple[Node, Node]) -> None:
+    make_volume(pair[0], "l", "pl")
+    a, b = owner_and_other(pair, "l")
+    with http(b) as via_b, http(a) as on_a:
+        suspended = via_b.post("/v1/volumes/l/suspend")
+        assert suspended.status_code == 200, suspended.text
+        assert suspended.json()["owner"]["node"] == a.node_id
+        assert on_a.get("/v1/volumes/l").json()["state"] == "suspended"
+        patched = via_b.patch("/v1/volumes/l", json={"dispatch_mode": "bio"})
+        assert patched.status_code == 200, patched.text
+        assert on_a.get("/v1/volumes/l").json()["dispatch_mode"] == "bio"
+        assert via_b.post("/v1/volumes/l/resume").status_code == 200
+        assert on_a.get("/v1/volumes/l").json()["state"] == "active"
+        missing = via_b.post("/v1/volumes/nope/suspend")
+        assert missing.status_code == 404
+        assert missing.headers["content-type"] == "application/problem+json"
+        bad = via_b.patch("/v1/volumes/l", json={"dispatch_mode": "sideways"})
+        assert bad.status_code == 422
+        assert on_a.get("/v1/volumes/l").json()["dispatch_mode"] == "bio"
+        anonymous = httpx.post(f"{b.base}/v1/volumes/l/suspend", timeout=10)
+        assert anonymous.status_code == 401
+        assert on_a.get("/v1/volumes/l").json()["state"] == "active"
+
+
+def test_move_hands_a_volume_to_another_node(pair: tuple[Node, Node]) -> None:
+    make_volume(pair[0], "m", "pm")
+    a, b = owner_and_other(pair, "m")
+    data = pattern(8192, 4096)
+    with http(a) as client:
+        assert write(client, 8192, data, "m").status_code == 204  # not flushed: moving does
+        moved = client.post("/v1/volumes/m/move", json={"node": b.node_id})
+        assert moved.status_code == 200, moved.text
+        assert moved.json()["owner"]["node"] == b.node_id
+        assert write(client, 0, data, "m").status_code == 307  # a no longer serves it
+        unknown = client.post("/v1/volumes/m/move", json={"node": "zz"})
+        assert unknown.status_code == 422  # forwarded to b, which knows no node zz
+    with http(b) as client:
+        assert read(client, 8192, 4096, "m") == data
+    with http(b) as client:  # and back again, asked of the node that does not own it
+        moved = client.post("/v1/volumes/m/move", json={"node": a.node_id})
+        assert moved.status_code == 200, moved.text
+        assert moved.json()["owner"]["node"] == a.node_id
+        assert moved.json()["owner"]["lease_epoch"] == 3  # created 1, taken by b 2, by a 3
+    with http(a) as client:
+        assert read(client, 8192, 4096, "m") == data
+
+
+def test_readiness_reports_the_database_and_the_node(pair: tuple[Node, Node]) -> None:
+    answer = httpx.get(f"{pair[0].base}/readyz", timeout=10).json()
     assert answer["checks"]["database"] == "ok"
     assert answer["checks"]["node"] == "ok"
