@@ -216,7 +216,8 @@ class Control:
         if model is not None:
             self.engines.device_model(model)
         with self._lock:
-            self.sync_devices()
+            if self.membership is not None:
+                self.sync_devices()
             if name in self.device_sizes:
                 raise AlreadyExists(f"device {name} exists")
             self._check_device_quota(size_bytes)
