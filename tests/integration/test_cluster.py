@@ -7,6 +7,7 @@ wait polls towards a generous deadline, as the machine running the suite is busy
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -18,6 +19,7 @@ from typing import Any
 import httpx
 import pytest
 
+from tests.api.test_docs_guides import CLUSTER_METRIC
 from tests.conftest import ADMIN_TOKEN, fresh_postgres_database
 from tests.factories import xts_table
 from tests.integration.test_e2e_data import HEADERS, Server, pattern
@@ -367,3 +369,21 @@ def test_readiness_reports_the_database_and_the_node(pair: tuple[Node, Node]) ->
     answer = httpx.get(f"{pair[0].base}/readyz", timeout=10).json()
     assert answer["checks"]["database"] == "ok"
     assert answer["checks"]["node"] == "ok"
+
+
+def test_the_cluster_metrics_named_in_operations_exist(pair: tuple[Node, Node]) -> None:
+    make_volume(pair[0], "mx", "pmx")
+    owner_node, _ = owner_and_other(pair, "mx")
+    exported = httpx.get(f"{owner_node.base}/metrics", timeout=10).text
+    operations = (Path(__file__).parents[2] / "docs" / "operations.md").read_text()
+    named = {
+        name
+        for name in re.findall(r"`(reqcrypt_[a-z_]+)`", operations)
+        if CLUSTER_METRIC.match(name)
+    }
+    assert len(named) >= 8
+    for metric in named:
+        assert re.search(rf"^{metric}{{", exported, flags=re.MULTILINE), metric
+    assert re.search(r'^reqcrypt_volume_lease_epoch{.*volume="mx"', exported, re.MULTILINE), (
+        exported[-3000:]
+    )
