@@ -123,7 +123,7 @@ class ClusterNode:
         held.update({uuid: lease.epoch for uuid, lease in self.pending.items()})
         renewed = self.leases.renew(held)
         deadline = started + self.lease_seconds
-        lost = self.control.renewed(renewed, deadline)
+        lost = self.control.renewed(held, renewed, deadline)
         self.pending = {uuid: renewed[uuid] for uuid in self.pending if uuid in renewed}
         for volume in lost:
             self.stats.leases_lost += 1

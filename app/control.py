@@ -15,7 +15,7 @@ import math
 import threading
 import time
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -538,17 +538,24 @@ class Control:
             self.held[lease.uuid] = Holding(lease, deadline)
             return volume
 
-    def renewed(self, leases: dict[str, Lease], deadline: float) -> list[Volume]:
-        """Apply a renewal: extend what was renewed; fence what was not, at once, and
-        return those volumes for ``drop``. Takes no lock: a lifecycle call holding the
+    def renewed(
+        self, asked: Mapping[str, int], leases: dict[str, Lease], deadline: float
+    ) -> list[Volume]:
+        """Apply a renewal of ``asked`` (uuid: epoch): extend what was renewed; fence what
+        was not, at once, and return those volumes for ``drop``. A volume created since
+        the renewal was asked is left alone. Takes no lock: a lifecycle call holding the
         control lock (a suspend draining for seconds) must never delay a renewal."""
         lost = []
         for volume in list(self.volumes.values()):
+            holding = self.held.get(volume.uuid)
+            if holding is None or asked.get(volume.uuid) != holding.lease.epoch:
+                continue
             lease = leases.get(volume.uuid)
             if lease is not None:
                 self.held[volume.uuid] = Holding(lease, deadline)
                 volume.fence(deadline)
-            elif self.held.pop(volume.uuid, None) is not None:
+            else:
+                del self.held[volume.uuid]
                 volume.fence(-math.inf)
                 lost.append(volume)
         return lost
