@@ -21,7 +21,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from app.blk.tuning import Tuning, TuningPatch
-from app.db.leases import Lease
 from app.dm.stacking import StackingGraph, stacking_order
 from app.dm.table import DeviceRef, ErrorParams, Table, TableLimits, TableLine, parse_table
 from app.dm.targets import BlockDevice
@@ -42,7 +41,7 @@ from app.errors import (
     VolumeBusy,
     VolumeNotFound,
 )
-from app.repository import Records, RecordsTx, StoredVolume
+from app.repository import Lease, Records, RecordsTx, StoredVolume
 from app.storage.registry import DeviceRegistry
 from app.vocab import SECTOR_SIZE, is_valid_name
 

@@ -27,6 +27,7 @@ from app.db import leases, models
 from app.dm.table import CryptParams, Table, format_table, parse_table
 
 Slot = Literal["live", "inactive"]
+Lease = leases.Lease
 VolumeState = Literal["active", "suspended"]
 
 
