@@ -50,7 +50,9 @@ def load_settings(**overrides: object) -> Settings:
 def serve(
     host: Annotated[str | None, typer.Option(help="bind address (REQCRYPT_HOST)")] = None,
     port: Annotated[int | None, typer.Option(help="port (REQCRYPT_PORT)")] = None,
-    workers: Annotated[int, typer.Option(help="always 1: volumes live in one process")] = 1,
+    workers: Annotated[
+        int, typer.Option(help="always 1: for more cores run one serve per core as cluster nodes")
+    ] = 1,
 ) -> None:
     """Migrate the database (unless REQCRYPT_MIGRATE_ON_START=false) and serve the API."""
     import uvicorn
@@ -59,7 +61,10 @@ def serve(
     from app.main import check_master_key, create_app
 
     if workers != 1:
-        raise typer.BadParameter("reqcrypt serves from one process; volumes are in memory")
+        raise typer.BadParameter(
+            "one process serves a volume (its queue is in memory): for more cores run one "
+            "`reqcrypt serve` per core, each with its own REQCRYPT_NODE_ID and REQCRYPT_PORT"
+        )
     overrides = {k: v for k, v in {"host": host, "port": port}.items() if v is not None}
     settings = load_settings(**overrides)
     shown = "localhost" if settings.host in ("127.0.0.1", "::1") else settings.host

@@ -136,6 +136,27 @@ class Settings(BaseSettings):
     bench_ceiling: bool = Field(
         default=False, description="mount the /v1/null ceiling endpoints the benchmarks use"
     )
+    node_id: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=64,
+        pattern=r"^[A-Za-z0-9._-]+$",
+        description="this node's name in a cluster sharing one PostgreSQL; unset: one node, "
+        "no leases",
+    )
+    node_url: str | None = Field(
+        default=None,
+        description="the URL other nodes redirect and forward to; unset: http://HOST:PORT",
+    )
+    lease_seconds: float = Field(
+        default=6.0, ge=0.5, le=300, description="a volume lease lasts this long unless renewed"
+    )
+    lease_renew_seconds: float | None = Field(
+        default=None,
+        gt=0,
+        description="renew leases (and scan for expired ones) this often; unset: a third "
+        "of lease_seconds",
+    )
     pacing: float | None = Field(
         default=None,
         gt=0,
@@ -191,7 +212,25 @@ class Settings(BaseSettings):
                 f"REQCRYPT_NBD_PORT on {self.host!r} (not loopback) needs TLS with verified "
                 "client certificates: set REQCRYPT_NBD_TLS_CERT, REQCRYPT_NBD_TLS_KEY and REQCRYPT_NBD_TLS_CA"
             )
+        if self.node_id is not None and not self.resolved_database_url.startswith("postgresql"):
+            raise ValueError(
+                "REQCRYPT_NODE_ID (a cluster node) needs a shared PostgreSQL in "
+                "REQCRYPT_DATABASE_URL: leases rely on its clock and row locks"
+            )
+        if self.renew_interval >= self.lease_seconds:
+            raise ValueError(
+                "REQCRYPT_LEASE_RENEW_SECONDS must be shorter than REQCRYPT_LEASE_SECONDS"
+            )
         return self
+
+    @property
+    def renew_interval(self) -> float:
+        return self.lease_renew_seconds or self.lease_seconds / 3
+
+    @property
+    def advertised_url(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return (self.node_url or f"http://{host}:{self.port}").rstrip("/")
 
     @property
     def resolved_database_url(self) -> str:

@@ -10,8 +10,13 @@ The data path never comes here.
 
 from __future__ import annotations
 
+import logging
+import math
 import threading
+import time
 import uuid
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,13 +35,17 @@ from app.errors import (
     InsufficientStorage,
     InvalidInput,
     InvalidState,
+    LeaseExpired,
     QuotaExceeded,
+    Unavailable,
     VolumeBusy,
     VolumeNotFound,
 )
-from app.repository import Records, StoredDevice, StoredVolume
+from app.repository import Lease, Records, RecordsTx, StoredDevice, StoredVolume
 from app.storage.registry import DeviceRegistry, Placement, StoreKind
 from app.vocab import SECTOR_SIZE, is_valid_name
+
+log = logging.getLogger("reqcrypt.control")
 
 
 def check_name(kind: str, name: str) -> None:
@@ -62,7 +71,37 @@ class ControlLimits:
         return TableLimits(self.max_table_lines, self.max_table_line_length)
 
 
+@dataclass(frozen=True, slots=True)
+class Membership:
+    """This process as one node of a cluster sharing the database (REQCRYPT_NODE_ID)."""
+
+    node: str
+    url: str
+    lease_seconds: float
+
+
+@dataclass(slots=True)
+class Holding:
+    """A lease this node holds: as the database granted it, and the local
+    ``time.monotonic()`` deadline (measured from before the statement was sent)."""
+
+    lease: Lease
+    deadline: float
+
+
+def device_names(tables: Sequence[Table]) -> set[str]:
+    return {ref.name for table in tables for ref in table.device_refs() if ref.kind == "device"}
+
+
 class Control:
+    """The lifecycle of the devices and volumes this process serves.
+
+    One node (no ``membership``) serves every volume. A cluster node serves the
+    volumes it holds a lease on (``held``): ``app.cluster`` adopts and drops them,
+    every lifecycle write re-checks the lease in its own transaction, and each held
+    volume's devices are claimed (``BackingStore.claim``) so no other node can use them.
+    """
+
     def __init__(
         self,
         records: Records,
@@ -72,8 +111,14 @@ class Control:
         plug_window_us: int,
         suspend_wait_seconds: float,
         limits: ControlLimits,
+        membership: Membership | None = None,
     ) -> None:
         self.records = records
+        self.membership = membership
+        self.held: dict[str, Holding] = {}
+        """uuid: the lease of every volume this cluster node serves."""
+        self._claimed: dict[str, set[str]] = {}
+        """uuid: the devices claimed for that volume."""
         self.limits = limits
         self.devices = devices
         self.engines = engines
@@ -111,6 +156,52 @@ class Control:
             return TimedDevice(store, self.engines.device_timer(model))
         return self.volume(ref.name)
 
+    @contextmanager
+    def _volume_tx(self, volume: Volume) -> Iterator[RecordsTx]:
+        """A lifecycle transaction on ``volume``; a cluster node first re-checks (and
+        row-locks) its lease, so a node that lost the volume writes nothing."""
+        with self.records.transaction() as records:
+            if self.membership is not None:
+                holding = self.held.get(volume.uuid)
+                if holding is None or not records.hold_lease(
+                    volume.uuid, self.membership.node, holding.lease.epoch
+                ):
+                    raise LeaseExpired(
+                        f"this node no longer holds the lease on volume {volume.name}"
+                    )
+            yield records
+
+    def _claim(self, uuid: str, tables: Sequence[Table], *, take_over: bool = False) -> None:
+        """Claim the devices ``tables`` map that this node has not claimed yet."""
+        if self.membership is None:
+            return
+        mine = set().union(*self._claimed.values())
+        taken: list[str] = []
+        try:
+            for name in sorted(device_names(tables) - mine):
+                self.devices.get(name).claim(take_over=take_over)
+                taken.append(name)
+        except BaseException:
+            for name in taken:
+                self.devices.get(name).release()
+            raise
+        self._claimed[uuid] = (
+            self._claimed.get(uuid, set()) | set(taken) | (device_names(tables) & mine)
+        )
+
+    def _unclaim(self, uuid: str, kept: Sequence[Table]) -> None:
+        """Release the devices only ``uuid`` claimed that ``kept`` no longer maps."""
+        if self.membership is None:
+            return
+        keep = device_names(kept)
+        dropped = self._claimed.pop(uuid, set()) - keep
+        if keep:
+            self._claimed[uuid] = keep
+        others = set().union(*self._claimed.values())
+        for name in dropped - others:
+            if name in self.device_sizes:
+                self.devices.get(name).release()
+
     # ------------------------------------------------------------------ devices
 
     def create_device(
@@ -135,6 +226,8 @@ class Control:
             self.engines.device_model(model)
         placement = self.devices.placement(name, store, pool)
         with self._lock:
+            if self.membership is not None:
+                self.sync_devices()
             if name in self.device_sizes:
                 raise AlreadyExists(f"device {name} exists")
             self._check_device_quota(size_bytes)
@@ -179,6 +272,8 @@ class Control:
             if users:
                 raise DeviceBusy(f"device {name} is mapped by volume(s) {', '.join(users)}")
             self.devices.check_removable(name)
+            if self.membership is not None:  # a volume on another node maps it: claimed
+                self.devices.get(name).claim()
             with self.records.transaction() as records:
                 records.delete_device(name)
             # after the commit: a crash in between leaves an orphan file or image, never
@@ -233,21 +328,37 @@ class Control:
                     f"the service holds at most {self.limits.max_volumes} volumes "
                     "(REQCRYPT_MAX_VOLUMES); remove one first"
                 )
+            if self.membership is not None:
+                self.sync_devices()
             table = self._parse(name, table_text, engine_obj)
             volume = self._new_volume(name, str(uuid.uuid4()), engine_obj, tuning)
             volume.nbd_export = nbd_export
             volume.load(table)
             volume.check_resumable()
-            with self.records.transaction() as records:
-                records.add_volume(
-                    name,
-                    volume.uuid,
-                    engine=engine,
-                    tuning=tuning,
-                    live=table,
-                    nbd_export=nbd_export,
-                )
-                volume.resume(self.resolve)
+            started = time.monotonic()
+            self._claim(volume.uuid, [table])
+            try:
+                with self.records.transaction() as records:
+                    records.add_volume(
+                        name,
+                        volume.uuid,
+                        engine=engine,
+                        tuning=tuning,
+                        live=table,
+                        nbd_export=nbd_export,
+                    )
+                    if self.membership is not None:
+                        lease = records.own_new(
+                            volume.uuid, self.membership.node, self.membership.lease_seconds
+                        )
+                    volume.resume(self.resolve)
+            except BaseException:
+                self._unclaim(volume.uuid, [])
+                raise
+            if self.membership is not None:
+                deadline = started + self.membership.lease_seconds
+                self.held[volume.uuid] = Holding(lease, deadline)
+                volume.fence(deadline)
             self.volumes[name] = volume
             return volume
 
@@ -265,16 +376,22 @@ class Control:
         with self._lock:
             volume = self.volume(name)
             table = self._parse(name, table_text, volume.engine)
-            with self.records.transaction() as records:
-                records.load_inactive(name, table)
+            self._claim(volume.uuid, [table])
+            try:
+                with self._volume_tx(volume) as records:
+                    records.load_inactive(name, table)
+            except BaseException:
+                self._unclaim(volume.uuid, volume.tables())
+                raise
             volume.load(table)
 
     def clear_inactive(self, name: str) -> None:
         with self._lock:
             volume = self.volume(name)
-            with self.records.transaction() as records:
+            with self._volume_tx(volume) as records:
                 records.clear_inactive(name)
             volume.clear_inactive()
+            self._unclaim(volume.uuid, volume.tables())
 
     def suspend(self, name: str, *, noflush: bool) -> None:
         with self._lock:
@@ -282,7 +399,7 @@ class Control:
             with volume.lock:
                 if volume.state == "suspended":
                     return
-                with self.records.transaction() as records:
+                with self._volume_tx(volume) as records:
                     records.set_state(name, "suspended", volume.event_nr + 1)
                 volume.suspend(noflush=noflush, timeout=self.suspend_wait_seconds)
 
@@ -295,11 +412,12 @@ class Control:
                 if new_table is not None:
                     for ref in new_table.device_refs():
                         self.resolve(ref)
-                with self.records.transaction() as records:
+                with self._volume_tx(volume) as records:
                     if new_table is not None:
                         records.promote_inactive(name)
                     records.set_state(name, "active", volume.event_nr + 1)
                 volume.resume(self.resolve)
+                self._unclaim(volume.uuid, volume.tables())
 
     def message(self, name: str, text: str, sector: int = 0) -> None:
         words = text.split()
@@ -307,7 +425,7 @@ class Control:
             volume = self.volume(name)
             with volume.lock:
                 index, table = volume.plan_message(words, sector)
-                with self.records.transaction() as records:
+                with self._volume_tx(volume) as records:
                     records.replace_live(name, table, volume.event_nr + 1)
                 volume.apply_line(index, table, self.resolve)
 
@@ -322,7 +440,7 @@ class Control:
                 raise VolumeBusy(
                     f"volume {name} is mapped by volume(s) {', '.join(users)}; rename it later"
                 )
-            with self.records.transaction() as records:
+            with self._volume_tx(volume) as records:
                 records.rename_volume(name, new_name)
             volume.name = new_name
             self.volumes[new_name] = self.volumes.pop(name)
@@ -341,10 +459,12 @@ class Control:
                 )
                 volume.load(error_table)
                 volume.resume(self.resolve)
-            with self.records.transaction() as records:
+            with self._volume_tx(volume) as records:
                 records.delete_volume(name)
             volume.remove()
             del self.volumes[name]
+            self._unclaim(volume.uuid, [])
+            self.held.pop(volume.uuid, None)
 
     def retune(self, name: str, *, engine: str | None = None, patch: TuningPatch) -> None:
         engine_obj = self.engines.engine(engine) if engine is not None else None
@@ -354,7 +474,7 @@ class Control:
             if engine_obj is not None:
                 for table in volume.tables():
                     check_engine(engine_obj, table)
-            with self.records.transaction() as records:
+            with self._volume_tx(volume) as records:
                 records.retune(name, engine=engine or volume.engine.name, tuning=tuning)
             volume.retune(tuning, engine_obj)
 
@@ -362,7 +482,7 @@ class Control:
         """Serve the volume over NBD, or stop (its NBD connections then close)."""
         with self._lock:
             volume = self.volume(name)
-            with self.records.transaction() as records:
+            with self._volume_tx(volume) as records:
                 records.set_nbd_export(name, nbd_export)
             volume.nbd_export = nbd_export
 
@@ -370,6 +490,9 @@ class Control:
 
     def restore(self) -> None:
         """Rebuild devices and volumes from SQL, stacked volumes after what they map."""
+        if self.membership is not None:  # a cluster node adopts volumes as it takes leases
+            self.sync_devices()
+            return
         with self.records.transaction() as records:
             devices = records.devices()
             stored = {volume.name: volume for volume in records.volumes()}
@@ -404,6 +527,104 @@ class Control:
         volume.event_nr = stored.event_nr
         volume.nbd_export = stored.nbd_export
         self.volumes[stored.name] = volume
+
+    # ------------------------------------------------------------------ cluster
+
+    def sync_devices(self) -> None:
+        """Open the devices other nodes registered; forget those they deleted."""
+        with self.records.transaction() as records:
+            devices = {device.name: device for device in records.devices()}
+        with self._lock:
+            for name, device in devices.items():
+                if name not in self.device_sizes:
+                    placement = Placement(device.store, device.pool, device.image)
+                    self.devices.open(name, device.size_bytes, placement)
+                    self.device_sizes[name] = device.size_bytes
+                    self.device_models[name] = device.model
+                    self.device_placements[name] = placement
+            for name in list(self.device_sizes):
+                if name not in devices and not self.stacking.users_of(name):
+                    self.devices.forget(name)
+                    del self.device_sizes[name]
+                    del self.device_models[name]
+                    del self.device_placements[name]
+
+    def adopt(self, lease: Lease, deadline: float, *, take_over: bool) -> Volume:
+        """Serve a volume whose lease this node just took: claim its devices (fencing a
+        previous holder with ``take_over``; ``DeviceClaimed`` if one is still alive),
+        rebuild it from SQL, and admit I/O until ``deadline``."""
+        with self._lock:
+            self.sync_devices()
+            with self.records.transaction() as records:
+                stored = records.volume(lease.uuid)
+            if stored.name in self.volumes:
+                raise AlreadyExists(f"volume {stored.name} exists")
+            tables = [t for t in (stored.live, stored.inactive) if t is not None]
+            self._claim(lease.uuid, tables, take_over=take_over)
+            try:
+                self._restore_volume(stored)
+            except BaseException:
+                self._unclaim(lease.uuid, [])
+                raise
+            volume = self.volumes[stored.name]
+            volume.fence(deadline)
+            self.held[lease.uuid] = Holding(lease, deadline)
+            return volume
+
+    def renewed(
+        self, asked: Mapping[str, int], leases: dict[str, Lease], deadline: float
+    ) -> list[Volume]:
+        """Apply a renewal of ``asked`` (uuid: epoch): extend what was renewed; fence what
+        was not, at once, and return those volumes for ``drop``. A volume created since
+        the renewal was asked is left alone. Takes no lock: a lifecycle call holding the
+        control lock (a suspend draining for seconds) must never delay a renewal."""
+        lost = []
+        for volume in list(self.volumes.values()):
+            holding = self.held.get(volume.uuid)
+            if holding is None or asked.get(volume.uuid) != holding.lease.epoch:
+                continue
+            lease = leases.get(volume.uuid)
+            if lease is not None:
+                self.held[volume.uuid] = Holding(lease, deadline)
+                volume.fence(deadline)
+            else:
+                del self.held[volume.uuid]
+                volume.fence(-math.inf)
+                lost.append(volume)
+        return lost
+
+    @contextmanager
+    def lock_unless_busy(self) -> Iterator[bool]:
+        """The control lock if it is free now (True), else nothing (False)."""
+        acquired = self._lock.acquire(blocking=False)
+        try:
+            yield acquired
+        finally:
+            if acquired:
+                self._lock.release()
+
+    def drop(self, name: str, *, graceful: bool) -> Lease | None:
+        """Stop serving a volume (its row stays): fence it, let in-flight I/O finish, and
+        — when ``graceful`` (a move, a clean stop) — make it durable; then release its
+        devices. A lost lease is never graceful: nothing more is written for it.
+        Returns the lease it held (None: already lost)."""
+        with self._lock:
+            volume = self.volume(name)
+            holding = self.held.pop(volume.uuid, None)
+            with volume.lock:
+                volume.fence(-math.inf)
+                try:
+                    volume.drain(self.suspend_wait_seconds)
+                except Unavailable:
+                    log.warning("volume %s: dropped with I/O still in flight", name)
+                if graceful:
+                    for device in sorted(self._claimed.get(volume.uuid, ())):
+                        self.devices.get(device).flush()
+                volume.nbd_export = False  # its NBD connections close
+                volume.remove()
+                del self.volumes[name]
+                self._unclaim(volume.uuid, [])
+            return None if holding is None else holding.lease
 
     def close(self) -> None:
         with self._lock:

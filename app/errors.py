@@ -12,6 +12,7 @@ only through ``app.dm.table.redact``.
     │   ├── AlreadyExists
     │   ├── DeviceBusy, VolumeBusy
     │   ├── Fenced                (another node took the device over; this one may not write)
+    │   │   └── DeviceClaimed     (another live process holds the device: a cluster node)
     │   ├── InvalidState          (wrong lifecycle state for the operation)
     │   ├── KeyNotSet
     │   └── QuotaExceeded         (as many devices or volumes as the service allows)
@@ -26,6 +27,7 @@ only through ``app.dm.table.redact``.
     ├── RequestTimeout            (a request body arrived too slowly)
     ├── TargetIOError             (error target, device failure)
     ├── Unavailable               (suspended too long; retry_after seconds)
+    │   └── LeaseExpired          (this node no longer owns the volume: fenced)
     └── BatchFailed               (some writes of a batch; the first one's cause)
 """
 
@@ -82,6 +84,10 @@ class VolumeBusy(Conflict):
 
 class Fenced(Conflict):
     """The backing store refused I/O: another node claimed the device (and fenced this one)."""
+
+
+class DeviceClaimed(DeviceBusy):
+    pass
 
 
 class InvalidState(Conflict):
@@ -148,6 +154,10 @@ class Unavailable(ReqcryptError):
     def __init__(self, detail: str, retry_after: int = 1) -> None:
         super().__init__(detail)
         self.retry_after = retry_after
+
+
+class LeaseExpired(Unavailable):
+    """The node's lease on the volume ran out (or moved): it takes no more I/O for it."""
 
 
 class BatchFailed(ReqcryptError):

@@ -8,6 +8,8 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
+import anyio
+import httpx
 from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 from prometheus_client import CollectorRegistry, ProcessCollector
@@ -18,12 +20,15 @@ from app.api import docs, manual, problems
 from app.api.admission import VolumeAdmission
 from app.api.bodylimit import ControlBodyLimit
 from app.api.executor import IoExecutor
+from app.api.ownership import OwnerRouting
 from app.api.routes import benchmarks, ceiling, data, devices, engines, health, volumes
 from app.api.schemas import Problem, TableIn
 from app.bench.jobs import BenchmarkJobs
+from app.cluster import ClusterNode
 from app.config import Settings, get_settings
-from app.control import Control, ControlLimits
+from app.control import Control, ControlLimits, Membership
 from app.db import migrate
+from app.db.leases import Leases
 from app.db.queries import SqlRegistryStore
 from app.db.session import make_engine, make_sessionmaker
 from app.engine.registry import EngineRegistry
@@ -35,7 +40,13 @@ from app.keyfiles import (
     settle_master_key,
     write_pending_master_key,
 )
-from app.metrics import HttpMetrics, NbdCollector, RequestContextMiddleware, VolumeCollector
+from app.metrics import (
+    ClusterCollector,
+    HttpMetrics,
+    NbdCollector,
+    RequestContextMiddleware,
+    VolumeCollector,
+)
 from app.nbd.server import NbdServer, make_tls_context
 from app.repository import Records, master_key_unwraps, rewrap_keys
 from app.state import State
@@ -145,6 +156,9 @@ def build_state(settings: Settings, registry: CollectorRegistry) -> State:
         raise
     engines = EngineRegistry(SqlRegistryStore(sessions), pacing=settings.pacing)
     engines.load()
+    membership = None
+    if settings.node_id is not None:
+        membership = Membership(settings.node_id, settings.advertised_url, settings.lease_seconds)
     control = Control(
         Records(sessions, master_key),
         DeviceRegistry(
@@ -154,9 +168,20 @@ def build_state(settings: Settings, registry: CollectorRegistry) -> State:
         plug_window_us=settings.plug_window_us,
         suspend_wait_seconds=settings.suspend_wait_seconds,
         limits=control_limits(settings),
+        membership=membership,
     )
     control.restore()
     registry.register(VolumeCollector(control))
+    cluster = None
+    if membership is not None:
+        cluster = ClusterNode(
+            control,
+            Leases(sessions, membership.node, settings.lease_seconds),
+            url=membership.url,
+            lease_seconds=settings.lease_seconds,
+            renew_interval=settings.renew_interval,
+        )
+        registry.register(ClusterCollector(cluster))
     benchmarks_runner = BenchmarkJobs(
         sessions,
         control,
@@ -177,6 +202,7 @@ def build_state(settings: Settings, registry: CollectorRegistry) -> State:
         benchmarks=benchmarks_runner,
         io_executor=IoExecutor(),
         admission=VolumeAdmission(settings.max_volume_ios),
+        cluster=cluster,
     )
 
 
@@ -303,12 +329,19 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         state = build_state(settings, registry)
         app.state.reqcrypt = state
         try:
+            if state.cluster is not None:
+                await anyio.to_thread.run_sync(state.cluster.start)
+                state.forwarder = httpx.AsyncClient(timeout=settings.suspend_wait_seconds + 30)
             if settings.nbd_port is not None:
                 state.nbd = await start_nbd(state)
             yield
         finally:
             if state.nbd is not None:
                 await state.nbd.close()
+            if state.forwarder is not None:
+                await state.forwarder.aclose()
+            if state.cluster is not None:
+                await anyio.to_thread.run_sync(state.cluster.stop)
             state.io_executor.shutdown()
             state.benchmarks.close()
             state.control.close()
@@ -324,6 +357,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     )
     install_openapi(app, settings)
     problems.install(app)
+    if settings.node_id is not None:
+        app.add_middleware(OwnerRouting)
     app.add_middleware(ControlBodyLimit, max_bytes=settings.max_control_body_bytes)
     app.add_middleware(RequestContextMiddleware, metrics=HttpMetrics(registry))
     # Data routes first: FastAPI tries routers in this order on every request.

@@ -12,6 +12,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 if TYPE_CHECKING:
+    from app.cluster import ClusterNode
     from app.control import Control
     from app.nbd.server import NbdServer
 
@@ -197,3 +198,52 @@ class NbdCollector(Collector):
         yield moved
         yield errors
         yield connections
+
+
+class ClusterCollector(Collector):
+    """This node's leases: what it owns, how long each lease still runs, takeovers."""
+
+    def __init__(self, cluster: ClusterNode) -> None:
+        self.cluster = cluster
+
+    def collect(self) -> Iterator[Metric]:
+        node = self.cluster.node
+        control = self.cluster.control
+        now = time.monotonic()
+        owned = GaugeMetricFamily(
+            "reqcrypt_node_volumes_owned", "volumes this node serves under a lease", labels=["node"]
+        )
+        pending = GaugeMetricFamily(
+            "reqcrypt_node_volumes_pending",
+            "leases taken whose devices a live previous holder still claims",
+            labels=["node"],
+        )
+        remaining = GaugeMetricFamily(
+            "reqcrypt_volume_lease_remaining_seconds",
+            "until this node stops serving the volume unless the lease is renewed",
+            labels=["volume", "node"],
+        )
+        epoch = GaugeMetricFamily(
+            "reqcrypt_volume_lease_epoch",
+            "the lease's epoch (takeovers)",
+            labels=["volume", "node"],
+        )
+        holdings = dict(control.held)
+        owned.add_metric([node], len(holdings))
+        pending.add_metric([node], len(self.cluster.pending))
+        for name, volume in sorted(control.volumes.items()):
+            holding = holdings.get(volume.uuid)
+            if holding is not None:
+                remaining.add_metric([name, node], max(0.0, holding.deadline - now))
+                epoch.add_metric([name, node], holding.lease.epoch)
+        yield from (owned, pending, remaining, epoch)
+        stats = self.cluster.stats
+        for key, help_text in (
+            ("takeovers", "leases this node took (failover, move target, start)"),
+            ("leases_lost", "volumes dropped because their lease was not renewed in time"),
+            ("claims_blocked", "device claims refused by a live previous holder"),
+            ("tick_failures", "lease ticks that failed (database unreachable...)"),
+        ):
+            family = CounterMetricFamily(f"reqcrypt_node_{key}", help_text, labels=["node"])
+            family.add_metric([node], getattr(stats, key))
+            yield family

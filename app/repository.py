@@ -17,16 +17,17 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass, replace
 from typing import Literal
 
-from sqlalchemy import delete, select
+from sqlalchemy import ColumnElement, delete, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from app.blk.limits import QueueLimits
 from app.blk.tuning import Tuning
 from app.crypto.keys import KeyUnwrapError, unwrap_key, wrap_key
-from app.db import models
+from app.db import leases, models
 from app.dm.table import CryptParams, Table, format_table, parse_table
 
 Slot = Literal["live", "inactive"]
+Lease = leases.Lease
 VolumeState = Literal["active", "suspended"]
 
 
@@ -248,14 +249,34 @@ class RecordsTx:
     def set_nbd_export(self, name: str, nbd_export: bool) -> None:
         self._volume_row(name).nbd_export = nbd_export
 
-    def volumes(self) -> list[StoredVolume]:
-        rows = list(self.session.scalars(select(models.Volume)))
+    def hold_lease(self, uuid: str, node: str, epoch: int) -> bool:
+        return leases.hold(self.session, uuid, node, epoch)
+
+    def own_new(self, uuid: str, node: str, lease_seconds: float) -> leases.Lease:
+        self.session.flush()
+        return leases.own_new(self.session, uuid, node, lease_seconds)
+
+    def volume(self, uuid: str) -> StoredVolume:
+        """One volume by uuid (a cluster node adopting it)."""
+        (stored,) = self.volumes(models.Volume.uuid == uuid)
+        return stored
+
+    def volumes(self, *where: ColumnElement[bool]) -> list[StoredVolume]:
+        rows = list(self.session.scalars(select(models.Volume).where(*where)))
+        ids = [row.id for row in rows]
         tables = {
-            (t.volume_id, t.slot): t for t in self.session.scalars(select(models.VolumeTable))
+            (t.volume_id, t.slot): t
+            for t in self.session.scalars(
+                select(models.VolumeTable).where(models.VolumeTable.volume_id.in_(ids))
+            )
         }
         keys: dict[tuple[int, int], bytes] = {
             (k.table_id, k.line_index): k.blob
-            for k in self.session.scalars(select(models.WrappedKey))
+            for k in self.session.scalars(
+                select(models.WrappedKey).where(
+                    models.WrappedKey.table_id.in_([t.id for t in tables.values()])
+                )
+            )
         }
 
         def stored(row: models.Volume, slot: Slot) -> Table | None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import httpx
 from prometheus_client import CollectorRegistry
 from sqlalchemy import Engine
 from sqlalchemy.orm import Session, sessionmaker
@@ -11,6 +12,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from app.api.admission import VolumeAdmission
 from app.api.executor import IoExecutor
 from app.bench.jobs import BenchmarkJobs
+from app.cluster import ClusterNode
 from app.config import Settings
 from app.control import Control
 from app.engine.registry import EngineRegistry
@@ -31,3 +33,7 @@ class State:
     io_executor: IoExecutor
     admission: VolumeAdmission
     nbd: NbdServer | None = None
+    cluster: ClusterNode | None = None
+    """This process as a cluster node (REQCRYPT_NODE_ID); None: the only node."""
+    forwarder: httpx.AsyncClient | None = None
+    """Replays control calls to the owner node (``app.api.ownership``)."""

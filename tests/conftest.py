@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import uuid
 from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 
 import httpx
@@ -82,15 +82,9 @@ async def io_client(app: FastAPI) -> AsyncIterator[httpx.AsyncClient]:
         yield http
 
 
-@pytest.fixture
-def postgres_url() -> Iterator[str]:
-    """A fresh database on the real PostgreSQL, dropped afterwards.
-
-    There is no skip: the PostgreSQL tests must run (``.ci/run`` starts the
-    server). Set REQCRYPT_SKIP_POSTGRES=1 to deselect them knowingly.
-    """
-    if os.environ.get("REQCRYPT_SKIP_POSTGRES") == "1":
-        pytest.skip("REQCRYPT_SKIP_POSTGRES=1")
+@contextmanager
+def fresh_postgres_database() -> Iterator[str]:
+    """A new database on the real PostgreSQL, dropped afterwards (its URL)."""
     name = f"reqcrypt_{uuid.uuid4().hex[:12]}"
     with psycopg.connect(POSTGRES_ADMIN_DSN, autocommit=True, connect_timeout=5) as conn:
         conn.execute(f'CREATE DATABASE "{name}"')
@@ -110,3 +104,16 @@ def ceph_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ceph.Clus
         yield cluster
     finally:
         cluster.stop()
+
+
+@pytest.fixture
+def postgres_url() -> Iterator[str]:
+    """A fresh database on the real PostgreSQL, dropped afterwards.
+
+    There is no skip: the PostgreSQL tests must run (``.ci/run`` starts the
+    server). Set REQCRYPT_SKIP_POSTGRES=1 to deselect them knowingly.
+    """
+    if os.environ.get("REQCRYPT_SKIP_POSTGRES") == "1":
+        pytest.skip("REQCRYPT_SKIP_POSTGRES=1")
+    with fresh_postgres_database() as url:
+        yield url

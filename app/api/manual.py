@@ -189,6 +189,13 @@ OPERATIONS: dict[tuple[str, str], dict[str, Any]] = {
         "description": "409 when the new name is taken.",
         "examples": body(("rename", {"new_name": "vault"})),
     },
+    ("post", "/v1/volumes/{name}/move"): {
+        "summary": "Hand the volume to another cluster node",
+        "description": "The owner drains it, makes it durable, releases its devices and "
+        "gives the lease to `node`, which must be live; the answer is the volume as its new "
+        "owner serves it. 409 on a single node (no REQCRYPT_NODE_ID).",
+        "examples": body(("move", {"node": "node-b"})),
+    },
     ("get", "/v1/volumes/{name}/status"): {
         "summary": "Status and I/O statistics (dmsetup status, iostat -x)",
     },

@@ -191,6 +191,24 @@ class RenameIn(BaseModel):
     new_name: str = Field(pattern=NAME_PATTERN)
 
 
+class MoveIn(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    node: str = Field(min_length=1, max_length=64, description="the live node to serve it")
+
+
+class OwnerOut(BaseModel):
+    """Which cluster node serves the volume and its lease (absent on a single node)."""
+
+    node: str
+    url: str
+    lease_epoch: int = Field(description="incremented at every takeover")
+    lease_expires_at: datetime = Field(description="the database's clock")
+    lease_remaining_seconds: float = Field(
+        description="until this node stops serving it unless renewed (its own clock)"
+    )
+
+
 class TargetOut(BaseModel):
     start: int
     length: int
@@ -227,6 +245,7 @@ class VolumeOut(BaseModel):
     nbd_connections: list[NbdConnectionOut] = Field(
         default_factory=list, description="open NBD connections to this volume"
     )
+    owner: OwnerOut | None = Field(default=None, description="a cluster node's lease on it")
 
 
 class RangeIn(BaseModel):

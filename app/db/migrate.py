@@ -8,7 +8,9 @@ from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
-from sqlalchemy import Engine
+from sqlalchemy import Engine, text
+
+from app.db.session import make_engine
 
 MIGRATIONS = files("app.migrations")
 """The top-level ``migrations/`` of the source tree, installed as ``app.migrations`` (setup.py),
@@ -23,8 +25,26 @@ def alembic_config(url: str) -> Config:
     return config
 
 
+MIGRATION_LOCK = 0x72657163  # "reqc": the advisory lock nodes migrating one PostgreSQL share
+
+
 def upgrade(url: str, revision: str = "head") -> None:
-    command.upgrade(alembic_config(url), revision)
+    """Upgrade; on PostgreSQL under an advisory lock, so cluster nodes starting together
+    on a fresh database migrate one after the other (the later ones find it at head)."""
+    if not url.startswith("postgresql"):
+        command.upgrade(alembic_config(url), revision)
+        return
+    engine = make_engine(url)
+    try:
+        with engine.connect() as connection:
+            connection.execute(text("SELECT pg_advisory_lock(:key)"), {"key": MIGRATION_LOCK})
+            try:
+                command.upgrade(alembic_config(url), revision)
+            finally:
+                connection.execute(text("SELECT pg_advisory_unlock(:key)"), {"key": MIGRATION_LOCK})
+                connection.commit()
+    finally:
+        engine.dispose()
 
 
 def downgrade(url: str, revision: str = "base") -> None:

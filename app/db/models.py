@@ -58,12 +58,32 @@ class Volume(Base):
     plug_window_us: Mapped[int | None] = mapped_column(comment="NULL: the service default")
     nbd_export: Mapped[bool] = mapped_column(default=False, server_default=false())
     event_nr: Mapped[int] = mapped_column(default=0)
+    owner_node: Mapped[str | None] = mapped_column(
+        String(64), comment="the node holding the lease (a cluster); NULL: nobody"
+    )
+    lease_expires_at: Mapped[datetime | None] = mapped_column(
+        comment="the database's clock; past it another node may take the volume"
+    )
+    lease_epoch: Mapped[int] = mapped_column(
+        default=0, server_default="0", comment="incremented at every takeover"
+    )
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(default=utcnow, onupdate=utcnow)
 
     tables: Mapped[list[VolumeTable]] = relationship(
         back_populates="volume", lazy="raise", cascade="all, delete-orphan"
     )
+
+
+class Node(Base):
+    """A ``reqcrypt serve`` of a cluster: where to reach it and when it last proved alive."""
+
+    __tablename__ = "nodes"
+
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    url: Mapped[str] = mapped_column(String(512))
+    heartbeat_at: Mapped[datetime] = mapped_column(comment="the database's clock")
+    started_at: Mapped[datetime] = mapped_column(default=utcnow)
 
 
 class VolumeTable(Base):

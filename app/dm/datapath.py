@@ -10,11 +10,14 @@ other; whole-block I/O shares the range.
 
 Every I/O is admitted through one gate: while suspended it waits (bounded by
 ``suspend_wait_seconds``), and it is counted in flight so suspend can drain.
+Past ``lease_deadline`` (a cluster node whose lease on the volume was not
+renewed in time) the gate refuses every I/O: that node is fenced.
 The lifecycle (``app.dm.volume``) swaps tables and opens or closes the gate.
 """
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, nullcontext
@@ -35,7 +38,13 @@ from app.dm.generation import Generation, Precondition
 from app.dm.rangelock import RangeLock
 from app.dm.table import CryptParams, Table
 from app.dm.targets import MapContext, Target
-from app.errors import InvalidInput, InvalidState, RangeNotSatisfiable, Unavailable
+from app.errors import (
+    InvalidInput,
+    InvalidState,
+    LeaseExpired,
+    RangeNotSatisfiable,
+    Unavailable,
+)
 from app.vocab import DEFAULT_QUEUE_DEPTH, DISPATCH_MODES, SECTOR_SIZE, Op
 
 _CONTEXTS = {mode: MapContext(dispatch_mode=mode) for mode in DISPATCH_MODES}
@@ -101,6 +110,9 @@ class DataPath:
         self._ranges = RangeLock()
         self._gate = WaitQueue()
         self._in_flight = 0
+        #: ``time.monotonic()`` past which this node may no longer own the volume (a cluster
+        #: node's lease, renewed in the background); every I/O checks it when admitted.
+        self.lease_deadline = math.inf
 
     @property
     def generation(self) -> int:
@@ -134,6 +146,12 @@ class DataPath:
             self.state = state
             self._gate.notify_all()
 
+    def fence(self, deadline: float) -> None:
+        """Move the lease deadline; I/O waiting at the gate re-checks it (``-inf``: at once)."""
+        with self._gate:
+            self.lease_deadline = deadline
+            self._gate.notify_all()
+
     def drain(self, timeout: float | None = None) -> None:
         deadline = None if timeout is None else time.monotonic() + timeout
         with self._gate:
@@ -161,16 +179,24 @@ class DataPath:
     @contextmanager
     def _io(self) -> Iterator[LiveMap]:
         """Admit one I/O: wait while suspended (bounded), count it in flight."""
-        deadline = time.monotonic() + self.suspend_wait_seconds
+        now = time.monotonic()
+        deadline = now + self.suspend_wait_seconds
         with self._gate:
-            while self.state != "active":
-                remaining = deadline - time.monotonic()
+            while self.state != "active" or now >= self.lease_deadline:
+                if now >= self.lease_deadline:
+                    raise LeaseExpired(
+                        f"this node no longer holds the lease on volume {self.name}; "
+                        "retry: its owner serves it",
+                        retry_after=1,
+                    )
+                remaining = deadline - now
                 if remaining <= 0:
                     raise Unavailable(
                         f"volume {self.name} is suspended; retry after resume",
                         retry_after=max(1, int(self.suspend_wait_seconds)),
                     )
                 self._gate.wait(remaining)
+                now = time.monotonic()
             live = self.live
             if live is None:
                 raise InvalidState(f"volume {self.name} has no live table")

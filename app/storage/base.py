@@ -41,18 +41,22 @@ class BackingStore(ABC):
             self.write(offset, memoryview(chunk)[:count])
             offset += count
 
-    def claim(self, *, take_over: bool = False) -> None:  # noqa: B027 - default: no owner
-        """Take exclusive ownership of the device for this process; with ``take_over``, first
-        fence any other holder. Raises ``DeviceBusy`` if another live owner holds it."""
-
-    def release(self) -> None:  # noqa: B027 - default: no owner
-        """Give up the ownership ``claim`` took."""
-
     @abstractmethod
     def allocated_bytes(self) -> int: ...
 
     @abstractmethod
     def close(self) -> None: ...
+
+    def claim(self, *, take_over: bool = False) -> None:
+        """Take exclusive ownership of the device for this process (a cluster node serving a
+        volume on it); ``take_over`` first fences any other holder, where the store can.
+        A holder that cannot be fenced makes it raise ``DeviceClaimed``. Default: nothing
+        to claim (a store only this process can reach)."""
+        return None
+
+    def release(self) -> None:
+        """Give up what ``claim`` took; another process may claim it then."""
+        return None
 
     def readv_into(self, offset: int, buffers: Sequence[memoryview]) -> None:
         """Fill consecutive ``buffers`` from ``offset``: one device I/O for a whole request."""

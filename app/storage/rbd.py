@@ -16,7 +16,7 @@ from typing import Any, NoReturn
 
 from typing_extensions import Buffer
 
-from app.errors import AlreadyExists, DeviceBusy, Fenced, InvalidInput, Unavailable
+from app.errors import AlreadyExists, DeviceBusy, DeviceClaimed, Fenced, InvalidInput, Unavailable
 from app.storage.base import BackingStore
 
 try:
@@ -234,7 +234,7 @@ class RbdStore(BackingStore):
                     self._image.lock_break(rbd.RBD_LOCK_MODE_EXCLUSIVE, owner["owner"])
             self._image.lock_acquire(rbd.RBD_LOCK_MODE_EXCLUSIVE)
         except rbd.ReadOnlyImage:
-            raise DeviceBusy(
+            raise DeviceClaimed(
                 f"RBD image {self.image_name} is claimed by another node (take over to fence it)"
             ) from None
         except rbd.Error as exc:

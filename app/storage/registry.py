@@ -110,6 +110,13 @@ class DeviceRegistry:
                 store.close()
             self.path(name).unlink(missing_ok=True)
 
+    def forget(self, name: str) -> None:
+        """Close a device another node deleted (it already removed the file)."""
+        with self._lock:
+            store = self._stores.pop(name, None)
+            if store is not None:
+                store.close()
+
     def close(self) -> None:
         with self._lock:
             for store in self._stores.values():

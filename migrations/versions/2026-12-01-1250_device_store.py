@@ -1,7 +1,7 @@
 """device store: file or an RBD image (pool, image)
 
 Revision ID: 4b1e6c2d9a70
-Revises: 7cf77245dcdb
+Revises: 5b1e0c9d4a21
 Create Date: 2026-12-01 12:50:00.000000
 """
 
@@ -11,7 +11,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision: str = "4b1e6c2d9a70"
-down_revision: str | None = "7cf77245dcdb"
+down_revision: str | None = "5b1e0c9d4a21"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 

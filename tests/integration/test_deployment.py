@@ -26,9 +26,26 @@ def compose() -> dict[str, Any]:
 
 def test_compose_has_app_and_postgres_with_healthchecks() -> None:
     services = compose()["services"]
-    assert set(services) == {"app", "postgres"}
+    default = {name for name, service in services.items() if "profiles" not in service}
+    assert default == {"app", "postgres"}
     assert "healthcheck" in services["app"]
     assert "healthcheck" in services["postgres"]
+
+
+def test_the_cluster_profile_runs_two_nodes_over_one_postgres_and_one_data_volume() -> None:
+    services = compose()["services"]
+    nodes = {name: s for name, s in services.items() if "cluster" in s.get("profiles", [])}
+    assert set(nodes) == {"node-a", "node-b"}
+    ids = {node["environment"]["REQCRYPT_NODE_ID"] for node in nodes.values()}
+    assert ids == {"node-a", "node-b"}
+    for name, node in nodes.items():
+        environment = node["environment"]
+        assert environment["REQCRYPT_NODE_URL"] == f"http://{name}:8000"
+        assert environment["REQCRYPT_DATABASE_URL"].startswith("postgresql://")
+        assert "@postgres:5432/" in environment["REQCRYPT_DATABASE_URL"]
+        assert node["volumes"] == ["clusterdata:/var/lib/reqcrypt"]
+        assert node["depends_on"]["postgres"]["condition"] == "service_healthy"
+        assert node["env_file"] == [".env"]
 
 
 def test_app_waits_for_a_healthy_postgres() -> None:

@@ -24,6 +24,7 @@ EXPECTED_TABLES = {
     "device_models",
     "devices",
     "engine_profiles",
+    "nodes",
     "volume_tables",
     "volumes",
     "wrapped_keys",

@@ -31,6 +31,7 @@ ALLOWED: dict[str, set[str]] = {
     "dm": {"blk", "crypto", "engine", "errors", "vocab"},
     "repository": {"blk", "crypto", "db", "dm", "errors", "vocab"},
     "control": {"blk", "dm", "engine", "errors", "repository", "storage", "vocab"},
+    "cluster": {"control", "db", "errors"},  # a node's lease thread: SQL through db.leases
     "bench": {
         "blk",
         "config",
@@ -44,10 +45,10 @@ ALLOWED: dict[str, set[str]] = {
         "commands",  # `bench http` finds the service and token as every client command does
         "main",  # `reqcrypt bench` builds the service's state in process
     },
-    "metrics": {"control", "nbd"},
+    "metrics": {"cluster", "control", "nbd"},
     "nbd": {"blk", "control", "dm", "errors", "vocab"},
     "keyfiles": {"config"},
-    "state": {"api", "bench", "config", "control", "engine", "nbd"},
+    "state": {"api", "bench", "cluster", "config", "control", "engine", "nbd"},
     "api": {
         "bench",
         "blk",
@@ -65,6 +66,7 @@ ALLOWED: dict[str, set[str]] = {
     "main": {
         "api",
         "bench",
+        "cluster",
         "config",
         "control",
         "db",
@@ -83,8 +85,8 @@ ALLOWED: dict[str, set[str]] = {
 }
 WEB = {"fastapi", "starlette"}
 SQL = {"sqlalchemy", "alembic"}
-NO_WEB = LEAVES | CORE | {"dm", "db", "repository", "control", "bench", "nbd"}
-NO_SQL = LEAVES | CORE | {"dm", "control", "nbd"}
+NO_WEB = LEAVES | CORE | {"dm", "db", "repository", "control", "cluster", "bench", "nbd"}
+NO_SQL = LEAVES | CORE | {"dm", "control", "cluster", "nbd"}
 
 
 def units() -> list[str]:

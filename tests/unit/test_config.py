@@ -71,3 +71,21 @@ def test_empty_variables_mean_unset(monkeypatch: pytest.MonkeyPatch, tmp_path: P
     assert settings.io_token is None
     assert settings.database_url is None
     assert settings.port == 8000
+
+
+def test_a_cluster_node_needs_postgresql(tmp_path: Path) -> None:
+    result = run("serve", tmp_path, REQCRYPT_NODE_ID="node-a")
+    assert result.returncode == 2
+    assert "REQCRYPT_NODE_ID" in result.stderr
+    assert "PostgreSQL" in result.stderr
+
+
+def test_a_node_advertises_its_host_and_port_unless_told() -> None:
+    url = "postgresql://db/reqcrypt"
+    node = Settings(node_id="a", database_url=url, host="::1", port=8001)
+    assert node.advertised_url == "http://[::1]:8001"
+    assert node.renew_interval == pytest.approx(2.0)
+    told = Settings(node_id="a", database_url=url, node_url="http://a.example:80/")
+    assert told.advertised_url == "http://a.example:80"
+    with pytest.raises(ValueError, match="LEASE_RENEW_SECONDS"):
+        Settings(node_id="a", database_url=url, lease_seconds=2, lease_renew_seconds=3)

@@ -33,6 +33,12 @@ def readyz(state: StateDep) -> dict[str, object] | Response:
         checks["migrations"] = "ok" if migrate.at_head(state.db_engine, url) else "not at head"
     except Exception as exc:
         checks["database"] = f"unreachable: {type(exc).__name__}"
+    if state.cluster is not None:
+        age = state.cluster.heartbeat_age()
+        if age is not None and age <= state.settings.lease_seconds:
+            checks["node"] = "ok"
+        else:
+            checks["node"] = "no heartbeat within a lease: this node serves no volume"
     try:
         with tempfile.NamedTemporaryFile(dir=state.settings.data_dir):
             pass

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
+import time
 from dataclasses import asdict
 from typing import Any
 
 import anyio
+import httpx
 from fastapi import APIRouter, Request, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import PlainTextResponse
@@ -14,10 +16,13 @@ from pydantic import ValidationError
 from starlette.exceptions import HTTPException
 
 from app.api.deps import AdminDep, ControlDep, RoleDep, StateDep, admin_only
+from app.api.ownership import FORWARDED_BY
 from app.api.problems import responses
 from app.api.schemas import (
     MessageIn,
+    MoveIn,
     NbdConnectionOut,
+    OwnerOut,
     QueueLimitsIn,
     RenameIn,
     SuspendIn,
@@ -30,10 +35,25 @@ from app.api.schemas import (
 from app.control import Control
 from app.dm.table import format_table
 from app.dm.volume import Volume
+from app.errors import InvalidState, Unavailable
 from app.nbd.server import NbdServer
+from app.state import State
 from app.vocab import SECTOR_SIZE, TABLE_PATTERN
 
 router = APIRouter(prefix="/v1/volumes", tags=["volumes"], responses=responses(401, 403))
+
+
+def owner_out(volume: Volume, control: Control) -> OwnerOut | None:
+    holding = control.held.get(volume.uuid)
+    if control.membership is None or holding is None:
+        return None
+    return OwnerOut(
+        node=control.membership.node,
+        url=control.membership.url,
+        lease_epoch=holding.lease.epoch,
+        lease_expires_at=holding.lease.expires_at,
+        lease_remaining_seconds=round(max(0.0, holding.deadline - time.monotonic()), 3),
+    )
 
 
 def volume_out(volume: Volume, control: Control, nbd: NbdServer | None = None) -> VolumeOut:
@@ -73,6 +93,7 @@ def volume_out(volume: Volume, control: Control, nbd: NbdServer | None = None) -
         ]
         if nbd is not None
         else [],
+        owner=owner_out(volume, control),
     )
 
 
@@ -209,6 +230,41 @@ def message_volume(name: str, body: MessageIn, control: ControlDep, _: AdminDep)
 def rename_volume(name: str, body: RenameIn, control: ControlDep, _: AdminDep) -> VolumeOut:
     control.rename(name, body.new_name)
     return volume_out(control.volume(body.new_name), control)
+
+
+@router.post("/{name}/move", response_model=VolumeOut, responses=responses(404, 409, 422, 503))
+def move_volume(name: str, body: MoveIn, request: Request, state: StateDep, _: AdminDep) -> Any:
+    """Hand the volume to another live node of the cluster: this node drains it, makes it
+    durable, releases its devices and gives the lease over; the answer is the volume as
+    its new owner serves it. Any node accepts the call (it runs on the owner)."""
+    if state.cluster is None:
+        raise InvalidState("move needs a cluster: this node runs without REQCRYPT_NODE_ID")
+    target = next((n for n in state.cluster.live_nodes() if n.node == body.node), None)
+    if not state.cluster.move(name, body.node) or target is None:
+        return volume_out(state.control.volume(name), state.control, state.nbd)
+    return wait_served(target.url, name, request.headers.get("authorization"), state)
+
+
+def wait_served(base: str, name: str, authorization: str | None, state: State) -> Any:
+    """The volume's info from ``base`` once that node serves it (within a lease or two)."""
+    headers = {FORWARDED_BY: state.settings.node_id or ""}
+    if authorization is not None:
+        headers["Authorization"] = authorization
+    deadline = time.monotonic() + 2 * state.settings.lease_seconds + 5
+    with httpx.Client(timeout=5) as http:
+        while True:
+            try:
+                answer = http.get(f"{base}/v1/volumes/{name}", headers=headers)
+                if answer.status_code == 200:
+                    return answer.json()
+            except httpx.HTTPError:
+                pass
+            if time.monotonic() > deadline:
+                raise Unavailable(
+                    f"volume {name} was handed over but its new owner does not serve it yet",
+                    retry_after=1,
+                )
+            time.sleep(0.1)
 
 
 @router.get("/{name}/status", responses=responses(404))

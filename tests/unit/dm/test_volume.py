@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 import threading
 import time
@@ -13,7 +14,7 @@ from app.blk.tuning import Tuning
 from app.dm.table import DeviceRef, parse_table
 from app.dm.volume import Volume
 from app.engine.registry import EngineRegistry
-from app.errors import InvalidState, KeyNotSet, Unavailable
+from app.errors import InvalidState, KeyNotSet, LeaseExpired, Unavailable
 from app.storage.memory import MemoryStore
 
 KEY = bytes(range(64)).hex()
@@ -280,3 +281,34 @@ def test_resume_with_a_new_table_drains_in_flight_writes_first() -> None:
             thread.join()
         volume.remove()
     assert errors == []
+
+
+def test_io_past_the_lease_deadline_is_refused_and_writes_nothing(volume: Volume) -> None:
+    volume.write(0, b"a" * 4096)
+    volume.fence(time.monotonic() - 1)
+    with pytest.raises(LeaseExpired):
+        volume.write(0, b"b" * 4096)
+    with pytest.raises(LeaseExpired):
+        volume.read(0, 4096)
+    volume.fence(math.inf)
+    assert volume.read(0, 4096) == b"a" * 4096
+
+
+def test_fencing_wakes_io_waiting_on_a_suspended_volume(volume: Volume) -> None:
+    volume.suspend_wait_seconds = 30
+    volume.suspend()
+    failures: list[BaseException] = []
+
+    def writer() -> None:
+        try:
+            volume.write(0, b"c" * 4096)
+        except BaseException as error:
+            failures.append(error)
+
+    thread = threading.Thread(target=writer)
+    thread.start()
+    time.sleep(0.2)
+    volume.fence(-math.inf)
+    thread.join(timeout=10)
+    assert not thread.is_alive()
+    assert [type(error) for error in failures] == [LeaseExpired]

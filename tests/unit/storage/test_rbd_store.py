@@ -11,7 +11,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from app.errors import AlreadyExists, DeviceBusy, Fenced, InvalidInput
+from app.errors import AlreadyExists, DeviceBusy, DeviceClaimed, Fenced, InvalidInput
 from app.storage.rbd import CephCluster, RbdStore
 from tests import ceph
 from tests.conformance import SIZE, BlockDeviceTests, read
@@ -112,7 +112,7 @@ def test_a_claimed_image_refuses_another_claim_and_its_writes(
     first, second = two_clients
     first.claim()
     first.write(0, b"1" * 512)
-    with pytest.raises(DeviceBusy, match="claimed by another node"):
+    with pytest.raises(DeviceClaimed, match="claimed by another node"):
         second.claim()
     with pytest.raises(Fenced, match="exclusive lock"):
         second.write(0, b"2" * 512)

@@ -1,0 +1,192 @@
+"""Cluster routing: a request for a volume this node does not serve goes to its owner.
+
+Installed only on a cluster node (REQCRYPT_NODE_ID). For ``/v1/volumes/{name}…``
+when ``name`` is not a volume this node serves, the owner is looked up in SQL
+(off the data path: a served volume costs one dict lookup here) and:
+
+- the data path (``/data``, ``/flush``, ``/discard``, ``/write-zeroes``) answers
+  **307** with ``Location`` = the owner's URL + the same path and query. 307 keeps
+  the method and body, curl ``-L`` and httpx ``follow_redirects`` follow it, and
+  the bytes then flow client → owner once instead of through a second node
+  (a proxy would double every transfer and tie up this node's sockets);
+- every control call (GET info/status/table, suspend, resume, load, message,
+  PATCH, rename, DELETE, move…) is **forwarded**: this node replays it to the
+  owner with the caller's headers (its token included) and relays the answer,
+  so a lifecycle change always runs on the owner, in its lock and its lease;
+- ``POST /v1/volumes`` (create) is forwarded to the least-loaded live node.
+
+A forwarded request carries ``Reqcrypt-Forwarded-By``; a node never forwards one
+again (an ownership change in between answers 503, retry). No owner alive (its
+lease expired, failover pending) answers 503 with Retry-After. A caller without
+a valid token is not routed: the local route answers 401 as everywhere.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import TYPE_CHECKING
+from urllib.parse import quote
+
+import anyio
+import httpx
+from starlette.exceptions import HTTPException
+from starlette.responses import Response
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from app.api.deps import authorize
+from app.api.problems import problem
+
+if TYPE_CHECKING:
+    from app.state import State
+
+FORWARDED_BY = "reqcrypt-forwarded-by"
+DATA_SUFFIXES = frozenset({"/data", "/flush", "/discard", "/write-zeroes"})
+_VOLUME_PATH = re.compile(r"^/v1/volumes/([^/]+)(/.*)?$")
+_HOP_BY_HOP = frozenset(
+    {
+        b"host",
+        b"connection",
+        b"keep-alive",
+        b"transfer-encoding",
+        b"te",
+        b"upgrade",
+        b"content-length",
+    }
+)
+
+
+class OwnerRouting:
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        state: State = scope["app"].state.reqcrypt
+        path: str = scope["path"]
+        match = _VOLUME_PATH.match(path)
+        create = path == "/v1/volumes" and scope["method"] == "POST"
+        local = match is not None and match.group(1) in state.control.volumes
+        if (
+            local  # first: a served volume's data path costs nothing more here
+            or (match is None and not create)
+            or _forwarded(scope)
+            or not _authorized(state, scope)
+        ):
+            await self.app(scope, receive, send)
+        elif match is None:
+            await self._place(state, scope, receive, send)
+        else:
+            await self._route(state, scope, receive, send, match.group(1), match.group(2) or "")
+
+    async def _route(
+        self, state: State, scope: Scope, receive: Receive, send: Send, name: str, suffix: str
+    ) -> None:
+        assert state.cluster is not None
+        owner = await anyio.to_thread.run_sync(state.cluster.leases.owner_of, name)
+        if owner is None:  # no such volume: the local route answers 404
+            await self.app(scope, receive, send)
+            return
+        if not owner.live or owner.url is None:
+            await _unavailable(
+                scope,
+                send,
+                f"volume {name} has no live owner (node {owner.node or 'none'}); "
+                "another node takes it over within a lease",
+            )
+            return
+        if owner.node == state.cluster.node:
+            await _unavailable(
+                scope, send, f"volume {name} is being taken over by this node; retry"
+            )
+            return
+        if suffix in DATA_SUFFIXES:
+            location = owner.url + quote(scope["path"])
+            if scope["query_string"]:
+                location += "?" + scope["query_string"].decode("latin-1")
+            await _drain(receive)
+            response = Response(status_code=307, headers={"Location": location})
+            await response(scope, receive, send)
+            return
+        await forward(state, scope, receive, send, owner.url)
+
+    async def _place(self, state: State, scope: Scope, receive: Receive, send: Send) -> None:
+        assert state.cluster is not None
+        target = await anyio.to_thread.run_sync(state.cluster.place)
+        if target is None or target.node == state.cluster.node:
+            await self.app(scope, receive, send)
+            return
+        await forward(state, scope, receive, send, target.url)
+
+
+def _forwarded(scope: Scope) -> bool:
+    return any(key == FORWARDED_BY.encode() for key, _ in scope["headers"])
+
+
+def _authorized(state: State, scope: Scope) -> bool:
+    header = next((v for k, v in scope["headers"] if k == b"authorization"), None)
+    try:
+        authorize(state, header.decode("latin-1") if header is not None else None)
+    except HTTPException:
+        return False
+    return True
+
+
+async def _drain(receive: Receive) -> None:
+    """Consume an unread request body, so the connection can carry the next request."""
+    while True:
+        message = await receive()
+        if message["type"] != "http.request" or not message.get("more_body"):
+            return
+
+
+async def _read_body(receive: Receive) -> bytes:
+    chunks = []
+    while True:
+        message = await receive()
+        if message["type"] != "http.request":
+            break
+        chunks.append(message.get("body", b""))
+        if not message.get("more_body"):
+            break
+    return b"".join(chunks)
+
+
+async def _unavailable(scope: Scope, send: Send, detail: str) -> None:
+    response = problem(503, detail, instance=scope["path"], headers={"Retry-After": "1"})
+    await response(scope, _no_body, send)
+
+
+async def _no_body() -> dict[str, object]:
+    return {"type": "http.disconnect"}
+
+
+async def forward(state: State, scope: Scope, receive: Receive, send: Send, base: str) -> None:
+    """Replay a control request to ``base`` (another node) and relay its answer."""
+    assert state.cluster is not None
+    assert state.forwarder is not None
+    body = await _read_body(receive)
+    headers = [
+        (key.decode("latin-1"), value.decode("latin-1"))
+        for key, value in scope["headers"]
+        if key not in _HOP_BY_HOP
+    ]
+    headers.append((FORWARDED_BY, state.cluster.node))
+    url = base + quote(scope["path"])
+    if scope["query_string"]:
+        url += "?" + scope["query_string"].decode("latin-1")
+    try:
+        answer = await state.forwarder.request(scope["method"], url, headers=headers, content=body)
+    except httpx.HTTPError as error:
+        await _unavailable(
+            scope, send, f"the owner node at {base} did not answer ({type(error).__name__}); retry"
+        )
+        return
+    relayed = {
+        key: value
+        for key, value in answer.headers.items()
+        if key.lower().encode() not in _HOP_BY_HOP and key.lower() != "content-encoding"
+    }
+    response = Response(answer.content, status_code=answer.status_code, headers=relayed)
+    await response(scope, _no_body, send)

@@ -1,0 +1,202 @@
+"""One node of a cluster: several ``reqcrypt serve`` sharing PostgreSQL and the devices.
+
+Each volume is served by exactly one node, the holder of its lease
+(``app.db.leases``). A background thread ticks every ``renew_interval``
+(a third of the lease by default) and, in this order:
+
+1. heartbeats (the ``nodes`` row other nodes place volumes and redirect by);
+2. renews every lease it holds in one statement; a volume whose lease was not
+   renewed is dropped at once without writing (``Control.renewed``), and every
+   I/O on a volume is refused past the local deadline of its last renewal even
+   if this thread is late (``DataPath.lease_deadline``) — a node frozen past its
+   lease therefore never writes again for it;
+3. takes every lease that is free, expired, or handed to it (``move``), claims
+   the volume's devices with ``take_over`` and adopts the volume. A claim the
+   store refuses (a file-backed device still locked by a stopped, not dead,
+   previous owner) keeps the lease *pending*: renewed, retried every tick, the
+   volume unserved (503) until the old owner notices and lets go.
+
+So a volume fails over within about ``lease_seconds + renew_interval`` of its
+owner's death. Renewal never waits for the control plane's lock (a suspend may
+hold it while it drains); adoption takes it only when free, and a dropped
+volume's teardown waits for it in a thread of its own.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+import time
+from dataclasses import dataclass
+
+from app.control import Control
+from app.db.leases import Lease, Leases, NodeLoad
+from app.errors import DeviceClaimed, InvalidInput, ReqcryptError
+
+log = logging.getLogger("reqcrypt.cluster")
+
+
+@dataclass(slots=True)
+class ClusterStats:
+    takeovers: int = 0
+    """Leases taken (a failover, a move's target, a start)."""
+    leases_lost: int = 0
+    """Volumes dropped because their lease could not be renewed in time."""
+    claims_blocked: int = 0
+    """Claims a live previous holder refused (each retry counts)."""
+    tick_failures: int = 0
+
+
+class ClusterNode:
+    def __init__(
+        self,
+        control: Control,
+        leases: Leases,
+        *,
+        url: str,
+        lease_seconds: float,
+        renew_interval: float,
+    ) -> None:
+        self.control = control
+        self.leases = leases
+        self.node = leases.node
+        self.url = url
+        self.lease_seconds = lease_seconds
+        self.renew_interval = renew_interval
+        self.pending: dict[str, Lease] = {}
+        """uuid: leases taken whose devices a live previous holder still claims."""
+        self.leaving: set[str] = set()
+        """uuid: volumes being moved away (dropped here, not yet handed over)."""
+        self.stats = ClusterStats()
+        self.last_heartbeat: float | None = None
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._tick_lock = threading.Lock()
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def start(self) -> None:
+        """One tick before serving (adopt what is ours or free), then the thread."""
+        self.tick()
+        self._thread = threading.Thread(target=self._run, name="reqcrypt-leases", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        """A clean stop: drop every volume durably and release its lease at once, so
+        another node takes it in one tick instead of a lease."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=self.lease_seconds + 5)
+        with self._tick_lock:
+            for name in list(self.control.volumes):
+                try:
+                    lease = self.control.drop(name, graceful=True)
+                    if lease is not None:
+                        self.leases.release(lease.uuid, lease.epoch)
+                except Exception:
+                    log.exception("could not hand volume %s back cleanly", name)
+            for lease in self.pending.values():
+                self.leases.release(lease.uuid, lease.epoch)
+            self.pending.clear()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.renew_interval):
+            try:
+                self.tick()
+            except Exception:
+                self.stats.tick_failures += 1
+                log.exception("lease tick failed")
+
+    # ------------------------------------------------------------------ tick
+
+    def tick(self) -> None:
+        with self._tick_lock:
+            started = time.monotonic()
+            self.leases.heartbeat(self.url)
+            self.last_heartbeat = started
+            self._renew(started)
+            self._take(started)
+
+    def _renew(self, started: float) -> None:
+        held = {uuid: holding.lease.epoch for uuid, holding in self.control.held.items()}
+        held.update({uuid: lease.epoch for uuid, lease in self.pending.items()})
+        renewed = self.leases.renew(held)
+        deadline = started + self.lease_seconds
+        lost = self.control.renewed(held, renewed, deadline)
+        self.pending = {uuid: renewed[uuid] for uuid in self.pending if uuid in renewed}
+        for volume in lost:
+            self.stats.leases_lost += 1
+            log.warning("lost the lease on volume %s: fenced, dropping it", volume.name)
+            # Fenced already; the drop waits for the control lock, so not in this thread.
+            threading.Thread(
+                target=self._drop_lost, args=(volume.name,), name="reqcrypt-drop", daemon=True
+            ).start()
+
+    def _drop_lost(self, name: str) -> None:
+        with contextlib.suppress(ReqcryptError):  # already gone (removed meanwhile)
+            self.control.drop(name, graceful=False)
+
+    def _take(self, started: float) -> None:
+        """Adopt under the control lock, and only when it is free: a lifecycle call holding
+        it for seconds delays a takeover by a tick, never the next renewal."""
+        with self.control.lock_unless_busy() as locked:
+            if locked:
+                self._take_locked(started + self.lease_seconds)
+
+    def _take_locked(self, deadline: float) -> None:
+        for uuid, name in self.leases.claimable():
+            if uuid in self.control.held or uuid in self.leaving:
+                continue
+            lease = self.pending.get(uuid)
+            if lease is None:
+                lease = self.leases.take(uuid)
+                if lease is None:
+                    continue  # another node was quicker
+                self.stats.takeovers += 1
+            try:
+                self.control.adopt(lease, deadline, take_over=True)
+            except DeviceClaimed:
+                self.stats.claims_blocked += 1
+                if uuid not in self.pending:
+                    log.warning("volume %s: lease taken, its device still claimed; retrying", name)
+                self.pending[uuid] = lease
+                continue
+            except ReqcryptError as error:
+                log.warning("volume %s: cannot adopt (%s); lease released", name, error.detail)
+                self.pending.pop(uuid, None)
+                self.leases.release(uuid, lease.epoch)
+                continue
+            self.pending.pop(uuid, None)
+            log.info("volume %s: serving (epoch %d)", name, lease.epoch)
+
+    # ------------------------------------------------------------------ placement
+
+    def live_nodes(self) -> list[NodeLoad]:
+        return self.leases.live_nodes()
+
+    def place(self) -> NodeLoad | None:
+        """The live node owning the fewest volumes (ties: by name); None: no live node."""
+        nodes = self.live_nodes()
+        return min(nodes, key=lambda node: (node.volumes, node.node), default=None)
+
+    def move(self, name: str, target: str) -> bool:
+        """Hand a volume this node serves to ``target``: drain, flush, release the devices,
+        give the lease over. Returns False when ``target`` is this node (nothing to do)."""
+        if target == self.node:
+            self.control.volume(name)
+            return False
+        if target not in {node.node for node in self.live_nodes()}:
+            raise InvalidInput(f"node {target} is not a live node of the cluster")
+        uuid = self.control.volume(name).uuid
+        self.leaving.add(uuid)  # still ours in SQL until handed over: do not take it back
+        try:
+            lease = self.control.drop(name, graceful=True)
+            if lease is None or not self.leases.hand_over(lease.uuid, lease.epoch, target):
+                log.warning("volume %s: lease expired during the move; it fails over", name)
+        finally:
+            self.leaving.discard(uuid)
+        return True
+
+    def heartbeat_age(self) -> float | None:
+        return None if self.last_heartbeat is None else time.monotonic() - self.last_heartbeat

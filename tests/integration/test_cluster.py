@@ -1,0 +1,389 @@
+"""Several real ``reqcrypt serve`` nodes sharing one PostgreSQL and one data directory.
+
+Leases are short (3 s, renewed every 0.5 s) so failover happens in seconds; every
+wait polls towards a generous deadline, as the machine running the suite is busy.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.api.test_docs_guides import CLUSTER_METRIC
+from tests.conftest import ADMIN_TOKEN, fresh_postgres_database
+from tests.factories import xts_table
+from tests.integration.test_e2e_data import HEADERS, Server, pattern
+
+pytestmark = [pytest.mark.e2e, pytest.mark.postgres]
+
+LEASE = 3.0
+RENEW = 0.5
+MASTER_KEY = "5a" * 32
+SIZE = 1 << 20
+SETTLE = 30.0
+"""Longest wait for a node to notice something (a lease is 3 s; the machine is busy)."""
+
+
+class Node(Server):
+    def __init__(self, data_dir: Path, database_url: str, node_id: str) -> None:
+        super().__init__(
+            data_dir,
+            REQCRYPT_DATABASE_URL=database_url,
+            REQCRYPT_NODE_ID=node_id,
+            REQCRYPT_LEASE_SECONDS=str(LEASE),
+            REQCRYPT_LEASE_RENEW_SECONDS=str(RENEW),
+            REQCRYPT_MASTER_KEY=MASTER_KEY,
+            REQCRYPT_SUSPEND_WAIT_SECONDS="2",
+        )
+        self.node_id = node_id
+
+    def launch(self) -> None:
+        """Start without waiting for readiness (to race several nodes)."""
+        env = {
+            **os.environ,
+            "REQCRYPT_DATA_DIR": str(self.data_dir),
+            "REQCRYPT_ADMIN_TOKEN": ADMIN_TOKEN,
+            "REQCRYPT_PORT": str(self.port),
+            "REQCRYPT_LOG_LEVEL": "info",
+            **self.env,
+        }
+        reqcrypt = str(Path(sys.executable).with_name("reqcrypt"))
+        log = (self.data_dir.parent / f"node-{self.node_id}.log").open("ab")
+        self.process = subprocess.Popen([reqcrypt, "serve"], env=env, stdout=log, stderr=log)
+        log.close()
+
+    def start(self) -> None:
+        self.launch()
+        self.start_wait()
+
+    def start_wait(self) -> None:
+        """Ready within 2 minutes: several interpreters importing at once on a busy machine
+        take far longer than one."""
+        assert self.process is not None
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            assert self.process.poll() is None, f"node {self.node_id} exited"
+            try:
+                if httpx.get(f"{self.base}/readyz", timeout=2).status_code == 200:
+                    return
+            except httpx.TransportError:
+                pass
+            time.sleep(0.2)
+        raise AssertionError(f"node {self.node_id} never became ready")
+
+    def kill(self) -> None:
+        assert self.process is not None
+        self.process.kill()
+        self.process.wait(timeout=15)
+        self.process = None
+
+    def signal(self, sig: int) -> None:
+        assert self.process is not None
+        self.process.send_signal(sig)
+
+    def metric(self, name: str) -> float:
+        text = httpx.get(f"{self.base}/metrics", timeout=10).text
+        for line in text.splitlines():
+            if line.startswith(f'{name}{{node="{self.node_id}"}}'):
+                return float(line.split()[-1])
+        raise AssertionError(f"{name} not in /metrics")
+
+
+@pytest.fixture(scope="module")
+def pair(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Node, Node]]:
+    """Nodes a and b, started once for the tests that leave both running (each test uses
+    volumes of its own names)."""
+    if os.environ.get("REQCRYPT_SKIP_POSTGRES") == "1":
+        pytest.skip("REQCRYPT_SKIP_POSTGRES=1")
+    data_dir = tmp_path_factory.mktemp("pair") / "data"
+    with fresh_postgres_database() as url:
+        nodes = (Node(data_dir, url, "a"), Node(data_dir, url, "b"))
+        try:
+            for node in nodes:
+                node.launch()
+            for node in nodes:
+                node.start_wait()
+            yield nodes
+        finally:
+            for node in nodes:
+                if node.process is not None:
+                    node.stop()
+
+
+def owner_and_other(pair: tuple[Node, Node], name: str) -> tuple[Node, Node]:
+    shown = owner(pair[0], name)
+    assert shown is not None
+    return (pair[0], pair[1]) if shown["node"] == pair[0].node_id else (pair[1], pair[0])
+
+
+@pytest.fixture
+def cluster(tmp_path: Path, postgres_url: str) -> Iterator[Callable[[str], Node]]:
+    """``cluster("a")`` makes a node (not started); every node is stopped afterwards."""
+    nodes: list[Node] = []
+
+    def make(node_id: str) -> Node:
+        node = Node(tmp_path / "data", postgres_url, node_id)
+        nodes.append(node)
+        return node
+
+    yield make
+    for node in nodes:
+        if node.process is not None:
+            node.process.send_signal(signal.SIGCONT)
+            node.stop()
+
+
+def bearer_on_every_hop(request: httpx.Request) -> None:
+    """httpx (like curl -L without --location-trusted) drops Authorization when a redirect
+    leaves the origin, and another node is another origin: a request hook sets it again
+    on every request of the chain."""
+    request.headers["Authorization"] = HEADERS["Authorization"]
+
+
+def http(node: Node, *, follow: bool = False) -> httpx.Client:
+    return httpx.Client(
+        base_url=node.base,
+        headers=HEADERS,
+        timeout=60,
+        follow_redirects=follow,
+        event_hooks={"request": [bearer_on_every_hop]} if follow else {},
+    )
+
+
+def make_volume(node: Node, name: str = "v", device: str = "pv") -> None:
+    with http(node) as client:
+        response = client.post("/v1/devices", json={"name": device, "size_bytes": SIZE})
+        assert response.status_code == 201, response.text
+        response = client.post(
+            "/v1/volumes", json={"name": name, "table": xts_table(device, SIZE // 512)}
+        )
+        assert response.status_code == 201, response.text
+
+
+def write(client: httpx.Client, offset: int, data: bytes, name: str = "v") -> httpx.Response:
+    return client.put(
+        f"/v1/volumes/{name}/data",
+        content=data,
+        headers={"Content-Range": f"bytes {offset}-{offset + len(data) - 1}/*"},
+    )
+
+
+def read(client: httpx.Client, offset: int, length: int, name: str = "v") -> bytes:
+    response = client.get(
+        f"/v1/volumes/{name}/data", headers={"Range": f"bytes={offset}-{offset + length - 1}"}
+    )
+    assert response.status_code == 206, response.text
+    return response.content
+
+
+def owner(node: Node, name: str = "v") -> dict[str, Any] | None:
+    """The volume's owner as ``node`` answers (forwarded to the owner if need be)."""
+    with http(node) as client:
+        response = client.get(f"/v1/volumes/{name}")
+    if response.status_code != 200:
+        return None
+    answer: dict[str, Any] | None = response.json()["owner"]
+    return answer
+
+
+def wait_owner(node: Node, expected: str, name: str = "v") -> float:
+    """Seconds until ``node`` serves ``name`` itself (the owner it shows is ``expected``)."""
+    started = time.monotonic()
+    while time.monotonic() - started < SETTLE:
+        shown = owner(node, name)
+        if shown is not None and shown["node"] == expected:
+            return time.monotonic() - started
+        time.sleep(0.1)
+    raise AssertionError(f"{expected} never served volume {name}")
+
+
+def test_nodes_racing_for_one_free_lease_give_it_one_owner(
+    cluster: Callable[[str], Node],
+) -> None:
+    """Three processes: one creates the volume and stops (releasing its lease), then two
+    start at once and race to take it; both then name the same single owner."""
+    first = cluster("a")
+    first.start()
+    make_volume(first)
+    first.stop()
+    racers = [cluster("b"), cluster("c")]
+    for node in racers:
+        node.launch()
+    for node in racers:
+        node.start_wait()
+    deadline = time.monotonic() + SETTLE
+    while True:
+        owners = [owner(node) for node in racers]
+        if all(shown is not None for shown in owners) or time.monotonic() > deadline:
+            break
+        time.sleep(0.1)
+    assert owners[0] is not None
+    assert owners[1] is not None
+    assert owners[0]["node"] == owners[1]["node"]
+    owned = [node.metric("reqcrypt_node_volumes_owned") for node in racers]
+    assert sorted(owned) == [0, 1]
+    assert owners[0]["lease_epoch"] == 2  # created (1), then taken once more
+
+
+def test_a_killed_owner_fails_over_with_flushed_data_intact(
+    cluster: Callable[[str], Node],
+) -> None:
+    a, b = cluster("a"), cluster("b")
+    a.start()
+    b.start()
+    make_volume(a)
+    data = pattern(0, 65536)
+    with http(a) as client:
+        assert write(client, 0, data).status_code == 204
+        assert client.post("/v1/volumes/v/flush").status_code == 204
+    a.kill()
+    took = wait_owner(b, "b")
+    # The lease runs out (3 s), then b's next scan takes it (every 0.5 s).
+    assert took < LEASE + 10 * RENEW, took
+    with http(b) as client:
+        assert read(client, 0, 65536) == data
+    assert b.metric("reqcrypt_node_takeovers_total") >= 1
+
+
+def test_a_frozen_owner_drops_the_volume_without_writing(
+    cluster: Callable[[str], Node],
+) -> None:
+    """SIGSTOP the owner past its lease: b takes the lease but cannot claim the device file
+    (the stopped process still holds its lock: file-backed fencing), so nothing is served.
+    On SIGCONT the owner finds its lease gone, refuses the write it is sent, drops the
+    volume and its lock; then b serves the data as last flushed."""
+    a, b = cluster("a"), cluster("b")
+    a.start()
+    b.start()
+    make_volume(a)
+    before = pattern(0, 4096)
+    with http(a) as client:
+        assert write(client, 0, before).status_code == 204
+        assert client.post("/v1/volumes/v/flush").status_code == 204
+    a.signal(signal.SIGSTOP)
+    deadline = time.monotonic() + SETTLE
+    while b.metric("reqcrypt_node_volumes_pending") != 1:
+        assert time.monotonic() < deadline, "b never took the expired lease"
+        time.sleep(0.1)
+    with http(b) as client:
+        assert client.get("/v1/volumes/v").status_code == 503  # b owns it, cannot serve yet
+    a.signal(signal.SIGCONT)
+    with http(a) as client:
+        late = write(client, 0, b"\xff" * 4096)
+        assert late.status_code in (307, 503), late.status_code
+    wait_owner(b, "b")
+    with http(b) as client:
+        assert read(client, 0, 4096) == before
+    assert a.metric("reqcrypt_node_leases_lost_total") >= 1
+    assert a.metric("reqcrypt_node_volumes_owned") == 0
+
+
+def test_a_non_owner_redirects_the_data_path_to_the_owner(pair: tuple[Node, Node]) -> None:
+    make_volume(pair[1], "r", "pr")  # placed on the least-loaded live node
+    a, b = owner_and_other(pair, "r")
+    data = pattern(4096, 8192)
+    with http(b) as client:
+        redirect = write(client, 4096, data, "r")
+        assert redirect.status_code == 307
+        assert redirect.headers["Location"] == f"{a.base}/v1/volumes/r/data"
+        query = client.post("/v1/volumes/r/flush?x=1")
+        assert query.headers["Location"] == f"{a.base}/v1/volumes/r/flush?x=1"
+    with httpx.Client(base_url=b.base, headers=HEADERS, follow_redirects=True) as client:
+        assert write(client, 4096, data, "r").status_code == 401  # the token stayed behind
+    with http(b, follow=True) as client:
+        assert write(client, 4096, data, "r").status_code == 204
+        assert client.post("/v1/volumes/r/flush").status_code == 204
+        assert read(client, 4096, 8192, "r") == data
+    with http(a) as client:
+        assert read(client, 4096, 8192, "r") == data
+
+
+def test_volumes_are_placed_on_the_least_loaded_node(pair: tuple[Node, Node]) -> None:
+    loads = {node.node_id: node.metric("reqcrypt_node_volumes_owned") for node in pair}
+    lightest = min(loads, key=lambda node: (loads[node], node))
+    heaviest = next(node for node in pair if node.node_id != lightest)
+    make_volume(heaviest, "p", "pp")
+    shown = owner(heaviest, "p")
+    assert shown is not None
+    assert shown["node"] == lightest
+
+
+def test_lifecycle_calls_on_a_non_owner_run_on_the_owner(pair: tuple[Node, Node]) -> None:
+    make_volume(pair[0], "l", "pl")
+    a, b = owner_and_other(pair, "l")
+    with http(b) as via_b, http(a) as on_a:
+        suspended = via_b.post("/v1/volumes/l/suspend")
+        assert suspended.status_code == 200, suspended.text
+        assert suspended.json()["owner"]["node"] == a.node_id
+        assert on_a.get("/v1/volumes/l").json()["state"] == "suspended"
+        patched = via_b.patch("/v1/volumes/l", json={"dispatch_mode": "bio"})
+        assert patched.status_code == 200, patched.text
+        assert on_a.get("/v1/volumes/l").json()["dispatch_mode"] == "bio"
+        assert via_b.post("/v1/volumes/l/resume").status_code == 200
+        assert on_a.get("/v1/volumes/l").json()["state"] == "active"
+        missing = via_b.post("/v1/volumes/nope/suspend")
+        assert missing.status_code == 404
+        assert missing.headers["content-type"] == "application/problem+json"
+        bad = via_b.patch("/v1/volumes/l", json={"dispatch_mode": "sideways"})
+        assert bad.status_code == 422
+        assert on_a.get("/v1/volumes/l").json()["dispatch_mode"] == "bio"
+        anonymous = httpx.post(f"{b.base}/v1/volumes/l/suspend", timeout=10)
+        assert anonymous.status_code == 401
+        assert on_a.get("/v1/volumes/l").json()["state"] == "active"
+
+
+def test_move_hands_a_volume_to_another_node(pair: tuple[Node, Node]) -> None:
+    make_volume(pair[0], "m", "pm")
+    a, b = owner_and_other(pair, "m")
+    data = pattern(8192, 4096)
+    with http(a) as client:
+        assert write(client, 8192, data, "m").status_code == 204  # not flushed: moving does
+        moved = client.post("/v1/volumes/m/move", json={"node": b.node_id})
+        assert moved.status_code == 200, moved.text
+        assert moved.json()["owner"]["node"] == b.node_id
+        assert write(client, 0, data, "m").status_code == 307  # a no longer serves it
+        unknown = client.post("/v1/volumes/m/move", json={"node": "zz"})
+        assert unknown.status_code == 422  # forwarded to b, which knows no node zz
+    with http(b) as client:
+        assert read(client, 8192, 4096, "m") == data
+    with http(b) as client:  # and back again, asked of the node that does not own it
+        moved = client.post("/v1/volumes/m/move", json={"node": a.node_id})
+        assert moved.status_code == 200, moved.text
+        assert moved.json()["owner"]["node"] == a.node_id
+        assert moved.json()["owner"]["lease_epoch"] == 3  # created 1, taken by b 2, by a 3
+    with http(a) as client:
+        assert read(client, 8192, 4096, "m") == data
+
+
+def test_readiness_reports_the_database_and_the_node(pair: tuple[Node, Node]) -> None:
+    answer = httpx.get(f"{pair[0].base}/readyz", timeout=10).json()
+    assert answer["checks"]["database"] == "ok"
+    assert answer["checks"]["node"] == "ok"
+
+
+def test_the_cluster_metrics_named_in_operations_exist(pair: tuple[Node, Node]) -> None:
+    make_volume(pair[0], "mx", "pmx")
+    owner_node, _ = owner_and_other(pair, "mx")
+    exported = httpx.get(f"{owner_node.base}/metrics", timeout=10).text
+    operations = (Path(__file__).parents[2] / "docs" / "operations.md").read_text()
+    named = {
+        name
+        for name in re.findall(r"`(reqcrypt_[a-z_]+)`", operations)
+        if CLUSTER_METRIC.match(name)
+    }
+    assert len(named) >= 8
+    for metric in named:
+        assert re.search(rf"^{metric}{{", exported, flags=re.MULTILINE), metric
+    assert re.search(r'^reqcrypt_volume_lease_epoch{.*volume="mx"', exported, re.MULTILINE), (
+        exported[-3000:]
+    )
