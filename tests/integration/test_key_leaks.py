@@ -26,9 +26,11 @@ from tests.integration.test_deployment import free_port, wait_ready
 
 pytestmark = pytest.mark.e2e
 
-# A bug stand-in: any message containing "explode" fails the way int() does, echoing its input.
+# A bug stand-in: a schema-valid message naming the key in EXPLODE_ON fails the way int()
+# does, echoing its input (the key) into the exception.
 FAULTY_SERVE = textwrap.dedent(
     """
+    import os
     import sys
     import app.control
     from app.cli import main
@@ -36,7 +38,7 @@ FAULTY_SERVE = textwrap.dedent(
     original = app.control.Control.message
 
     def message(self, name, text, sector=0):
-        if "explode" in text:
+        if os.environ["EXPLODE_ON"] in text:
             int(text)
         return original(self, name, text, sector)
 
@@ -106,6 +108,7 @@ class RecordingServer:
             "REQCRYPT_PORT": str(self.port),
             "REQCRYPT_LOG_LEVEL": "debug",
             "REQCRYPT_SUSPEND_WAIT_SECONDS": "1",
+            "EXPLODE_ON": KEYS["exploding"],
         }
         with self.stdout.open("wb") as out, self.stderr.open("wb") as err:
             self.process = subprocess.Popen(
@@ -261,7 +264,7 @@ def scenario(admin: httpx.Client, io: httpx.Client) -> dict[str, int]:
         "explode",
         admin.post(
             "/v1/volumes/xts/message",
-            json={"message": f"key set {KEYS['exploding']} explode"},
+            json={"message": f"key set {KEYS['exploding']}"},
             headers={"Connection": "close"},  # uvicorn drops it after an exception reaches it
         ),
     )
