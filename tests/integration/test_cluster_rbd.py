@@ -8,6 +8,7 @@ and a frozen one can never write to the image again once it wakes.
 
 from __future__ import annotations
 
+import json
 import signal
 import time
 import uuid
@@ -74,6 +75,14 @@ def make_rbd_volume(node: Node) -> None:
         assert response.status_code == 201, response.text
 
 
+def blocklist(cluster: ceph.Cluster) -> set[str]:
+    """The client addresses the OSDs refuse (the first of the two lists printed: the
+    second holds address ranges)."""
+    printed = cluster.run("ceph", "osd", "blocklist", "ls", "--format", "json").strip()
+    listed, _ = json.JSONDecoder().raw_decode(printed)
+    return {entry["addr"] for entry in listed}
+
+
 def test_a_killed_rbd_owner_fails_over_with_flushed_data_intact(
     rbd_cluster: tuple[Callable[[str], Node], str], ceph_cluster: ceph.Cluster
 ) -> None:
@@ -116,6 +125,7 @@ def test_a_frozen_rbd_owner_is_blocklisted_and_never_writes_again(
     with http(a) as client:
         assert write(client, 0, before).status_code == 204
         assert client.post("/v1/volumes/v/flush").status_code == 204
+    blocklisted = blocklist(ceph_cluster)
     a.signal(signal.SIGSTOP)
     # Polled on b's metrics: a request b forwards to the frozen a would hang until its
     # forwarding timeout.
@@ -124,7 +134,7 @@ def test_a_frozen_rbd_owner_is_blocklisted_and_never_writes_again(
         assert time.monotonic() < deadline, "b never took the volume over from frozen a"
         time.sleep(0.1)
     assert b.metric("reqcrypt_node_volumes_pending") == 0  # no claim blocked: lock broken
-    assert ceph_cluster.run("ceph", "osd", "blocklist", "ls").count("127.0.0.1") >= 1
+    assert len(blocklist(ceph_cluster) - blocklisted) == 1  # a's client, by b's takeover
     with http(b) as client:
         assert read(client, 0, 4096) == before
     stored = ceph_cluster.export(image)
@@ -139,6 +149,10 @@ def test_a_frozen_rbd_owner_is_blocklisted_and_never_writes_again(
         assert time.monotonic() < deadline, "a never dropped the volume it lost"
         time.sleep(0.1)
     assert a.metric("reqcrypt_node_leases_lost_total") >= 1
+    ready = httpx.get(f"{a.base}/readyz", timeout=30)
+    assert ready.status_code == 503  # blocklisted for good: it must restart
+    assert "blocklisted" in ready.json()["checks"]["ceph"]
+    assert httpx.get(f"{b.base}/readyz", timeout=30).status_code == 200
     assert ceph_cluster.export(image) == stored
     with http(b) as client:
         assert read(client, 0, 4096) == before
