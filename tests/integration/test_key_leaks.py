@@ -261,7 +261,8 @@ def scenario(admin: httpx.Client, io: httpx.Client) -> dict[str, int]:
         "explode",
         admin.post(
             "/v1/volumes/xts/message",
-            json={"message": f"key set {KEYS['exploding']} explode"},
+            # one word after "key set", as the schema's message pattern requires
+            json={"message": f"key set {KEYS['exploding']}-explode"},
             headers={"Connection": "close"},  # uvicorn drops it after an exception reaches it
         ),
     )
