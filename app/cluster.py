@@ -10,7 +10,9 @@ Each volume is served by exactly one node, the holder of its lease
    I/O on a volume is refused past the local deadline of its last renewal even
    if this thread is late (``DataPath.lease_deadline``) — a node frozen past its
    lease therefore never writes again for it;
-3. takes every lease that is free, expired, or handed to it (``move``), claims
+3. unless its Ceph client was blocklisted (another node took over one of its RBD
+   devices: it must restart, ``/readyz`` fails), takes every lease that is free,
+   expired, or handed to it (``move``), claims
    the volume's devices with ``take_over`` and adopts the volume. A claim the
    store refuses (a file-backed device still locked by a stopped, not dead,
    previous owner) keeps the lease *pending*: renewed, retried every tick, the
@@ -140,6 +142,9 @@ class ClusterNode:
     def _take(self, started: float) -> None:
         """Adopt under the control lock, and only when it is free: a lifecycle call holding
         it for seconds delays a takeover by a tick, never the next renewal."""
+        ceph = self.control.devices.ceph
+        if ceph is not None and ceph.blocklisted:
+            return  # it could claim no image: leave every volume to the other nodes
         with self.control.lock_unless_busy() as locked:
             if locked:
                 self._take_locked(started + self.lease_seconds)

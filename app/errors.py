@@ -11,7 +11,6 @@ only through ``app.dm.table.redact``.
     ├── Conflict
     │   ├── AlreadyExists
     │   ├── DeviceBusy, VolumeBusy
-    │   ├── Fenced                (another node took the device over; this one may not write)
     │   │   └── DeviceClaimed     (another live process holds the device: a cluster node)
     │   ├── InvalidState          (wrong lifecycle state for the operation)
     │   ├── KeyNotSet
@@ -27,7 +26,8 @@ only through ``app.dm.table.redact``.
     ├── RequestTimeout            (a request body arrived too slowly)
     ├── TargetIOError             (error target, device failure)
     ├── Unavailable               (suspended too long; retry_after seconds)
-    │   └── LeaseExpired          (this node no longer owns the volume: fenced)
+    │   ├── LeaseExpired          (this node no longer owns the volume: fenced)
+    │   └── Fenced                (another node took the device over; this one may not write)
     └── BatchFailed               (some writes of a batch; the first one's cause)
 """
 
@@ -80,10 +80,6 @@ class DeviceBusy(Conflict):
 
 class VolumeBusy(Conflict):
     pass
-
-
-class Fenced(Conflict):
-    """The backing store refused I/O: another node claimed the device (and fenced this one)."""
 
 
 class DeviceClaimed(DeviceBusy):
@@ -154,6 +150,11 @@ class Unavailable(ReqcryptError):
     def __init__(self, detail: str, retry_after: int = 1) -> None:
         super().__init__(detail)
         self.retry_after = retry_after
+
+
+class Fenced(Unavailable):
+    """The backing store refused I/O: another node claimed the device (and fenced this
+    one). 503: the volume is served elsewhere, the caller retries and is redirected."""
 
 
 class LeaseExpired(Unavailable):

@@ -52,6 +52,8 @@ class CephCluster:
         self._rados: Any = None
         self._ioctxs: dict[str, Any] = {}
         self._lock = threading.Lock()
+        self.blocklisted = False
+        """Set once this connection is seen blocklisted: it never writes again (restart)."""
 
     def _connected(self) -> Any:
         if rados is None:
@@ -86,16 +88,30 @@ class CephCluster:
             return ioctx
 
     def ping(self) -> None:
-        """Ask the monitors for their status: what /readyz reports (connects if needed)."""
+        """Ask the monitors for their status and whether this connection is blocklisted:
+        what /readyz reports (connects if needed)."""
         with self._lock:
             cluster = self._connected()
-        command = json.dumps({"prefix": "mon stat", "format": "json"})
+        self._mon(cluster, "mon stat")
+        if not self.blocklisted:
+            listed = self._mon(cluster, "osd blocklist ls")
+            self.blocklisted = f'"{cluster.get_addrs()}"' in listed
+        if self.blocklisted:
+            raise Fenced(
+                "this node's Ceph client is blocklisted (another node took over one of its "
+                "RBD devices): it can no longer write to any image; restart it"
+            )
+
+    def _mon(self, cluster: Any, prefix: str) -> str:
+        command = json.dumps({"prefix": prefix, "format": "json"})
         try:
-            code, _, status = cluster.mon_command(command, b"", timeout=self.timeout_seconds)
+            code, out, status = cluster.mon_command(command, b"", timeout=self.timeout_seconds)
         except rados.Error as exc:
             raise Unavailable(f"Ceph monitors did not answer: {exc}") from None
         if code != 0:
             raise Unavailable(f"Ceph monitors answered {code}: {status}")
+        text: str = out.decode(errors="replace")
+        return text
 
     def close(self) -> None:
         with self._lock:
@@ -120,9 +136,18 @@ def _io_error(exc: Exception, what: str) -> NoReturn:
 class RbdStore(BackingStore):
     """One RBD image. librbd handles are thread-safe and drop the GIL inside every call."""
 
-    def __init__(self, ioctx: Any, image: str, size: int, *, create: bool = False) -> None:
+    def __init__(
+        self,
+        ioctx: Any,
+        image: str,
+        size: int,
+        *,
+        create: bool = False,
+        cluster: CephCluster | None = None,
+    ) -> None:
         self.image_name = image
         self._ioctx = ioctx
+        self._cluster = cluster
         if create:
             try:
                 rbd.RBD().create(
@@ -142,12 +167,17 @@ class RbdStore(BackingStore):
     def size(self) -> int:
         return self._size
 
+    def _failed(self, exc: Exception, what: str) -> NoReturn:
+        if self._cluster is not None and getattr(exc, "errno", None) == errno.ESHUTDOWN:
+            self._cluster.blocklisted = True
+        _io_error(exc, what)
+
     def read_into(self, offset: int, buffer: memoryview) -> None:
         self.check_range(offset, len(buffer))
         try:
             buffer[:] = self._image.read(offset, len(buffer))
         except rbd.Error as exc:
-            _io_error(exc, f"read of {self.image_name}")
+            self._failed(exc, f"read of {self.image_name}")
 
     def write(self, offset: int, data: Buffer) -> None:
         view = memoryview(data).cast("B")
@@ -155,7 +185,7 @@ class RbdStore(BackingStore):
         try:
             self._image.write(bytes(view), offset)
         except rbd.Error as exc:
-            _io_error(exc, f"write to {self.image_name}")
+            self._failed(exc, f"write to {self.image_name}")
 
     def readv_into(self, offset: int, buffers: Sequence[memoryview]) -> None:
         """One librbd read for the whole request, scattered into its segments.
@@ -174,7 +204,7 @@ class RbdStore(BackingStore):
         try:
             data = memoryview(self._image.read(offset, length))
         except rbd.Error as exc:
-            _io_error(exc, f"read of {self.image_name}")
+            self._failed(exc, f"read of {self.image_name}")
         position = 0
         for view in views:
             view[:] = data[position : position + len(view)]
@@ -191,27 +221,27 @@ class RbdStore(BackingStore):
         try:
             self._image.write(data, offset)
         except rbd.Error as exc:
-            _io_error(exc, f"write to {self.image_name}")
+            self._failed(exc, f"write to {self.image_name}")
 
     def flush(self) -> None:
         try:
             self._image.flush()
         except rbd.Error as exc:
-            _io_error(exc, f"flush of {self.image_name}")
+            self._failed(exc, f"flush of {self.image_name}")
 
     def discard(self, offset: int, length: int) -> None:
         self.check_range(offset, length)
         try:
             self._image.discard(offset, length)
         except rbd.Error as exc:
-            _io_error(exc, f"discard on {self.image_name}")
+            self._failed(exc, f"discard on {self.image_name}")
 
     def write_zeroes(self, offset: int, length: int) -> None:
         self.check_range(offset, length)
         try:
             self._image.write_zeroes(offset, length)
         except rbd.Error as exc:
-            _io_error(exc, f"write-zeroes on {self.image_name}")
+            self._failed(exc, f"write-zeroes on {self.image_name}")
 
     def allocated_bytes(self) -> int:
         """Bytes of the objects that exist (object granularity, from the object map)."""
@@ -238,7 +268,7 @@ class RbdStore(BackingStore):
                 f"RBD image {self.image_name} is claimed by another node (take over to fence it)"
             ) from None
         except rbd.Error as exc:
-            _io_error(exc, f"claim of {self.image_name}")
+            self._failed(exc, f"claim of {self.image_name}")
 
     def release(self) -> None:
         """Give the lock up; nothing to do when this client does not hold it."""
@@ -247,7 +277,7 @@ class RbdStore(BackingStore):
                 return
             self._image.lock_release()
         except rbd.Error as exc:
-            _io_error(exc, f"release of {self.image_name}")
+            self._failed(exc, f"release of {self.image_name}")
 
     def close(self) -> None:
         if self._image is not None:

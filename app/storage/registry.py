@@ -81,7 +81,13 @@ class DeviceRegistry:
             raise InvalidInput("store rbd is not available: REQCRYPT_CEPH_CONF is not set")
         assert placement.pool is not None
         assert placement.image is not None
-        return RbdStore(self.ceph.ioctx(placement.pool), placement.image, size_bytes, create=create)
+        return RbdStore(
+            self.ceph.ioctx(placement.pool),
+            placement.image,
+            size_bytes,
+            create=create,
+            cluster=self.ceph,
+        )
 
     def get(self, name: str) -> BackingStore:
         try:

@@ -221,3 +221,34 @@ def test_release_without_a_claim_is_a_no_op(two_clients: tuple[RbdStore, RbdStor
     first.release()
     second.claim()  # nothing managed held it
     assert read(second, 0, 512) == b"w" * 512
+
+
+@pytest.mark.parametrize("noticed_by", ["ping", "write"])
+def test_a_taken_over_connection_knows_it_is_blocklisted(
+    ceph_cluster: ceph.Cluster, image: str, noticed_by: str
+) -> None:
+    """What keeps a fenced node from adopting volumes and fails its /readyz: the monitors'
+    blocklist (asked by ``ping``), or the first I/O the OSDs refuse."""
+    old, new = CephCluster(ceph_cluster.conf), CephCluster(ceph_cluster.conf)
+    first = RbdStore(old.ioctx(ceph.POOL), image, SIZE, create=True, cluster=old)
+    second = RbdStore(new.ioctx(ceph.POOL), image, SIZE, cluster=new)
+    try:
+        first.claim()
+        old.ping()
+        second.claim(take_over=True)
+        assert not old.blocklisted  # nothing asked yet
+        if noticed_by == "write":
+            with pytest.raises(Fenced, match="blocklisted"):
+                first.write(0, b"x" * 512)
+            assert old.blocklisted
+        with pytest.raises(Fenced, match="restart"):
+            old.ping()
+        assert old.blocklisted
+        new.ping()
+        assert not new.blocklisted
+    finally:
+        first.close()
+        second.release()
+        second.close()
+        old.close()
+        new.close()

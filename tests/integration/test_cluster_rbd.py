@@ -1,0 +1,158 @@
+"""Two real cluster nodes sharing PostgreSQL and the throwaway Ceph cluster: failover and
+fencing of a volume on an RBD device, where the image's exclusive lock does the fencing.
+
+A node taking a volume over breaks the previous holder's lock (``claim(take_over=True)``),
+which blocklists that holder's librados client: a dead owner cannot block the takeover,
+and a frozen one can never write to the image again once it wakes.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests import ceph
+from tests.factories import xts_table
+from tests.integration.test_cluster import (
+    LEASE,
+    RENEW,
+    SETTLE,
+    Node,
+    http,
+    read,
+    wait_owner,
+    write,
+)
+from tests.integration.test_e2e_data import pattern
+
+pytestmark = [pytest.mark.e2e, pytest.mark.postgres, pytest.mark.ceph]
+
+SIZE = 4 << 20
+
+
+@pytest.fixture
+def rbd_cluster(
+    tmp_path: Path, postgres_url: str, ceph_cluster: ceph.Cluster
+) -> Iterator[tuple[Callable[[str], Node], str]]:
+    """``make("a")`` makes a node on the Ceph cluster (not started), and the image prefix
+    of this test; every node is stopped and every image of the test removed afterwards."""
+    prefix = f"c{uuid.uuid4().hex[:8]}-"
+    nodes: list[Node] = []
+
+    def make(node_id: str) -> Node:
+        node = Node(tmp_path / "data", postgres_url, node_id)
+        node.env["REQCRYPT_CEPH_CONF"] = str(ceph_cluster.conf)
+        node.env["REQCRYPT_RBD_IMAGE_PREFIX"] = prefix
+        nodes.append(node)
+        return node
+
+    yield make, prefix
+    for node in nodes:
+        if node.process is not None:
+            node.process.send_signal(signal.SIGCONT)
+            node.stop()
+    for image in ceph_cluster.images():
+        if image.startswith(prefix):
+            ceph_cluster.run("rbd", "rm", f"{ceph.POOL}/{image}")
+
+
+def make_rbd_volume(node: Node) -> None:
+    with http(node) as client:
+        response = client.post(
+            "/v1/devices", json={"name": "pv", "size_bytes": SIZE, "store": "rbd"}
+        )
+        assert response.status_code == 201, response.text
+        response = client.post(
+            "/v1/volumes", json={"name": "v", "table": xts_table("pv", SIZE // 512)}
+        )
+        assert response.status_code == 201, response.text
+
+
+def blocklist(cluster: ceph.Cluster) -> set[str]:
+    """The client addresses the OSDs refuse (the first of the two lists printed: the
+    second holds address ranges)."""
+    printed = cluster.run("ceph", "osd", "blocklist", "ls", "--format", "json").strip()
+    listed, _ = json.JSONDecoder().raw_decode(printed)
+    return {entry["addr"] for entry in listed}
+
+
+def test_a_killed_rbd_owner_fails_over_with_flushed_data_intact(
+    rbd_cluster: tuple[Callable[[str], Node], str], ceph_cluster: ceph.Cluster
+) -> None:
+    """SIGKILL the owner while it holds the image's lock: the survivor breaks the dead
+    client's lock once the lease runs out and serves every write flushed before."""
+    make, _ = rbd_cluster
+    a, b = make("a"), make("b")
+    a.start()
+    b.start()
+    make_rbd_volume(a)
+    data = pattern(0, 65536)
+    with http(a) as client:
+        assert write(client, 0, data).status_code == 204
+        assert client.post("/v1/volumes/v/flush").status_code == 204
+    a.kill()
+    took = wait_owner(b, "b")
+    assert took < LEASE + 10 * RENEW, took
+    with http(b) as client:
+        assert read(client, 0, 65536) == data
+        assert write(client, 65536, data).status_code == 204  # b holds the lock now
+        assert client.post("/v1/volumes/v/flush").status_code == 204
+        assert read(client, 65536, 65536) == data
+    assert b.metric("reqcrypt_node_takeovers_total") >= 1
+
+
+def test_a_frozen_rbd_owner_is_blocklisted_and_never_writes_again(
+    rbd_cluster: tuple[Callable[[str], Node], str], ceph_cluster: ceph.Cluster
+) -> None:
+    """SIGSTOP the owner past its lease: unlike a file-backed device (whose lock the
+    stopped process keeps), b breaks the image's lock, blocklisting a, and serves the
+    data as last flushed at once. On SIGCONT a's late write is refused, the image's
+    bytes stay as they were, and a drops the volume."""
+    make, prefix = rbd_cluster
+    image = f"{prefix}pv"
+    a, b = make("a"), make("b")
+    a.start()
+    b.start()
+    make_rbd_volume(a)
+    before = pattern(0, 4096)
+    with http(a) as client:
+        assert write(client, 0, before).status_code == 204
+        assert client.post("/v1/volumes/v/flush").status_code == 204
+    blocklisted = blocklist(ceph_cluster)
+    a.signal(signal.SIGSTOP)
+    # Polled on b's metrics: a request b forwards to the frozen a would hang until its
+    # forwarding timeout.
+    deadline = time.monotonic() + SETTLE
+    while b.metric("reqcrypt_node_volumes_owned") != 1:  # served while a is still frozen
+        assert time.monotonic() < deadline, "b never took the volume over from frozen a"
+        time.sleep(0.1)
+    assert b.metric("reqcrypt_node_volumes_pending") == 0  # no claim blocked: lock broken
+    assert len(blocklist(ceph_cluster) - blocklisted) == 1  # a's client, by b's takeover
+    with http(b) as client:
+        assert read(client, 0, 4096) == before
+    stored = ceph_cluster.export(image)
+    a.signal(signal.SIGCONT)
+    with http(a) as client:
+        late = write(client, 0, b"\xff" * 4096)
+        assert late.status_code in (307, 503), late.status_code
+        flushed = client.post("/v1/volumes/v/flush")
+        assert flushed.status_code in (307, 503), flushed.status_code
+    deadline = time.monotonic() + SETTLE
+    while a.metric("reqcrypt_node_volumes_owned") != 0:
+        assert time.monotonic() < deadline, "a never dropped the volume it lost"
+        time.sleep(0.1)
+    assert a.metric("reqcrypt_node_leases_lost_total") >= 1
+    ready = httpx.get(f"{a.base}/readyz", timeout=30)
+    assert ready.status_code == 503  # blocklisted for good: it must restart
+    assert "blocklisted" in ready.json()["checks"]["ceph"]
+    assert httpx.get(f"{b.base}/readyz", timeout=30).status_code == 200
+    assert ceph_cluster.export(image) == stored
+    with http(b) as client:
+        assert read(client, 0, 4096) == before
