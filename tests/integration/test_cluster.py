@@ -178,6 +178,12 @@ def write(client: httpx.Client, offset: int, data: bytes, name: str = "v") -> ht
     )
 
 
+def write_flushed(client: httpx.Client, offset: int, data: bytes, name: str = "v") -> None:
+    """A write the volume acknowledged, then a completed flush: data that must survive."""
+    assert write(client, offset, data, name).status_code == 204
+    assert client.post(f"/v1/volumes/{name}/flush").status_code == 204
+
+
 def read(client: httpx.Client, offset: int, length: int, name: str = "v") -> bytes:
     response = client.get(
         f"/v1/volumes/{name}/data", headers={"Range": f"bytes={offset}-{offset + length - 1}"}
@@ -244,8 +250,7 @@ def test_a_killed_owner_fails_over_with_flushed_data_intact(
     make_volume(a)
     data = pattern(0, 65536)
     with http(a) as client:
-        assert write(client, 0, data).status_code == 204
-        assert client.post("/v1/volumes/v/flush").status_code == 204
+        write_flushed(client, 0, data)
     a.kill()
     took = wait_owner(b, "b")
     # The lease runs out (3 s), then b's next scan takes it (every 0.5 s).
@@ -268,8 +273,7 @@ def test_a_frozen_owner_drops_the_volume_without_writing(
     make_volume(a)
     before = pattern(0, 4096)
     with http(a) as client:
-        assert write(client, 0, before).status_code == 204
-        assert client.post("/v1/volumes/v/flush").status_code == 204
+        write_flushed(client, 0, before)
     a.signal(signal.SIGSTOP)
     deadline = time.monotonic() + SETTLE
     while b.metric("reqcrypt_node_volumes_pending") != 1:
@@ -301,8 +305,7 @@ def test_a_non_owner_redirects_the_data_path_to_the_owner(pair: tuple[Node, Node
     with httpx.Client(base_url=b.base, headers=HEADERS, follow_redirects=True) as client:
         assert write(client, 4096, data, "r").status_code == 401  # the token stayed behind
     with http(b, follow=True) as client:
-        assert write(client, 4096, data, "r").status_code == 204
-        assert client.post("/v1/volumes/r/flush").status_code == 204
+        write_flushed(client, 4096, data, "r")
         assert read(client, 4096, 8192, "r") == data
     with http(a) as client:
         assert read(client, 4096, 8192, "r") == data

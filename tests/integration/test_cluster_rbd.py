@@ -29,6 +29,7 @@ from tests.integration.test_cluster import (
     read,
     wait_owner,
     write,
+    write_flushed,
 )
 from tests.integration.test_e2e_data import pattern
 
@@ -95,15 +96,13 @@ def test_a_killed_rbd_owner_fails_over_with_flushed_data_intact(
     make_rbd_volume(a)
     data = pattern(0, 65536)
     with http(a) as client:
-        assert write(client, 0, data).status_code == 204
-        assert client.post("/v1/volumes/v/flush").status_code == 204
+        write_flushed(client, 0, data)
     a.kill()
     took = wait_owner(b, "b")
     assert took < LEASE + 10 * RENEW, took
     with http(b) as client:
         assert read(client, 0, 65536) == data
-        assert write(client, 65536, data).status_code == 204  # b holds the lock now
-        assert client.post("/v1/volumes/v/flush").status_code == 204
+        write_flushed(client, 65536, data)  # b holds the lock now
         assert read(client, 65536, 65536) == data
     assert b.metric("reqcrypt_node_takeovers_total") >= 1
 
@@ -123,8 +122,7 @@ def test_a_frozen_rbd_owner_is_blocklisted_and_never_writes_again(
     make_rbd_volume(a)
     before = pattern(0, 4096)
     with http(a) as client:
-        assert write(client, 0, before).status_code == 204
-        assert client.post("/v1/volumes/v/flush").status_code == 204
+        write_flushed(client, 0, before)
     blocklisted = blocklist(ceph_cluster)
     a.signal(signal.SIGSTOP)
     # Polled on b's metrics: a request b forwards to the frozen a would hang until its
