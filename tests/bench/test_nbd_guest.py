@@ -26,9 +26,9 @@ import pytest
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 
 from tests.factories import XTS_KEY, xts_table
-from tests.integration.test_nbd_clients import NbdServer, export
 from tests.linux_guest import Disk, GuestImage, GuestRun, GuestUnavailable, boot, find_image
 from tests.nbd.certs import make_pki
+from tests.nbd.servers import NbdServer, export, running
 from tests.unit.crypto.test_kernel_fixtures import CASES, stream
 
 pytestmark = pytest.mark.bench
@@ -75,30 +75,16 @@ def image() -> GuestImage:
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NbdServer]:
-    running = NbdServer(tmp_path_factory.mktemp("guest") / "data")
-    running.start()
-    try:
-        yield running
-    finally:
-        running.stop()
+    with running(tmp_path_factory.mktemp("guest") / "data") as nbd:
+        yield nbd
 
 
 @pytest.fixture(scope="module")
 def tls_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NbdServer]:
     """NBD with TLS forced and client certificates verified (qemu's tls-creds-x509)."""
     pki = make_pki(tmp_path_factory.mktemp("pki"))
-    running = NbdServer(tmp_path_factory.mktemp("guest-tls") / "data")
-    running.env.update(
-        REQCRYPT_NBD_TLS_CERT=str(pki / "server-cert.pem"),
-        REQCRYPT_NBD_TLS_KEY=str(pki / "server-key.pem"),
-        REQCRYPT_NBD_TLS_CA=str(pki / "ca-cert.pem"),
-    )
-    running.pki = pki  # type: ignore[attr-defined]
-    running.start()
-    try:
-        yield running
-    finally:
-        running.stop()
+    with running(tmp_path_factory.mktemp("guest-tls") / "data", pki) as nbd:
+        yield nbd
 
 
 @pytest.fixture
@@ -109,7 +95,7 @@ def http(server: NbdServer) -> Iterator[httpx.Client]:
 
 def nbd_disk(server: NbdServer, name: str) -> Disk:
     """The export as a virtio disk, over TLS when the server insists on it."""
-    if "REQCRYPT_NBD_TLS_CERT" not in server.env:
+    if server.pki is None:
         return Disk(name, server.uri(name))
     drive = (
         f"driver=nbd,server.type=inet,server.host=localhost,server.port={server.nbd_port},"
@@ -119,10 +105,9 @@ def nbd_disk(server: NbdServer, name: str) -> Disk:
 
 
 def tls_args(server: NbdServer) -> tuple[str, ...]:
-    if "REQCRYPT_NBD_TLS_CERT" not in server.env:
+    if server.pki is None:
         return ()
-    pki = server.pki  # type: ignore[attr-defined]
-    return ("-object", f"tls-creds-x509,id=tls0,dir={pki},endpoint=client")
+    return ("-object", f"tls-creds-x509,id=tls0,dir={server.pki},endpoint=client")
 
 
 def sha256(data: bytes) -> str:

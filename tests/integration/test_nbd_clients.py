@@ -13,51 +13,23 @@ import httpx
 import pytest
 
 from tests.factories import xts_table
-from tests.integration.test_deployment import free_port
-from tests.integration.test_e2e_data import Server
+from tests.nbd.servers import NbdServer, export, running
 from tests.unit.crypto.test_kernel_fixtures import CASES, stream
 
 pytestmark = pytest.mark.e2e
 MIB = 1 << 20
 
 
-class NbdServer(Server):
-    def __init__(self, data_dir: Path) -> None:
-        self.nbd_port = free_port()
-        super().__init__(data_dir, REQCRYPT_NBD_PORT=str(self.nbd_port))
-
-    def uri(self, name: str) -> str:
-        return f"nbd://127.0.0.1:{self.nbd_port}/{name}"
-
-
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NbdServer]:
-    running = NbdServer(tmp_path_factory.mktemp("nbd") / "data")
-    running.start()
-    try:
-        yield running
-    finally:
-        running.stop()
+    with running(tmp_path_factory.mktemp("nbd") / "data") as nbd:
+        yield nbd
 
 
 @pytest.fixture
 def http(server: NbdServer) -> Iterator[httpx.Client]:
     with server.client() as client:
         yield client
-
-
-def export(client: httpx.Client, name: str, size: int, table: str | None = None) -> None:
-    response = client.post("/v1/devices", json={"name": f"{name}-pv", "size_bytes": size})
-    assert response.status_code == 201, response.text
-    response = client.post(
-        "/v1/volumes",
-        json={
-            "name": name,
-            "table": table or xts_table(f"{name}-pv", size // 512),
-            "nbd_export": True,
-        },
-    )
-    assert response.status_code == 201, response.text
 
 
 def run(*command: str, cwd: Path | None = None) -> str:

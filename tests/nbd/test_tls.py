@@ -19,10 +19,9 @@ from app.main import create_app
 from app.nbd.protocol import Command, Option, Reply
 from tests.conftest import ADMIN_TOKEN
 from tests.factories import make_device, make_volume, xts_table
-from tests.integration.test_deployment import free_port
-from tests.integration.test_e2e_data import Server
 from tests.nbd.certs import make_pki
 from tests.nbd.client import RawClient
+from tests.nbd.servers import NbdServer, running
 
 MIB = 1 << 20
 
@@ -114,32 +113,20 @@ async def test_a_client_without_a_certificate_is_refused(app: FastAPI, pki: Path
 
 
 @pytest.fixture
-def tls_server(tmp_path: Path, pki: Path) -> Iterator[Server]:
-    port = free_port()
-    running = Server(
-        tmp_path / "data",
-        REQCRYPT_NBD_PORT=str(port),
-        REQCRYPT_NBD_TLS_CERT=str(pki / "server-cert.pem"),
-        REQCRYPT_NBD_TLS_KEY=str(pki / "server-key.pem"),
-        REQCRYPT_NBD_TLS_CA=str(pki / "ca-cert.pem"),
-    )
-    running.nbd_port = port  # type: ignore[attr-defined]
-    running.start()
-    try:
-        yield running
-    finally:
-        running.stop()
+def tls_server(tmp_path: Path, pki: Path) -> Iterator[NbdServer]:
+    with running(tmp_path / "data", pki) as nbd:
+        yield nbd
 
 
 @pytest.mark.e2e
 def test_nbdinfo_and_qemu_io_over_tls_with_client_certificates(
-    tls_server: Server, pki: Path
+    tls_server: NbdServer, pki: Path
 ) -> None:
     with tls_server.client() as http:
         assert http.post("/v1/devices", json={"name": "pv", "size_bytes": MIB}).is_success
         body = {"name": "vol", "table": xts_table("pv", 2048), "nbd_export": True}
         assert http.post("/v1/volumes", json=body).status_code == 201
-    port = tls_server.nbd_port  # type: ignore[attr-defined]
+    port = tls_server.nbd_port
     uri = f"nbds://localhost:{port}/vol?tls-certificates={pki}"
     result = subprocess.run(["nbdinfo", "--json", uri], capture_output=True, timeout=60)
     assert result.returncode == 0, result.stderr.decode()
