@@ -22,8 +22,8 @@ when ``name`` is not a volume this node serves, the owner is looked up in SQL
   a stacked volume is served where its lower volumes are (409 if they are served
   by different nodes).
 
-A forwarded request carries ``Reqcrypt-Forwarded-By``; a node never forwards one
-again (an ownership change in between answers 503, retry). No owner alive (its
+A forwarded or proxied request carries ``Reqcrypt-Forwarded-By``; a node never
+forwards one again (an ownership change in between answers 503, retry). No owner alive (its
 lease expired, failover pending) answers 503 with Retry-After. A caller without
 a valid token is not routed: the local route answers 401 as everywhere.
 """
@@ -78,14 +78,33 @@ class OwnerRouting:
         if (
             local  # first: a served volume's data path costs nothing more here
             or (match is None and not create)
-            or _forwarded(scope)
+            or (match is None and _forwarded(scope))
             or not _authorized(state, scope)
         ):
             await self.app(scope, receive, send)
+        elif match is not None and _forwarded(scope):
+            await self._moved_on(state, scope, receive, send, match.group(1))
         elif match is None:
             await self._place(state, scope, receive, send)
         else:
             await self._route(state, scope, receive, send, match.group(1), match.group(2) or "")
+
+    async def _moved_on(
+        self, state: State, scope: Scope, receive: Receive, send: Send, name: str
+    ) -> None:
+        """A forwarded or proxied request for a volume this node does not serve: its owner
+        changed on the way. Never passed on again (no loops): 503, the caller retries."""
+        assert state.cluster is not None
+        owner = await anyio.to_thread.run_sync(state.cluster.leases.owner_of, name)
+        if owner is None:  # no such volume: the local route answers 404
+            await self.app(scope, receive, send)
+            return
+        await _unavailable(
+            scope,
+            send,
+            f"volume {name} is served by node {owner.node or '(none yet)'}, not this one: "
+            "its owner changed while the request was forwarded; retry",
+        )
 
     async def _route(
         self, state: State, scope: Scope, receive: Receive, send: Send, name: str, suffix: str

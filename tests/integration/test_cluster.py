@@ -522,3 +522,19 @@ def test_a_proxying_node_streams_the_data_path_to_the_owner(
         assert stale.status_code == 412
     with http(a) as client:
         assert read(client, 4096, 262144) == data
+
+
+def test_a_forwarded_request_reaching_a_non_owner_is_not_passed_on(
+    pair: tuple[Node, Node],
+) -> None:
+    """The loop guard: a request another node forwarded or proxied here, for a volume this
+    node does not serve (its owner changed on the way), answers 503, never hops again."""
+    make_volume(pair[0], "f", "pf")
+    _, other = owner_and_other(pair, "f")
+    with http(other) as client:
+        hopped = client.get(
+            "/v1/volumes/f/data",
+            headers={"Range": "bytes=0-511", "Reqcrypt-Forwarded-By": "elsewhere"},
+        )
+    assert hopped.status_code == 503, hopped.text
+    assert hopped.headers["Retry-After"] == "1"
