@@ -18,6 +18,13 @@ Each volume is served by exactly one node, the holder of its lease
    previous owner) keeps the lease *pending*: renewed, retried every tick, the
    volume unserved (503) until the old owner notices and lets go.
 
+A stacked volume (its table maps ``/dev/mapper/<lower>``) can only be served by
+the node serving its lower volume, so a *stack* (``StackingGraph.stack_of``) lives
+on one node: a scan takes free leases bottom-up, adopting an upper volume right
+after its lower, and never takes an upper whose lower this node does not serve (it
+waits for the node that takes the lower); a move hands over the whole stack; a
+clean stop drops top-down.
+
 So a volume fails over within about ``lease_seconds + renew_interval`` of its
 owner's death. Renewal never waits for the control plane's lock (a suspend may
 hold it while it drains); adoption takes it only when free, and a dropped
@@ -34,6 +41,8 @@ from dataclasses import dataclass
 
 from app.control import Control
 from app.db.leases import Lease, Leases, NodeLoad
+from app.dm.stacking import stacking_order
+from app.dm.table import Table, parse_table
 from app.errors import DeviceClaimed, InvalidInput, ReqcryptError
 
 log = logging.getLogger("reqcrypt.cluster")
@@ -91,7 +100,7 @@ class ClusterNode:
         if self._thread is not None:
             self._thread.join(timeout=self.lease_seconds + 5)
         with self._tick_lock:
-            for name in list(self.control.volumes):
+            for name in reversed(self.control.stacking.bottom_up()):
                 try:
                     lease = self.control.drop(name, graceful=True)
                     if lease is not None:
@@ -150,9 +159,9 @@ class ClusterNode:
                 self._take_locked(started + self.lease_seconds)
 
     def _take_locked(self, deadline: float) -> None:
-        for uuid, name in self.leases.claimable():
-            if uuid in self.control.held or uuid in self.leaving:
-                continue
+        for uuid, name, lowers in self._claimable_bottom_up():
+            if not lowers <= self.control.volumes.keys():
+                continue  # its lower volume is pending here: not before it is served
             lease = self.pending.get(uuid)
             if lease is None:
                 lease = self.leases.take(uuid)
@@ -175,6 +184,32 @@ class ClusterNode:
             self.pending.pop(uuid, None)
             log.info("volume %s: serving (epoch %d)", name, lease.epoch)
 
+    def _claimable_bottom_up(self) -> list[tuple[str, str, set[str]]]:
+        """The leases to take now (uuid, name, the volumes its tables map), each after the
+        volumes it maps, leaving out a stacked volume whose lower volume this node neither
+        serves nor takes first."""
+        claimable = {
+            uuid: name
+            for uuid, name in self.leases.claimable()
+            if uuid not in self.control.held and uuid not in self.leaving
+        }
+        if not claimable:
+            return []
+        texts = self.leases.tables_of(list(claimable))
+        tables: dict[str, list[Table]] = {name: [] for name in self.control.volumes}
+        uuids = {}
+        for uuid, name in claimable.items():
+            tables[name] = [parse_table(text) for text in texts[uuid]]
+            uuids[name] = uuid
+        order, stranded = stacking_order(tables)
+        if stranded:
+            log.debug("waiting for the lower volumes of %s", ", ".join(stranded))
+        return [
+            (uuids[name], name, set().union(*(table.volume_names() for table in tables[name])))
+            for name in order
+            if name in uuids
+        ]
+
     # ------------------------------------------------------------------ placement
 
     def live_nodes(self) -> list[NodeLoad]:
@@ -186,21 +221,26 @@ class ClusterNode:
         return min(nodes, key=lambda node: (node.volumes, node.node), default=None)
 
     def move(self, name: str, target: str) -> bool:
-        """Hand a volume this node serves to ``target``: drain, flush, release the devices,
-        give the lease over. Returns False when ``target`` is this node (nothing to do)."""
+        """Hand a volume this node serves to ``target`` with its whole stack: drain, flush
+        and release each volume top-down, give the leases over bottom-up. Returns False
+        when ``target`` is this node (nothing to do)."""
         if target == self.node:
             self.control.volume(name)
             return False
         if target not in {node.node for node in self.live_nodes()}:
             raise InvalidInput(f"node {target} is not a live node of the cluster")
-        uuid = self.control.volume(name).uuid
-        self.leaving.add(uuid)  # still ours in SQL until handed over: do not take it back
+        self.control.volume(name)
+        stack = self.control.stacking.stack_of(name)
+        uuids = {self.control.volume(member).uuid for member in stack}
+        self.leaving.update(uuids)  # still ours in SQL until handed over: do not take back
         try:
-            lease = self.control.drop(name, graceful=True)
-            if lease is None or not self.leases.hand_over(lease.uuid, lease.epoch, target):
-                log.warning("volume %s: lease expired during the move; it fails over", name)
+            leases = {member: self.control.drop(member, graceful=True) for member in stack[::-1]}
+            for member in stack:  # lower volumes first: the target adopts them bottom-up
+                lease = leases[member]
+                if lease is None or not self.leases.hand_over(lease.uuid, lease.epoch, target):
+                    log.warning("volume %s: lease expired during the move; it fails over", member)
         finally:
-            self.leaving.discard(uuid)
+            self.leaving.difference_update(uuids)
         return True
 
     def heartbeat_age(self) -> float | None:

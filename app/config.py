@@ -148,6 +148,11 @@ class Settings(BaseSettings):
         default=None,
         description="the URL other nodes redirect and forward to; unset: http://HOST:PORT",
     )
+    cluster_data_path: Literal["redirect", "proxy"] = Field(
+        default="redirect",
+        description="how a node answers the data path of a volume another node owns: "
+        "307 to the owner (bytes cross the network once), or stream it through",
+    )
     lease_seconds: float = Field(
         default=6.0, ge=0.5, le=300, description="a volume lease lasts this long unless renewed"
     )

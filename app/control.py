@@ -37,6 +37,7 @@ from app.errors import (
     InvalidState,
     LeaseExpired,
     QuotaExceeded,
+    ServedElsewhere,
     Unavailable,
     VolumeBusy,
     VolumeNotFound,
@@ -144,7 +145,7 @@ class Control:
             if ref.name not in self.device_sizes:
                 raise DeviceNotFound(f"device {ref.name} not found")
             return self.device_sizes[ref.name] // SECTOR_SIZE
-        return self.volume(ref.name).size // SECTOR_SIZE
+        return self._lower(ref.name).size // SECTOR_SIZE
 
     def resolve(self, ref: DeviceRef) -> BlockDevice:
         """The object a table line maps onto; modelled devices accrue virtual time."""
@@ -154,7 +155,21 @@ class Control:
             if model is None:
                 return store
             return TimedDevice(store, self.engines.device_timer(model))
-        return self.volume(ref.name)
+        return self._lower(ref.name)
+
+    def _lower(self, name: str) -> Volume:
+        """A volume a table maps. A cluster node can only stack onto a volume it serves:
+        one another node serves is a conflict, named as such, not a missing volume."""
+        volume = self.volumes.get(name)
+        if volume is not None or self.membership is None:
+            return self.volume(name)
+        with self.records.transaction() as records:
+            node = records.owner_node(name)
+        raise ServedElsewhere(
+            f"volume {name} is served by node {node or '(none yet)'}, not this one: a volume "
+            f"that maps /dev/mapper/{name} must be served by the same node (create it "
+            f"through any node, it is placed there; or move volume {name} here first)"
+        )
 
     @contextmanager
     def _volume_tx(self, volume: Volume) -> Iterator[RecordsTx]:

@@ -13,6 +13,7 @@ only through ``app.dm.table.redact``.
     │   ├── DeviceBusy, VolumeBusy
     │   │   └── DeviceClaimed     (another live process holds the device: a cluster node)
     │   ├── InvalidState          (wrong lifecycle state for the operation)
+    │   ├── ServedElsewhere       (a table stacks onto a volume another cluster node serves)
     │   ├── KeyNotSet
     │   └── QuotaExceeded         (as many devices or volumes as the service allows)
     ├── InvalidInput
@@ -87,6 +88,10 @@ class DeviceClaimed(DeviceBusy):
 
 
 class InvalidState(Conflict):
+    pass
+
+
+class ServedElsewhere(Conflict):
     pass
 
 

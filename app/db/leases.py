@@ -22,7 +22,7 @@ from sqlalchemy import func, or_, select, update
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.orm import Session, sessionmaker
 
-from app.db.models import Node, Volume
+from app.db.models import Node, Volume, VolumeTable
 
 
 @dataclass(frozen=True, slots=True)
@@ -161,6 +161,20 @@ class Leases:
         statement = select(Volume.uuid, Volume.name).where(_free_or_mine(self.node))  # type: ignore[arg-type]
         with self.sessions() as session:
             return [(uuid, name) for uuid, name in session.execute(statement)]
+
+    def tables_of(self, uuids: list[str]) -> dict[str, list[str]]:
+        """uuid: the text of its live and inactive tables (keys zeroed, as stored), for
+        the stacking order of a takeover; it needs no key unwrapped."""
+        statement = (
+            select(Volume.uuid, VolumeTable.text)
+            .join(VolumeTable, VolumeTable.volume_id == Volume.id)
+            .where(Volume.uuid.in_(uuids))
+        )
+        texts: dict[str, list[str]] = {uuid: [] for uuid in uuids}
+        with self.sessions() as session:
+            for uuid, text in session.execute(statement):
+                texts[uuid].append(text)
+        return texts
 
     def owner_of(self, name: str) -> Owner | None:
         statement = (

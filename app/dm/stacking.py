@@ -1,4 +1,5 @@
-"""Who maps whom: the one answer for rename, remove, device delete, cycles and restart order.
+"""Who maps whom: the one answer for rename, remove, device delete, cycles, restart order,
+and what a cluster node must keep together (a *stack*).
 
 A volume's tables (live and inactive) map devices and other volumes. As in the
 kernel, where ``dmsetup load`` opens a table's devices before it is ever
@@ -48,6 +49,32 @@ class StackingGraph:
         return sum(
             key in table.devices() for volume in self._volumes.values() for table in volume.tables()
         )
+
+    def bottom_up(self) -> list[str]:
+        """Every volume, each after every volume its tables map (a clean stop drops them in
+        the reverse order, so no volume goes while another still maps it)."""
+        order, stranded = stacking_order({name: v.tables() for name, v in self._volumes.items()})
+        return order + stranded
+
+    def stack_of(self, name: str) -> list[str]:
+        """Every volume linked to ``name`` by mapping, either way, bottom-up: what must be
+        served by one node, so what moves together (a volume mapping two others takes
+        both along)."""
+        stack = {name}
+        pending = [name]
+        while pending:
+            current = pending.pop()
+            linked = set(self.volume_users(current))
+            volume = self._volumes.get(current)
+            if volume is not None:
+                linked.update(*(table.volume_names() for table in volume.tables()))
+            for other in linked - stack:
+                stack.add(other)
+                pending.append(other)
+        order, stranded = stacking_order(
+            {member: self._volumes[member].tables() for member in stack if member in self._volumes}
+        )
+        return order + stranded
 
     def would_cycle(self, name: str, table: Table) -> bool:
         """Would giving volume ``name`` this table make it map onto itself, at any depth?"""

@@ -21,7 +21,7 @@ import pytest
 
 from tests.api.test_docs_guides import CLUSTER_METRIC
 from tests.conftest import ADMIN_TOKEN, fresh_postgres_database
-from tests.factories import xts_table
+from tests.factories import XTS_KEY, xts_table
 from tests.integration.test_e2e_data import HEADERS, Server, pattern
 
 pytestmark = [pytest.mark.e2e, pytest.mark.postgres]
@@ -35,7 +35,7 @@ SETTLE = 30.0
 
 
 class Node(Server):
-    def __init__(self, data_dir: Path, database_url: str, node_id: str) -> None:
+    def __init__(self, data_dir: Path, database_url: str, node_id: str, **env: str) -> None:
         super().__init__(
             data_dir,
             REQCRYPT_DATABASE_URL=database_url,
@@ -44,6 +44,7 @@ class Node(Server):
             REQCRYPT_LEASE_RENEW_SECONDS=str(RENEW),
             REQCRYPT_MASTER_KEY=MASTER_KEY,
             REQCRYPT_SUSPEND_WAIT_SECONDS="2",
+            **env,
         )
         self.node_id = node_id
 
@@ -127,12 +128,13 @@ def owner_and_other(pair: tuple[Node, Node], name: str) -> tuple[Node, Node]:
 
 
 @pytest.fixture
-def cluster(tmp_path: Path, postgres_url: str) -> Iterator[Callable[[str], Node]]:
-    """``cluster("a")`` makes a node (not started); every node is stopped afterwards."""
+def cluster(tmp_path: Path, postgres_url: str) -> Iterator[Callable[..., Node]]:
+    """``cluster("a")`` makes a node (not started), ``cluster("b", REQCRYPT_…="…")`` one
+    with more settings; every node is stopped afterwards."""
     nodes: list[Node] = []
 
-    def make(node_id: str) -> Node:
-        node = Node(tmp_path / "data", postgres_url, node_id)
+    def make(node_id: str, **env: str) -> Node:
+        node = Node(tmp_path / "data", postgres_url, node_id, **env)
         nodes.append(node)
         return node
 
@@ -168,6 +170,18 @@ def make_volume(node: Node, name: str = "v", device: str = "pv") -> None:
             "/v1/volumes", json={"name": name, "table": xts_table(device, SIZE // 512)}
         )
         assert response.status_code == 201, response.text
+
+
+HALF = SIZE // 2
+
+
+def stack_on(node: Node, name: str, lower: str) -> httpx.Response:
+    """Create ``name`` over the second half of volume ``lower`` (the first half stays the
+    lower volume's own, to read both levels apart)."""
+    sectors = HALF // 512
+    table = f"0 {sectors} crypt aes-xts-plain64 {XTS_KEY} 0 /dev/mapper/{lower} {sectors}"
+    with http(node) as client:
+        return client.post("/v1/volumes", json={"name": name, "table": table})
 
 
 def write(client: httpx.Client, offset: int, data: bytes, name: str = "v") -> httpx.Response:
@@ -214,7 +228,7 @@ def wait_owner(node: Node, expected: str, name: str = "v") -> float:
 
 
 def test_nodes_racing_for_one_free_lease_give_it_one_owner(
-    cluster: Callable[[str], Node],
+    cluster: Callable[..., Node],
 ) -> None:
     """Three processes: one creates the volume and stops (releasing its lease), then two
     start at once and race to take it; both then name the same single owner."""
@@ -242,7 +256,7 @@ def test_nodes_racing_for_one_free_lease_give_it_one_owner(
 
 
 def test_a_killed_owner_fails_over_with_flushed_data_intact(
-    cluster: Callable[[str], Node],
+    cluster: Callable[..., Node],
 ) -> None:
     a, b = cluster("a"), cluster("b")
     a.start()
@@ -261,7 +275,7 @@ def test_a_killed_owner_fails_over_with_flushed_data_intact(
 
 
 def test_a_frozen_owner_drops_the_volume_without_writing(
-    cluster: Callable[[str], Node],
+    cluster: Callable[..., Node],
 ) -> None:
     """SIGSTOP the owner past its lease: b takes the lease but cannot claim the device file
     (the stopped process still holds its lock: file-backed fencing), so nothing is served.
@@ -390,3 +404,137 @@ def test_the_cluster_metrics_named_in_operations_exist(pair: tuple[Node, Node]) 
     assert re.search(r'^reqcrypt_volume_lease_epoch{.*volume="mx"', exported, re.MULTILINE), (
         exported[-3000:]
     )
+
+
+def test_a_stacked_volume_is_created_on_the_node_serving_its_lower_volume(
+    pair: tuple[Node, Node],
+) -> None:
+    make_volume(pair[0], "sl", "psl")
+    lower_owner, other = owner_and_other(pair, "sl")
+    for via, name in ((other, "su1"), (lower_owner, "su2")):
+        created = stack_on(via, name, "sl")
+        assert created.status_code == 201, created.text
+        assert created.json()["owner"]["node"] == lower_owner.node_id
+
+
+def test_a_table_stacking_onto_another_nodes_volume_is_a_conflict(
+    pair: tuple[Node, Node],
+) -> None:
+    make_volume(pair[0], "cl", "pcl")
+    make_volume(pair[0], "co", "pco")
+    lower_owner, other = owner_and_other(pair, "cl")
+    with http(lower_owner) as client:
+        moved = client.post("/v1/volumes/co/move", json={"node": other.node_id})
+        assert moved.status_code == 200, moved.text
+        table = "0 8 linear /dev/mapper/cl 0"
+        loaded = client.put("/v1/volumes/co/table", content=table)
+    assert loaded.status_code == 409, loaded.text
+    assert loaded.headers["content-type"] == "application/problem+json"
+    assert f"volume cl is served by node {lower_owner.node_id}" in loaded.json()["detail"]
+
+
+def test_a_stacked_volume_over_volumes_of_two_nodes_is_refused(pair: tuple[Node, Node]) -> None:
+    make_volume(pair[0], "tl", "ptl")
+    make_volume(pair[0], "to", "pto")
+    first, other = owner_and_other(pair, "tl")
+    with http(first) as client:
+        moved = client.post("/v1/volumes/to/move", json={"node": other.node_id})
+        assert moved.status_code == 200, moved.text
+    table = "0 8 linear /dev/mapper/tl 0\n8 8 linear /dev/mapper/to 0"
+    with http(first) as client:
+        refused = client.post("/v1/volumes", json={"name": "tu", "table": table})
+    assert refused.status_code == 409, refused.text
+    assert "served by different nodes" in refused.json()["detail"]
+
+
+def test_moving_a_lower_volume_moves_its_stack(pair: tuple[Node, Node]) -> None:
+    make_volume(pair[0], "ml", "pml")
+    assert stack_on(pair[0], "mu", "ml").status_code == 201
+    source, target = owner_and_other(pair, "ml")
+    lower_data, upper_data = pattern(0, 4096), pattern(4096, 4096)
+    with http(source) as client:
+        assert write(client, 0, lower_data, "ml").status_code == 204
+        assert write(client, 0, upper_data, "mu").status_code == 204  # moving flushes
+        moved = client.post("/v1/volumes/ml/move", json={"node": target.node_id})
+        assert moved.status_code == 200, moved.text
+    wait_owner(target, target.node_id, "mu")
+    with http(target) as client:
+        assert read(client, 0, 4096, "ml") == lower_data
+        assert read(client, 0, 4096, "mu") == upper_data
+
+
+def test_a_killed_owner_fails_over_a_stack_with_flushed_data_intact(
+    cluster: Callable[..., Node],
+) -> None:
+    """A 2-level stack (``up`` over half of ``lo``) on a, b started after: SIGKILL a and
+    b takes both with both levels' flushed data, the lower volume first: each lease is
+    taken once (epoch 2), never taken for an upper volume it cannot serve yet."""
+    a = cluster("a")
+    a.start()
+    make_volume(a, "lo", "plo")
+    assert stack_on(a, "up", "lo").status_code == 201
+    b = cluster("b")
+    b.start()
+    lower_data, upper_data = pattern(0, 65536), pattern(65536, 65536)
+    with http(a) as client:
+        write_flushed(client, 0, lower_data, "lo")
+        write_flushed(client, 0, upper_data, "up")
+    a.kill()
+    wait_owner(b, "b", "lo")
+    wait_owner(b, "b", "up")
+    with http(b) as client:
+        assert read(client, 0, 65536, "lo") == lower_data
+        assert read(client, 0, 65536, "up") == upper_data
+    for name in ("lo", "up"):
+        shown = owner(b, name)
+        assert shown is not None
+        assert shown["lease_epoch"] == 2, name
+
+
+def test_a_proxying_node_streams_the_data_path_to_the_owner(
+    cluster: Callable[..., Node],
+) -> None:
+    """REQCRYPT_CLUSTER_DATA_PATH=proxy: a client that sends its token once and follows
+    no redirect reads, writes and flushes through a node that does not own the volume,
+    with the owner's Range, ETag and conditional answers."""
+    a = cluster("a")
+    a.start()
+    make_volume(a)
+    b = cluster("b", REQCRYPT_CLUSTER_DATA_PATH="proxy")
+    b.start()
+    data = pattern(4096, 262144)
+    with http(b) as client:
+        write_flushed(client, 4096, data)
+        got = client.get("/v1/volumes/v/data", headers={"Range": "bytes=4096-266239"})
+        assert got.status_code == 206
+        assert got.headers["Content-Range"] == f"bytes 4096-266239/{SIZE}"
+        assert got.content == data
+        head = client.head("/v1/volumes/v/data")
+        assert head.status_code == 200
+        assert head.headers["Content-Length"] == str(SIZE)
+        tag = head.headers["ETag"]
+        assert client.head("/v1/volumes/v/data", headers={"If-None-Match": tag}).status_code == 304
+        stale = client.put(
+            "/v1/volumes/v/data",
+            content=b"x" * 512,
+            headers={"Content-Range": "bytes 0-511/*", "If-Match": '"stale"'},
+        )
+        assert stale.status_code == 412
+    with http(a) as client:
+        assert read(client, 4096, 262144) == data
+
+
+def test_a_forwarded_request_reaching_a_non_owner_is_not_passed_on(
+    pair: tuple[Node, Node],
+) -> None:
+    """The loop guard: a request another node forwarded or proxied here, for a volume this
+    node does not serve (its owner changed on the way), answers 503, never hops again."""
+    make_volume(pair[0], "f", "pf")
+    _, other = owner_and_other(pair, "f")
+    with http(other) as client:
+        hopped = client.get(
+            "/v1/volumes/f/data",
+            headers={"Range": "bytes=0-511", "Reqcrypt-Forwarded-By": "elsewhere"},
+        )
+    assert hopped.status_code == 503, hopped.text
+    assert hopped.headers["Retry-After"] == "1"

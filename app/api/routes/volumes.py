@@ -236,7 +236,9 @@ def rename_volume(name: str, body: RenameIn, control: ControlDep, _: AdminDep) -
 def move_volume(name: str, body: MoveIn, request: Request, state: StateDep, _: AdminDep) -> Any:
     """Hand the volume to another live node of the cluster: this node drains it, makes it
     durable, releases its devices and gives the lease over; the answer is the volume as
-    its new owner serves it. Any node accepts the call (it runs on the owner)."""
+    its new owner serves it. A stacked volume moves with its whole stack (the volumes it
+    maps and those mapping it: one node serves them all). Any node accepts the call (it
+    runs on the owner)."""
     if state.cluster is None:
         raise InvalidState("move needs a cluster: this node runs without REQCRYPT_NODE_ID")
     target = next((n for n in state.cluster.live_nodes() if n.node == body.node), None)

@@ -46,3 +46,29 @@ def test_stacking_order_builds_mapped_volumes_first_and_names_the_stranded() -> 
     )
     assert order == ["base", "mid", "top"]
     assert stranded == ["lost"]
+
+
+def test_a_stack_is_every_volume_linked_either_way_bottom_up() -> None:
+    """Naming the middle of a stack finds its lower volumes, their other users, and the
+    second lower volume of a volume mapping two: all must stay on one node."""
+    volumes = {
+        "base": FakeVolume(),
+        "other": FakeVolume(),
+        "mid": FakeVolume([over("base")]),
+        "top": FakeVolume([over("mid", "other")]),
+        "side": FakeVolume([over("base")]),
+        "alone": FakeVolume(),
+    }
+    stack = StackingGraph(volumes).stack_of("mid")
+    assert sorted(stack) == ["base", "mid", "other", "side", "top"]
+    assert stack.index("base") < stack.index("mid") < stack.index("top")
+    assert stack.index("other") < stack.index("top")
+
+
+def test_bottom_up_puts_every_volume_after_what_it_maps() -> None:
+    volumes = {
+        "top": FakeVolume([over("mid")]),
+        "mid": FakeVolume([over("base")]),
+        "base": FakeVolume(),
+    }
+    assert StackingGraph(volumes).bottom_up() == ["base", "mid", "top"]
