@@ -477,8 +477,19 @@ async def test_a_batch_after_the_io_pool_shut_down_is_answered_eio(
     app: FastAPI, port: int, exported: str
 ) -> None:
     raw = await RawClient.open(port, exported)
-    assert (await raw.request(Command.READ, 0, 512)).error == 0
+    assert (await raw.request(Command.FLUSH, 0, 0)).error == 0
     app.state.reqcrypt.io_executor.shutdown()
-    answer = await asyncio.wait_for(raw.request(Command.READ, 0, 512), 5)
+    answer = await asyncio.wait_for(raw.request(Command.FLUSH, 0, 0), 5)
     assert answer.error == Errno.EIO
+    await raw.close()
+
+
+async def test_small_whole_block_io_on_a_file_volume_is_served_on_the_event_loop(
+    app: FastAPI, port: int, exported: str
+) -> None:
+    raw = await RawClient.open(port, exported)
+    app.state.reqcrypt.io_executor.shutdown()  # no worker could run it
+    assert (await raw.request(Command.WRITE, 0, 4096, payload=b"\x07" * 4096)).error == 0
+    answer = await asyncio.wait_for(raw.request(Command.READ, 0, 4096), 5)
+    assert (answer.error, answer.data) == (0, b"\x07" * 4096)
     await raw.close()
