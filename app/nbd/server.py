@@ -74,6 +74,10 @@ MAX_IN_FLIGHT_BYTES = 64 << 20
 BIG_BATCH = 1 << 20
 #: Replies queued for a client past which it stops being read (a few MiB-sized replies).
 WRITE_BUFFER_HIGH = 8 << 20
+#: The socket is read this much at a time (``get_buffer``).
+RECEIVE_SIZE = 256 << 10
+#: A write payload from this size on is received straight into its own buffer.
+DIRECT_PAYLOAD = 64 << 10
 #: A client that has not finished option haggling by then is dropped.
 NEGOTIATION_TIMEOUT = 30.0
 WATCH_INTERVAL = 0.2
@@ -330,13 +334,29 @@ class NbdServer:
         ]
 
 
-class NbdConnection(asyncio.Protocol):
-    """One client: option haggling as a coroutine, then request parsing in ``data_received``."""
+@dataclass(slots=True, eq=False)
+class DirectWrite:
+    """A big write's payload being received straight into its own buffer."""
+
+    header: RequestHeader
+    payload: memoryview
+    filled: int
+
+
+class NbdConnection(asyncio.BufferedProtocol):
+    """One client: option haggling as a coroutine, then request parsing in ``buffer_updated``.
+
+    The socket is read into ``get_buffer``'s buffer: a fixed receive area whose bytes join
+    ``buffer``, or, once a write of DIRECT_PAYLOAD bytes or more has its header parsed, the
+    rest of that write's own payload buffer, so a big payload is copied once, by the kernel.
+    """
 
     def __init__(self, server: NbdServer) -> None:
         self.server = server
         self.transport: asyncio.Transport | None = None
         self.buffer = bytearray()
+        self._receive = memoryview(bytearray(RECEIVE_SIZE))
+        self._direct: DirectWrite | None = None
         self.peer = "?"
         self.connected_at = datetime.now(UTC)
         self.name = ""
@@ -370,8 +390,22 @@ class NbdConnection(asyncio.Protocol):
         self.server.connections.add(self)
         self._negotiation = asyncio.get_running_loop().create_task(self._negotiate())
 
-    def data_received(self, data: bytes) -> None:
-        self.buffer += data
+    def get_buffer(self, sizehint: int) -> memoryview:
+        direct = self._direct
+        if direct is not None:
+            return direct.payload[direct.filled :]
+        return self._receive
+
+    def buffer_updated(self, nbytes: int) -> None:
+        direct = self._direct
+        if direct is not None:
+            direct.filled += nbytes
+            if direct.filled < len(direct.payload):
+                return
+            self._direct = None
+            self._accept(direct.header, direct.payload)
+        else:
+            self.buffer += self._receive[:nbytes]
         if self.transmission:
             self._parse()
             self._schedule()
@@ -532,7 +566,6 @@ class NbdConnection(asyncio.Protocol):
         buffer = self.buffer
         size = len(buffer)
         position = 0
-        batch = self.pending
         replies: list[bytes] = []
         export = self.export
         stats = self.stats
@@ -557,7 +590,13 @@ class NbdConnection(asyncio.Protocol):
                 header = protocol.parse_request(buffer, position)
                 body = protocol.REQUEST.size
                 if header.command == Command.WRITE and header.length <= protocol.MAX_PAYLOAD:
-                    if size - position < body + header.length:
+                    have = size - position - body
+                    if have < header.length:
+                        if header.length >= DIRECT_PAYLOAD:
+                            payload = mempool.page_aligned(header.length).data
+                            payload[:have] = buffer[position + body : size]
+                            self._direct = DirectWrite(header, payload, have)
+                            position = size
                         break
                     payload = memoryview(buffer[position + body : position + body + header.length])
                 else:
@@ -573,11 +612,7 @@ class NbdConnection(asyncio.Protocol):
                     stats.errors += 1
                     replies.append(self._error_reply(header.handle, error, message))
                     continue
-                batch.append(NbdIo(header, payload))
-                self.in_flight += 1
-                if header.command <= Command.WRITE:
-                    self.in_flight_bytes += header.length
-                    self.pending_bytes += header.length
+                self._queue(header, payload)
         except ProtocolError as error:
             log.info("NBD client %s broke the protocol: %s", self.peer, error)
             self.abort()
@@ -586,6 +621,24 @@ class NbdConnection(asyncio.Protocol):
         if replies:
             self._send(b"".join(replies))
         self._update_reading()
+
+    def _queue(self, header: RequestHeader, payload: memoryview | None) -> None:
+        self.pending.append(NbdIo(header, payload))
+        self.in_flight += 1
+        if header.command <= Command.WRITE:
+            self.in_flight_bytes += header.length
+            self.pending_bytes += header.length
+
+    def _accept(self, header: RequestHeader, payload: memoryview) -> None:
+        """A directly received write is complete: checked and queued as ``_parse`` would."""
+        assert self.export is not None
+        assert self.stats is not None
+        error, message = protocol.check_request(header, self.export)
+        if error:
+            self.stats.errors += 1
+            self._send(self._error_reply(header.handle, error, message))
+        else:
+            self._queue(header, payload)
 
     def _schedule(self) -> None:
         """Submit the pending requests, after the plug window unless they are big.
