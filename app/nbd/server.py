@@ -9,9 +9,9 @@ event loop itself (``start_inline``): admission that would wait refuses instead,
 and a request left behind another thread's is waited for on a worker. Any other
 batch is one job of the I/O executor (``execute_batch``). A hop to a worker and
 back with two threads taking turns at the GIL cost 4 KiB writes about half of
-their server CPU. Small requests run one batch at a time per connection (group commit), and
-a batch waits out the volume's plug window before it starts, so the rest of a
-client's burst joins it. With a batch per socket read instead, fio's 4 KiB
+their server CPU. Small requests run one batch at a time per connection (group
+commit), and a batch waits out the volume's plug window before it starts, so the
+rest of a client's burst joins it. With a batch per socket read instead, fio's 4 KiB
 sequential writes at iodepth 32 settled into either ~30 or ~2 requests per batch
 from run to run; one batch at a time, into half the queue depth; with the window
 before each batch, 18-23 on average. Pending requests moving BIG_BATCH bytes or
