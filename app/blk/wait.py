@@ -11,6 +11,10 @@ from __future__ import annotations
 import threading
 
 
+class WouldBlock(Exception):
+    """A non-waiting attempt found that it would have to wait; nothing was done."""
+
+
 class Completion:
     """``struct completion``: set once, any number of waiters.
 

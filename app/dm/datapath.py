@@ -20,7 +20,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager, nullcontext
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from typing import Literal
 
@@ -33,7 +33,7 @@ from app.blk.queue import BlockQueue
 from app.blk.request import Request
 from app.blk.stats import QueueStats
 from app.blk.tuning import Tuning
-from app.blk.wait import WaitQueue
+from app.blk.wait import WaitQueue, WouldBlock
 from app.dm.generation import Generation, Precondition
 from app.dm.rangelock import RangeLock
 from app.dm.table import CryptParams, Table
@@ -59,6 +59,31 @@ class BatchIo:
     buffer: memoryview
     fua: bool = False
     error: Exception | None = None
+
+
+class StartedBatch:
+    """A batch admitted and queued (``DataPath.start_batch``): ``finish`` waits for its bios,
+    records each I/O's error, and lets go of the volume (in-flight count, range holds)."""
+
+    __slots__ = ("_hold", "_submitted")
+
+    def __init__(self, submitted: list[tuple[BatchIo, Bio]], hold: ExitStack) -> None:
+        self._submitted = submitted
+        self._hold = hold
+
+    def done(self) -> bool:
+        """Every bio completed: ``finish`` will not wait."""
+        return all(bio.done.is_set() for _, bio in self._submitted)
+
+    def finish(self) -> None:
+        try:
+            for io, bio in self._submitted:
+                try:
+                    bio.wait()
+                except Exception as error:
+                    io.error = error
+        finally:
+            self._hold.close()
 
 
 @dataclass(slots=True)
@@ -177,12 +202,15 @@ class DataPath:
             self.stats.add_engine_calls(result.engine_calls)
 
     @contextmanager
-    def _io(self) -> Iterator[LiveMap]:
-        """Admit one I/O: wait while suspended (bounded), count it in flight."""
+    def _io(self, *, wait: bool = True) -> Iterator[LiveMap]:
+        """Admit one I/O: wait while suspended (bounded), count it in flight.
+        ``wait=False``: WouldBlock where it would wait."""
         now = time.monotonic()
         deadline = now + self.suspend_wait_seconds
         with self._gate:
             while self.state != "active" or now >= self.lease_deadline:
+                if not wait:
+                    raise WouldBlock
                 if now >= self.lease_deadline:
                     raise LeaseExpired(
                         f"this node no longer holds the lease on volume {self.name}; "
@@ -337,36 +365,63 @@ class DataPath:
 
     # ------------------------------------------------------------- batched I/O
 
+    prompt = False
+    """As a device (stacked): its I/O waits on its own queue."""
+
+    def serves_promptly(self) -> bool:
+        """Whether every target of the live table maps without waiting on another thread,
+        a timer or the network: a batch may then be started on an event loop
+        (``start_batch(wait=False)``)."""
+        live = self.live
+        return live is not None and all(target.prompt for target in live.targets)
+
     def submit_batch(self, ios: Sequence[BatchIo]) -> None:
         """Whole-block reads and writes from one submitter (an NBD client's pipelined
         requests), queued under one plug and merged as one task's plugged bios are,
         dispatched at once (``submit_bios``: the batch was the plug's window), then
         waited for together. Never raises: each I/O's failure lands in its ``error``."""
-        if not ios:
-            return
+        started = self.start_batch(ios)
+        assert started is not None
+        started.finish()
+
+    def start_batch(self, ios: Sequence[BatchIo], *, wait: bool = True) -> StartedBatch | None:
+        """``submit_batch`` up to the wait: admitted and queued (requests ready at once are
+        dispatched on this thread), to be ``finish``ed. ``wait=False``: None, with nothing
+        done, where admission would wait (suspended, a range held exclusive)."""
+        hold = ExitStack()
         try:
-            with self._io():
-                admitted: list[BatchIo] = []
-                for io in ios:
-                    try:
-                        self.check_range(io.offset, len(io.buffer))
-                    except Exception as error:
-                        io.error = error
-                        continue
-                    admitted.append(io)
-                ranges = [(io.offset, io.offset + len(io.buffer)) for io in admitted]
-                writes = any(io.op is Op.WRITE for io in admitted)
-                with (
-                    self.versions.writing() if writes else nullcontext(),
-                    self._ranges.hold_shared(ranges),
-                ):
-                    self._submit_batch(admitted)
+            hold.enter_context(self._io(wait=wait))
+            admitted: list[BatchIo] = []
+            for io in ios:
+                try:
+                    self.check_range(io.offset, len(io.buffer))
+                except Exception as error:
+                    io.error = error
+                    continue
+                admitted.append(io)
+            ranges = [(io.offset, io.offset + len(io.buffer)) for io in admitted]
+            hold.enter_context(self._ranges.hold_shared(ranges, wait=wait))
+            if any(io.op is Op.WRITE for io in admitted):
+                # Counted once the ranges are held: a refused batch never moves the version.
+                hold.enter_context(self.versions.writing())
+        except WouldBlock:
+            hold.close()
+            for io in ios:
+                io.error = None
+            return None
         except Exception as error:  # not admitted: suspended too long, or removed
+            hold.close()
             for io in ios:
                 if io.error is None:
                     io.error = error
+            return StartedBatch([], ExitStack())
+        return StartedBatch(self._queue_batch(admitted), hold)
 
     def _submit_batch(self, admitted: list[BatchIo]) -> None:
+        StartedBatch(self._queue_batch(admitted), ExitStack()).finish()
+
+    def _queue_batch(self, admitted: list[BatchIo]) -> list[tuple[BatchIo, Bio]]:
+        """Bios for ``admitted`` into the queue; those the queue refuses get its error."""
         submitted = [
             (
                 io,
@@ -385,12 +440,8 @@ class DataPath:
         except Exception as error:  # a bio the queue refused: nothing was queued
             for io in admitted:
                 io.error = error
-            return
-        for io, bio in submitted:
-            try:
-                bio.wait()
-            except Exception as error:
-                io.error = error
+            return []
+        return submitted
 
     def _submit_together(
         self, op: Literal[Op.READ, Op.WRITE], ios: Sequence[tuple[int, memoryview]]

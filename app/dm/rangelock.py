@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 
-from app.blk.wait import WaitQueue
+from app.blk.wait import WaitQueue, WouldBlock
 
 
 class RangeLock:
@@ -39,11 +39,16 @@ class RangeLock:
                 self._cond.notify_all()
 
     @contextmanager
-    def hold_shared(self, ranges: Sequence[tuple[int, int]]) -> Iterator[None]:
-        """Many shared ranges taken at once (a batch of I/Os): all or nothing, one wake-up."""
+    def hold_shared(
+        self, ranges: Sequence[tuple[int, int]], *, wait: bool = True
+    ) -> Iterator[None]:
+        """Many shared ranges taken at once (a batch of I/Os): all or nothing, one wake-up.
+        ``wait=False``: WouldBlock instead of waiting for an exclusive holder."""
         entries = [(start, end, False) for start, end in ranges]
         with self._cond:
             while any(self._conflicts(start, end, False) for start, end, _ in entries):
+                if not wait:
+                    raise WouldBlock
                 self._cond.wait()
             self._held.extend(entries)
         try:

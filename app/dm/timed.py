@@ -22,6 +22,11 @@ class TimedDevice:
         return self.device.size
 
     @property
+    def prompt(self) -> bool:
+        """A paced model sleeps out the modelled time."""
+        return self.device.prompt and not self.timer.pacing
+
+    @property
     def queue_depth(self) -> int:
         return self.timer.model.queue_depth
 

@@ -153,6 +153,11 @@ class Engine(ABC):
     def name(self) -> str:
         return self.profile.name
 
+    @property
+    def paced(self) -> bool:
+        """Whether ``process`` sleeps out modelled time."""
+        return False
+
     @abstractmethod
     def process(self, request: EngineRequest) -> EngineResult: ...
 

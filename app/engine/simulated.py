@@ -66,6 +66,10 @@ class SimulatedEngine(Engine):
     def profile(self) -> EngineProfile:
         return self._profile
 
+    @property
+    def paced(self) -> bool:
+        return bool(self.pacing)
+
     def process(self, request: EngineRequest) -> EngineResult:
         views = request.views()
         plan = request.plan(self._profile.capabilities, views)

@@ -4,12 +4,17 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
+from typing import ClassVar
 
 from typing_extensions import Buffer
 
 
 class BackingStore(ABC):
     """A backing device. Offsets and lengths are bytes; callers keep them sector-aligned."""
+
+    #: Every call returns without waiting on another thread, a timer or the network (local
+    #: memory or the page cache): a caller may run it on an event loop.
+    prompt: ClassVar[bool] = False
 
     @property
     @abstractmethod

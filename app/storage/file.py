@@ -36,6 +36,8 @@ def _advance(views: list[memoryview], count: int) -> list[memoryview]:
 class FileStore(BackingStore):
     """A backing device file; pread/pwrite are thread-safe on a shared descriptor."""
 
+    prompt = True
+
     def __init__(self, path: Path, size: int, *, create: bool = False) -> None:
         self.path = path
         self._size = size

@@ -10,6 +10,8 @@ from app.storage.base import BackingStore
 
 
 class MemoryStore(BackingStore):
+    prompt = True
+
     def __init__(self, size: int) -> None:
         self._data = bytearray(size)
         self._lock = threading.Lock()

@@ -15,7 +15,7 @@ from fastapi import FastAPI
 from app.config import Settings
 from app.main import create_app
 from app.nbd import protocol
-from app.nbd.protocol import Command, CommandFlag, Errno, Option, Reply
+from app.nbd.protocol import Command, CommandFlag, Errno, Option, Reply, RequestHeader
 from tests.conftest import ADMIN_TOKEN, IO_TOKEN, asgi_client
 from tests.factories import make_device, make_volume, xts_table
 from tests.nbd.client import RawClient
@@ -151,6 +151,39 @@ async def test_writes_read_back_with_structured_replies(port: int, exported: str
     assert (await raw.request(Command.WRITE, 1000, len(data), payload=data)).error == 0
     answer = await raw.request(Command.READ, 1000, len(data))
     assert answer.data == data
+    await raw.close()
+
+
+async def test_big_writes_received_in_pieces_read_back_and_the_stream_goes_on(
+    port: int, exported: str
+) -> None:
+    raw = await RawClient.open(port, exported)
+    first, second = bytes(range(256)) * 1024, bytes(range(255, -1, -1)) * 1024
+    header = protocol.pack_request(RequestHeader(0, Command.WRITE, 100, 0, len(first)))
+    stream = (
+        header
+        + first
+        + protocol.pack_request(RequestHeader(0, Command.WRITE, 101, 512 * 1024, len(second)))
+    )
+    for start in range(0, len(stream), 50_000):  # headers and payloads split across reads
+        raw.writer.write(stream[start : start + 50_000])
+        await raw.writer.drain()
+        await asyncio.sleep(0.001)
+    raw.writer.write(second)
+    answers = [await raw.answer() for _ in range(2)]
+    assert sorted((a.handle, a.error) for a in answers) == [(100, 0), (101, 0)]
+    assert (await raw.request(Command.READ, 0, len(first))).data == first
+    assert (await raw.request(Command.READ, 512 * 1024, len(second))).data == second
+    await raw.close()
+
+
+async def test_a_big_write_past_the_end_is_enospc_after_its_payload(
+    port: int, exported: str
+) -> None:
+    raw = await RawClient.open(port, exported)
+    write = await raw.request(Command.WRITE, 4 * MIB - 4096, 256 * 1024, payload=bytes(256 * 1024))
+    assert write.error == Errno.ENOSPC
+    assert (await raw.request(Command.READ, 0, 512)).error == 0
     await raw.close()
 
 
@@ -477,8 +510,19 @@ async def test_a_batch_after_the_io_pool_shut_down_is_answered_eio(
     app: FastAPI, port: int, exported: str
 ) -> None:
     raw = await RawClient.open(port, exported)
-    assert (await raw.request(Command.READ, 0, 512)).error == 0
+    assert (await raw.request(Command.FLUSH, 0, 0)).error == 0
     app.state.reqcrypt.io_executor.shutdown()
-    answer = await asyncio.wait_for(raw.request(Command.READ, 0, 512), 5)
+    answer = await asyncio.wait_for(raw.request(Command.FLUSH, 0, 0), 5)
     assert answer.error == Errno.EIO
+    await raw.close()
+
+
+async def test_small_whole_block_io_on_a_file_volume_is_served_on_the_event_loop(
+    app: FastAPI, port: int, exported: str
+) -> None:
+    raw = await RawClient.open(port, exported)
+    app.state.reqcrypt.io_executor.shutdown()  # no worker could run it
+    assert (await raw.request(Command.WRITE, 0, 4096, payload=b"\x07" * 4096)).error == 0
+    answer = await asyncio.wait_for(raw.request(Command.READ, 0, 4096), 5)
+    assert (answer.error, answer.data) == (0, b"\x07" * 4096)
     await raw.close()

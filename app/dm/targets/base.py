@@ -19,6 +19,11 @@ class BlockDevice(Protocol):
     @property
     def size(self) -> int: ...
 
+    @property
+    def prompt(self) -> bool:
+        """I/O returns without waiting on another thread, a timer or the network."""
+        ...
+
     def read_into(self, offset: int, buffer: memoryview) -> None: ...
 
     def write(self, offset: int, data: Buffer) -> object: ...
@@ -57,6 +62,11 @@ class Target(ABC):
     @property
     def end(self) -> int:
         return self.start + self.length
+
+    @property
+    def prompt(self) -> bool:
+        """``map`` returns without waiting on another thread, a timer or the network."""
+        return True
 
     @abstractmethod
     def map(self, request: Request, context: MapContext) -> MapResult: ...

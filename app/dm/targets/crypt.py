@@ -33,6 +33,10 @@ class CryptTarget(Target):
         self.device = device
         self.engine = engine
 
+    @property
+    def prompt(self) -> bool:
+        return self.device.prompt and not self.engine.paced
+
     def _device_offset(self, sector: int) -> int:
         return (self.params.offset + sector - self.start) << SECTOR_SHIFT
 

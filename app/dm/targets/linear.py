@@ -13,6 +13,10 @@ class LinearTarget(Target):
         self.device = device
         self.offset = offset
 
+    @property
+    def prompt(self) -> bool:
+        return self.device.prompt
+
     def _device_offset(self, request: Request) -> int:
         return (self.offset + request.sector - self.start) << SECTOR_SHIFT
 

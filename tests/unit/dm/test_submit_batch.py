@@ -7,6 +7,7 @@ import time
 
 from app.dm.datapath import BatchIo
 from app.dm.rangelock import RangeLock
+from app.engine.registry import EngineRegistry
 from app.errors import RangeNotSatisfiable, Unavailable
 from app.storage.memory import MemoryStore
 from app.vocab import Op
@@ -61,3 +62,58 @@ def test_shared_ranges_wait_for_an_overlapping_exclusive_holder() -> None:
     assert entered.is_set()
     with lock.hold_shared([(0, 512), (100, 600)]), lock.hold(1000, 2000, exclusive=True):
         pass
+
+
+def test_a_batch_started_without_waiting_is_refused_on_a_suspended_volume() -> None:
+    volume = make_volume(MemoryStore(SECTORS * 512))
+    volume.suspend()
+    io = BatchIo(Op.READ, 0, memoryview(bytearray(512)))
+    assert volume.start_batch([io], wait=False) is None
+    assert (io.error, volume.in_flight) == (None, 0)
+
+
+def test_a_batch_started_without_waiting_is_refused_behind_an_exclusive_range() -> None:
+    volume = make_volume(MemoryStore(SECTORS * 512))
+    io = BatchIo(Op.WRITE, 0, memoryview(bytes(4096)))
+    before = volume.versions.snapshot()
+    with volume._ranges.hold(0, 512, exclusive=True):
+        assert volume.start_batch([io], wait=False) is None
+    assert volume.in_flight == 0
+    assert volume.versions.snapshot() == before  # no write was counted
+
+
+def test_a_started_batch_completes_at_once_and_holds_the_volume_until_finished() -> None:
+    volume = make_volume(MemoryStore(SECTORS * 512), plug_window_us=0)
+    io = BatchIo(Op.WRITE, 0, memoryview(b"\x05" * 4096))
+    started = volume.start_batch([io], wait=False)
+    assert started is not None
+    assert started.done()  # dispatched on this thread
+    assert volume.in_flight == 1
+    started.finish()
+    assert (io.error, volume.in_flight) == (None, 0)
+    assert volume.read(0, 4096) == b"\x05" * 4096
+
+
+def test_a_started_batch_on_a_held_queue_finishes_after_release() -> None:
+    volume = make_volume(MemoryStore(SECTORS * 512))
+    io = BatchIo(Op.WRITE, 0, memoryview(b"\x06" * 4096))
+    volume.queue.hold()  # what a noflush suspend does after admission
+    started = volume.start_batch([io], wait=False)
+    assert started is not None
+    assert not started.done()
+    finisher = threading.Thread(target=started.finish)
+    finisher.start()
+    volume.queue.release()
+    finisher.join(5)
+    assert io.error is None
+    assert volume.read(0, 4096) == b"\x06" * 4096
+
+
+def test_a_volume_on_a_memory_store_with_the_software_engine_serves_promptly() -> None:
+    assert make_volume(MemoryStore(SECTORS * 512)).serves_promptly()
+
+
+def test_a_paced_engine_is_not_prompt() -> None:
+    volume = make_volume(MemoryStore(SECTORS * 512))
+    volume.retune(volume.tuning, EngineRegistry(pacing=1.0).engine("omap-aes-am335x"))
+    assert not volume.serves_promptly()
