@@ -10,13 +10,21 @@ Each volume is served by exactly one node, the holder of its lease
    I/O on a volume is refused past the local deadline of its last renewal even
    if this thread is late (``DataPath.lease_deadline``) — a node frozen past its
    lease therefore never writes again for it;
-3. unless its Ceph client was blocklisted (another node took over one of its RBD
-   devices: it must restart, ``/readyz`` fails), takes every lease that is free,
-   expired, or handed to it (``move``), claims
+3. takes every lease that is free, expired, or handed to it (``move``), claims
    the volume's devices with ``take_over`` and adopts the volume. A claim the
    store refuses (a file-backed device still locked by a stopped, not dead,
    previous owner) keeps the lease *pending*: renewed, retried every tick, the
    volume unserved (503) until the old owner notices and lets go.
+
+A node whose Ceph client was blocklisted (another node broke one of its image
+locks; it learns so at the first I/O the OSDs refuse, or at ``/readyz``) can write
+to no image through that connection. Its next tick *fences* it: every volume
+mapping an RBD device is fenced and its lease released at once (the other nodes
+take them within a tick; nothing is flushed — nothing could be), the heartbeat
+says not ready (no placement, no move here) and the scan skips RBD volumes. A
+thread of its own drops those volumes, then opens a new Ceph connection (a new
+client, not blocklisted) and every RBD device on it; from then on the node is
+ready and takes RBD volumes again. File-backed volumes are served throughout.
 
 So a volume fails over within about ``lease_seconds + renew_interval`` of its
 owner's death. Renewal never waits for the control plane's lock (a suspend may
@@ -47,6 +55,11 @@ class ClusterStats:
     """Volumes dropped because their lease could not be renewed in time."""
     claims_blocked: int = 0
     """Claims a live previous holder refused (each retry counts)."""
+    rbd_fenced: int = 0
+    """Leases released because this node's Ceph client was blocklisted."""
+    reconnects: int = 0
+    """New Ceph connections made after a blocklisting."""
+    reconnect_failures: int = 0
     tick_failures: int = 0
 
 
@@ -72,9 +85,12 @@ class ClusterNode:
         """uuid: volumes being moved away (dropped here, not yet handed over)."""
         self.stats = ClusterStats()
         self.last_heartbeat: float | None = None
+        self.announced_ready = False
+        """What the last heartbeat told placement (``nodes.ready``)."""
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._tick_lock = threading.Lock()
+        self._reconnecting: threading.Thread | None = None
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -90,6 +106,10 @@ class ClusterNode:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=self.lease_seconds + 5)
+        try:  # place nothing more here while this node still looks alive
+            self.leases.heartbeat(self.url, ready=False)
+        except Exception:
+            log.exception("could not mark this node as stopping")
         with self._tick_lock:
             for name in list(self.control.volumes):
                 try:
@@ -112,13 +132,54 @@ class ClusterNode:
 
     # ------------------------------------------------------------------ tick
 
+    @property
+    def fenced(self) -> bool:
+        """The Ceph client is blocklisted and not yet replaced: RBD devices are unusable."""
+        ceph = self.control.devices.ceph
+        return ceph is not None and ceph.blocklisted
+
     def tick(self) -> None:
         with self._tick_lock:
             started = time.monotonic()
-            self.leases.heartbeat(self.url)
+            fenced = self.fenced
+            self.leases.heartbeat(self.url, ready=not fenced)
             self.last_heartbeat = started
+            self.announced_ready = not fenced
+            if fenced:
+                self._give_up_rbd()
             self._renew(started)
-            self._take(started)
+            self._take(started, rbd=not fenced)
+
+    def _give_up_rbd(self) -> None:
+        """Release the leases of every volume on an RBD device now, and reconnect (in a
+        thread: the drops wait for the control lock) unless that is under way."""
+        if self._reconnecting is not None and self._reconnecting.is_alive():
+            return
+        dropped = self.control.fence_rbd()
+        for name, lease in dropped:
+            if lease is not None:
+                self.leases.release(lease.uuid, lease.epoch)
+                self.stats.rbd_fenced += 1
+                log.warning("volume %s: Ceph client blocklisted; lease released", name)
+        self._reconnecting = threading.Thread(
+            target=self._reconnect,
+            args=([name for name, _ in dropped],),
+            name="reqcrypt-reconnect",
+            daemon=True,
+        )
+        self._reconnecting.start()
+
+    def _reconnect(self, names: list[str]) -> None:
+        for name in names:
+            self._drop_lost(name)
+        try:
+            self.control.reconnect_ceph()
+        except Exception:
+            self.stats.reconnect_failures += 1
+            log.exception("could not reconnect to Ceph; retrying at the next tick")
+            return
+        self.stats.reconnects += 1
+        log.info("new Ceph connection: RBD volumes may be taken again")
 
     def _renew(self, started: float) -> None:
         held = {uuid: holding.lease.epoch for uuid, holding in self.control.held.items()}
@@ -139,19 +200,19 @@ class ClusterNode:
         with contextlib.suppress(ReqcryptError):  # already gone (removed meanwhile)
             self.control.drop(name, graceful=False)
 
-    def _take(self, started: float) -> None:
+    def _take(self, started: float, *, rbd: bool) -> None:
         """Adopt under the control lock, and only when it is free: a lifecycle call holding
-        it for seconds delays a takeover by a tick, never the next renewal."""
-        ceph = self.control.devices.ceph
-        if ceph is not None and ceph.blocklisted:
-            return  # it could claim no image: leave every volume to the other nodes
+        it for seconds delays a takeover by a tick, never the next renewal. Without
+        ``rbd`` (fenced), volumes on RBD devices are left to the other nodes."""
         with self.control.lock_unless_busy() as locked:
             if locked:
-                self._take_locked(started + self.lease_seconds)
+                self._take_locked(started + self.lease_seconds, rbd=rbd)
 
-    def _take_locked(self, deadline: float) -> None:
+    def _take_locked(self, deadline: float, *, rbd: bool) -> None:
         for uuid, name in self.leases.claimable():
             if uuid in self.control.held or uuid in self.leaving:
+                continue
+            if not rbd and uuid not in self.pending and self.control.maps_rbd(uuid):
                 continue
             lease = self.pending.get(uuid)
             if lease is None:
@@ -181,7 +242,7 @@ class ClusterNode:
         return self.leases.live_nodes()
 
     def place(self) -> NodeLoad | None:
-        """The live node owning the fewest volumes (ties: by name); None: no live node."""
+        """The live and ready node owning the fewest volumes (ties: by name); None: none."""
         nodes = self.live_nodes()
         return min(nodes, key=lambda node: (node.volumes, node.node), default=None)
 
