@@ -174,6 +174,10 @@ class ClusterNode:
             self._drop_lost(name)
         try:
             self.control.reconnect_ceph()
+        except ReqcryptError as error:
+            self.stats.reconnect_failures += 1
+            log.warning("could not reconnect to Ceph (%s); retrying at the next tick", error.detail)
+            return
         except Exception:
             self.stats.reconnect_failures += 1
             log.exception("could not reconnect to Ceph; retrying at the next tick")
