@@ -126,7 +126,9 @@ class CephCluster:
         self._mon(cluster, "mon stat")
         if not self.blocklisted:
             listed = self._mon(cluster, "osd blocklist ls")
-            self.blocklisted = f'"{cluster.get_addrs()}"' in listed
+            if f'"{cluster.get_addrs()}"' in listed:
+                with self._lock:  # unless a reconnect replaced it meanwhile
+                    self.blocklisted = self.blocklisted or self._rados is cluster
         if self.blocklisted:
             raise Fenced(
                 "this node's Ceph client is blocklisted (another node took over one of its "
