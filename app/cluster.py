@@ -59,7 +59,6 @@ class ClusterStats:
     """Leases released because this node's Ceph client was blocklisted."""
     reconnects: int = 0
     """New Ceph connections made after a blocklisting."""
-    reconnect_failures: int = 0
     tick_failures: int = 0
 
 
@@ -175,11 +174,9 @@ class ClusterNode:
         try:
             self.control.reconnect_ceph()
         except ReqcryptError as error:
-            self.stats.reconnect_failures += 1
             log.warning("could not reconnect to Ceph (%s); retrying at the next tick", error.detail)
             return
         except Exception:
-            self.stats.reconnect_failures += 1
             log.exception("could not reconnect to Ceph; retrying at the next tick")
             return
         self.stats.reconnects += 1
