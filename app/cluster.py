@@ -24,7 +24,9 @@ take them within a tick; nothing is flushed — nothing could be), the heartbeat
 says not ready (no placement, no move here) and the scan skips RBD volumes. A
 thread of its own drops those volumes, then opens a new Ceph connection (a new
 client, not blocklisted) and every RBD device on it; from then on the node is
-ready and takes RBD volumes again. File-backed volumes are served throughout.
+ready and takes RBD volumes again — except, for one lease, the ones it released:
+those are the other nodes' to take first (a quick reconnect would otherwise race
+them for every volume it just gave up). File-backed volumes are served throughout.
 
 So a volume fails over within about ``lease_seconds + renew_interval`` of its
 owner's death. Renewal never waits for the control plane's lock (a suspend may
@@ -90,6 +92,9 @@ class ClusterNode:
         self._thread: threading.Thread | None = None
         self._tick_lock = threading.Lock()
         self._reconnecting: threading.Thread | None = None
+        self.released: dict[str, float] = {}
+        """uuid: until when (``time.monotonic()``) this node leaves a lease it released
+        when fenced to the other nodes."""
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -158,6 +163,7 @@ class ClusterNode:
         for name, lease in dropped:
             if lease is not None:
                 self.leases.release(lease.uuid, lease.epoch)
+                self.released[lease.uuid] = time.monotonic() + self.lease_seconds
                 self.stats.rbd_fenced += 1
                 log.warning("volume %s: Ceph client blocklisted; lease released", name)
         self._reconnecting = threading.Thread(
@@ -210,8 +216,12 @@ class ClusterNode:
                 self._take_locked(started + self.lease_seconds, rbd=rbd)
 
     def _take_locked(self, deadline: float, *, rbd: bool) -> None:
-        for uuid, name in self.leases.claimable():
+        now = time.monotonic()
+        self.released = {uuid: until for uuid, until in self.released.items() if until > now}
+        for uuid, name, handed in self.leases.claimable():
             if uuid in self.control.held or uuid in self.leaving:
+                continue
+            if uuid in self.released and not handed:  # a move to this node is taken at once
                 continue
             if not rbd and uuid not in self.pending and self.control.maps_rbd(uuid):
                 continue

@@ -159,12 +159,14 @@ class Leases:
         with self.sessions() as session, session.begin():
             return session.execute(statement).one_or_none() is not None
 
-    def claimable(self) -> list[tuple[str, str]]:
-        """(uuid, name) of every volume this node could take: free, expired, or already
-        given to it (a move's target) — the caller skips what it holds."""
-        statement = select(Volume.uuid, Volume.name).where(_free_or_mine(self.node))  # type: ignore[arg-type]
+    def claimable(self) -> list[tuple[str, str, bool]]:
+        """(uuid, name, handed to us) of every volume this node could take: free, expired,
+        or already given to it (a move's target) — the caller skips what it holds."""
+        handed = Volume.owner_node == self.node
+        free = _free_or_mine(self.node)
+        statement = select(Volume.uuid, Volume.name, handed).where(free)  # type: ignore[arg-type]
         with self.sessions() as session:
-            return [(uuid, name) for uuid, name in session.execute(statement)]
+            return [(uuid, name, bool(mine)) for uuid, name, mine in session.execute(statement)]
 
     def owner_of(self, name: str) -> Owner | None:
         owners = self._owners(Volume.name == name)
