@@ -10,9 +10,7 @@ Each volume is served by exactly one node, the holder of its lease
    I/O on a volume is refused past the local deadline of its last renewal even
    if this thread is late (``DataPath.lease_deadline``) — a node frozen past its
    lease therefore never writes again for it;
-3. unless its Ceph client was blocklisted (another node took over one of its RBD
-   devices: it must restart, ``/readyz`` fails), takes every lease that is free,
-   expired, or handed to it (``move``), claims
+3. takes every lease that is free, expired, or handed to it (``move``), claims
    the volume's devices with ``take_over`` and adopts the volume. A claim the
    store refuses (a file-backed device still locked by a stopped, not dead,
    previous owner) keeps the lease *pending*: renewed, retried every tick, the
@@ -24,6 +22,18 @@ on one node: a scan takes free leases bottom-up, adopting an upper volume right
 after its lower, and never takes an upper whose lower this node does not serve (it
 waits for the node that takes the lower); a move hands over the whole stack; a
 clean stop drops top-down.
+
+A node whose Ceph client was blocklisted (another node broke one of its image
+locks; it learns so at the first I/O the OSDs refuse, or at ``/readyz``) can write
+to no image through that connection. Its next tick *fences* it: every volume
+mapping an RBD device is fenced and its lease released at once (the other nodes
+take them within a tick; nothing is flushed — nothing could be), the heartbeat
+says not ready (no placement, no move here) and the scan skips RBD volumes. A
+thread of its own drops those volumes, then opens a new Ceph connection (a new
+client, not blocklisted) and every RBD device on it; from then on the node is
+ready and takes RBD volumes again — except, for one lease, the ones it released:
+those are the other nodes' to take first (a quick reconnect would otherwise race
+them for every volume it just gave up). File-backed volumes are served throughout.
 
 So a volume fails over within about ``lease_seconds + renew_interval`` of its
 owner's death. Renewal never waits for the control plane's lock (a suspend may
@@ -56,6 +66,10 @@ class ClusterStats:
     """Volumes dropped because their lease could not be renewed in time."""
     claims_blocked: int = 0
     """Claims a live previous holder refused (each retry counts)."""
+    rbd_fenced: int = 0
+    """Leases released because this node's Ceph client was blocklisted."""
+    reconnects: int = 0
+    """New Ceph connections made after a blocklisting."""
     tick_failures: int = 0
 
 
@@ -81,9 +95,15 @@ class ClusterNode:
         """uuid: volumes being moved away (dropped here, not yet handed over)."""
         self.stats = ClusterStats()
         self.last_heartbeat: float | None = None
+        self.announced_ready = False
+        """What the last heartbeat told placement (``nodes.ready``)."""
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._tick_lock = threading.Lock()
+        self._reconnecting: threading.Thread | None = None
+        self.released: dict[str, float] = {}
+        """uuid: until when (``time.monotonic()``) this node leaves a lease it released
+        when fenced to the other nodes."""
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -99,6 +119,10 @@ class ClusterNode:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=self.lease_seconds + 5)
+        try:  # place nothing more here while this node still looks alive
+            self.leases.heartbeat(self.url, ready=False)
+        except Exception:
+            log.exception("could not mark this node as stopping")
         with self._tick_lock:
             for name in reversed(self.control.stacking.bottom_up()):
                 try:
@@ -121,13 +145,57 @@ class ClusterNode:
 
     # ------------------------------------------------------------------ tick
 
+    @property
+    def fenced(self) -> bool:
+        """The Ceph client is blocklisted and not yet replaced: RBD devices are unusable."""
+        ceph = self.control.devices.ceph
+        return ceph is not None and ceph.blocklisted
+
     def tick(self) -> None:
         with self._tick_lock:
             started = time.monotonic()
-            self.leases.heartbeat(self.url)
+            fenced = self.fenced
+            self.leases.heartbeat(self.url, ready=not fenced)
             self.last_heartbeat = started
+            self.announced_ready = not fenced
+            if fenced:
+                self._give_up_rbd()
             self._renew(started)
-            self._take(started)
+            self._take(started, rbd=not fenced)
+
+    def _give_up_rbd(self) -> None:
+        """Release the leases of every volume on an RBD device now, and reconnect (in a
+        thread: the drops wait for the control lock) unless that is under way."""
+        if self._reconnecting is not None and self._reconnecting.is_alive():
+            return
+        dropped = self.control.fence_rbd()
+        for name, lease in dropped:
+            if lease is not None:
+                self.leases.release(lease.uuid, lease.epoch)
+                self.released[lease.uuid] = time.monotonic() + self.lease_seconds
+                self.stats.rbd_fenced += 1
+                log.warning("volume %s: Ceph client blocklisted; lease released", name)
+        self._reconnecting = threading.Thread(
+            target=self._reconnect,
+            args=([name for name, _ in dropped],),
+            name="reqcrypt-reconnect",
+            daemon=True,
+        )
+        self._reconnecting.start()
+
+    def _reconnect(self, names: list[str]) -> None:
+        for name in names:
+            self._drop_lost(name)
+        try:
+            self.control.reconnect_ceph()
+        except ReqcryptError as error:
+            log.warning("could not reconnect to Ceph (%s); retrying at the next tick", error.detail)
+            return
+        except Exception:
+            log.exception("could not reconnect to Ceph; retrying at the next tick")
+            return
+        self.stats.reconnects += 1
+        log.info("new Ceph connection: RBD volumes may be taken again")
 
     def _renew(self, started: float) -> None:
         held = {uuid: holding.lease.epoch for uuid, holding in self.control.held.items()}
@@ -148,20 +216,24 @@ class ClusterNode:
         with contextlib.suppress(ReqcryptError):  # already gone (removed meanwhile)
             self.control.drop(name, graceful=False)
 
-    def _take(self, started: float) -> None:
+    def _take(self, started: float, *, rbd: bool) -> None:
         """Adopt under the control lock, and only when it is free: a lifecycle call holding
-        it for seconds delays a takeover by a tick, never the next renewal."""
-        ceph = self.control.devices.ceph
-        if ceph is not None and ceph.blocklisted:
-            return  # it could claim no image: leave every volume to the other nodes
+        it for seconds delays a takeover by a tick, never the next renewal. Without
+        ``rbd`` (fenced), volumes on RBD devices are left to the other nodes."""
         with self.control.lock_unless_busy() as locked:
             if locked:
-                self._take_locked(started + self.lease_seconds)
+                self._take_locked(started + self.lease_seconds, rbd=rbd)
 
-    def _take_locked(self, deadline: float) -> None:
-        for uuid, name, lowers in self._claimable_bottom_up():
+    def _take_locked(self, deadline: float, *, rbd: bool) -> None:
+        now = time.monotonic()
+        self.released = {uuid: until for uuid, until in self.released.items() if until > now}
+        for uuid, name, lowers, handed in self._claimable_bottom_up():
             if not lowers <= self.control.volumes.keys():
                 continue  # its lower volume is pending here: not before it is served
+            if uuid in self.released and not handed:  # a move to this node is taken at once
+                continue
+            if not rbd and uuid not in self.pending and self.control.maps_rbd(uuid):
+                continue
             lease = self.pending.get(uuid)
             if lease is None:
                 lease = self.leases.take(uuid)
@@ -184,15 +256,16 @@ class ClusterNode:
             self.pending.pop(uuid, None)
             log.info("volume %s: serving (epoch %d)", name, lease.epoch)
 
-    def _claimable_bottom_up(self) -> list[tuple[str, str, set[str]]]:
-        """The leases to take now (uuid, name, the volumes its tables map), each after the
-        volumes it maps, leaving out a stacked volume whose lower volume this node neither
-        serves nor takes first."""
-        claimable = {
-            uuid: name
-            for uuid, name in self.leases.claimable()
-            if uuid not in self.control.held and uuid not in self.leaving
-        }
+    def _claimable_bottom_up(self) -> list[tuple[str, str, set[str], bool]]:
+        """The leases to take now (uuid, name, the volumes its tables map, handed to us),
+        each after the volumes it maps, leaving out a stacked volume whose lower volume
+        this node neither serves nor takes first."""
+        handed: dict[str, bool] = {}
+        claimable = {}
+        for uuid, name, mine in self.leases.claimable():
+            if uuid not in self.control.held and uuid not in self.leaving:
+                claimable[uuid] = name
+                handed[uuid] = mine
         if not claimable:
             return []
         texts = self.leases.tables_of(list(claimable))
@@ -205,7 +278,12 @@ class ClusterNode:
         if stranded:
             log.debug("waiting for the lower volumes of %s", ", ".join(stranded))
         return [
-            (uuids[name], name, set().union(*(table.volume_names() for table in tables[name])))
+            (
+                uuids[name],
+                name,
+                set().union(*(table.volume_names() for table in tables[name])),
+                handed[uuids[name]],
+            )
             for name in order
             if name in uuids
         ]
@@ -216,7 +294,7 @@ class ClusterNode:
         return self.leases.live_nodes()
 
     def place(self) -> NodeLoad | None:
-        """The live node owning the fewest volumes (ties: by name); None: no live node."""
+        """The live and ready node owning the fewest volumes (ties: by name); None: none."""
         nodes = self.live_nodes()
         return min(nodes, key=lambda node: (node.volumes, node.node), default=None)
 

@@ -17,7 +17,7 @@ import time
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from app.blk.tuning import Tuning, TuningPatch
@@ -25,7 +25,7 @@ from app.dm.stacking import StackingGraph, stacking_order
 from app.dm.table import DeviceRef, ErrorParams, Table, TableLimits, TableLine, parse_table
 from app.dm.targets import BlockDevice
 from app.dm.timed import TimedDevice
-from app.dm.volume import Volume
+from app.dm.volume import Volume, VolumeInfo, wipe_replaced_keys
 from app.engine.base import Engine
 from app.engine.registry import EngineRegistry
 from app.errors import (
@@ -44,7 +44,7 @@ from app.errors import (
 )
 from app.repository import Lease, Records, RecordsTx, StoredDevice, StoredVolume
 from app.storage.registry import DeviceRegistry, Placement, StoreKind
-from app.vocab import SECTOR_SIZE, is_valid_name
+from app.vocab import DEFAULT_QUEUE_DEPTH, SECTOR_SIZE, is_valid_name
 
 log = logging.getLogger("reqcrypt.control")
 
@@ -88,6 +88,18 @@ class Holding:
 
     lease: Lease
     deadline: float
+
+
+@dataclass(frozen=True, slots=True)
+class RecordedVolume:
+    """A volume as SQL records it: what a node that does not serve it can tell."""
+
+    info: VolumeInfo
+    targets: tuple[tuple[int, int, str, str], ...]
+    """(start, length, target type, parameters with keys hidden) of each live line."""
+    maps: tuple[frozenset[str], ...]
+    """``DeviceRef.key`` of everything each of its tables (live, inactive) maps."""
+    nbd_export: bool
 
 
 def device_names(tables: Sequence[Table]) -> set[str]:
@@ -607,6 +619,118 @@ class Control:
                 volume.fence(-math.inf)
                 lost.append(volume)
         return lost
+
+    def recorded_volumes(self) -> list[RecordedVolume]:
+        """Every volume of the cluster as SQL records it, by name; keys wiped once read."""
+        with self.records.transaction() as records:
+            stored = records.volumes()
+        recorded = []
+        for volume in sorted(stored, key=lambda volume: volume.name):
+            tables = [t for t in (volume.live, volume.inactive) if t is not None]
+            recorded.append(
+                RecordedVolume(
+                    self.recorded_info(volume),
+                    tuple(
+                        (
+                            line.start,
+                            line.length,
+                            line.target_type,
+                            line.target.format(show_keys=False),
+                        )
+                        for line in (volume.live.lines if volume.live else ())
+                    ),
+                    tuple(frozenset(table.devices()) for table in tables),
+                    volume.nbd_export,
+                )
+            )
+            for table in tables:
+                wipe_replaced_keys(table)
+        return recorded
+
+    def recorded_info(self, stored: StoredVolume) -> VolumeInfo:
+        """What ``Volume.info`` would say of a volume another node serves, from its record:
+        every lifecycle change is committed to SQL before the owner applies it."""
+        tuning = stored.tuning
+        block_size = stored.live.logical_block_size if stored.live else SECTOR_SIZE
+        limits = tuning.limits
+        if limits.logical_block_size < block_size:
+            limits = replace(limits, logical_block_size=block_size)
+        models = [
+            self.device_models.get(ref.name)
+            for ref in (stored.live.device_refs() if stored.live else ())
+            if ref.kind == "device"
+        ]
+        known = {model.name: model.queue_depth for model in self.engines.device_models()}
+        depths = [known[model] for model in models if model in known]
+        return VolumeInfo(
+            name=stored.name,
+            uuid=stored.uuid,
+            state=stored.state,
+            event_nr=stored.event_nr,
+            dispatch_mode=tuning.dispatch_mode,
+            engine=stored.engine,
+            elevator=tuning.elevator,
+            limits=limits,
+            plug_window_us=tuning.plug_window(self.plug_window_us),
+            queue_depth=min(depths, default=DEFAULT_QUEUE_DEPTH),
+            has_live=stored.live is not None,
+            has_inactive=stored.inactive is not None,
+            size_sectors=stored.live.size_sectors if stored.live else 0,
+        )
+
+    def _rbd_devices(self, tables: Sequence[Table]) -> set[str]:
+        return {
+            name
+            for name in device_names(tables)
+            if self.device_placements.get(name, Placement()).store == "rbd"
+        }
+
+    def fence_rbd(self) -> list[tuple[str, Lease | None]]:
+        """The Ceph client was blocklisted: fence at once every volume mapping an RBD device
+        (and every volume stacked on one) and stop holding its lease. Returns (name, lease
+        held or None) for the caller to release and ``drop``. Takes no lock, as ``renewed``."""
+        names = {
+            name
+            for name, volume in list(self.volumes.items())
+            if self._rbd_devices(volume.tables())
+        }
+        waiting = list(names)
+        while waiting:
+            for user in self.stacking.volume_users(waiting.pop()):
+                if user not in names:
+                    names.add(user)
+                    waiting.append(user)
+        fenced: list[tuple[str, Lease | None]] = []
+        for name in sorted(names):
+            volume = self.volumes.get(name)
+            if volume is None:  # removed meanwhile
+                continue
+            volume.fence(-math.inf)
+            holding = self.held.pop(volume.uuid, None)
+            fenced.append((name, None if holding is None else holding.lease))
+        return fenced
+
+    def maps_rbd(self, uuid: str) -> bool:
+        """Does the recorded volume map an RBD device? (A fenced node must not take it.)"""
+        self.sync_devices()
+        with self.records.transaction() as records:
+            stored = records.volume(uuid)
+        tables = [t for t in (stored.live, stored.inactive) if t is not None]
+        for table in tables:
+            wipe_replaced_keys(table)
+        return bool(self._rbd_devices(tables))
+
+    def reconnect_ceph(self) -> None:
+        """Open every RBD device again on a new Ceph connection (the old one blocklisted);
+        the volumes that mapped one are dropped already."""
+        with self._lock:
+            self.devices.reconnect_ceph(
+                {
+                    name: (self.device_sizes[name], placement)
+                    for name, placement in self.device_placements.items()
+                    if placement.store == "rbd"
+                }
+            )
 
     @contextmanager
     def lock_unless_busy(self) -> Iterator[bool]:

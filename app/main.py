@@ -20,7 +20,7 @@ from app.api import docs, manual, problems
 from app.api.admission import VolumeAdmission
 from app.api.bodylimit import ControlBodyLimit
 from app.api.executor import IoExecutor
-from app.api.ownership import OwnerRouting
+from app.api.ownership import CONNECT_SECONDS, OwnerRouting
 from app.api.routes import benchmarks, ceiling, data, devices, engines, health, volumes
 from app.api.schemas import Problem, TableIn
 from app.bench.jobs import BenchmarkJobs
@@ -76,6 +76,18 @@ def control_limits(settings: Settings) -> ControlLimits:
         max_total_device_bytes=settings.max_total_device_bytes,
         max_table_lines=settings.max_table_lines,
         max_table_line_length=settings.max_table_line_length,
+    )
+
+
+def forward_timeout(settings: Settings) -> httpx.Timeout:
+    """A forwarded control call: connecting is quick or hopeless; the answer may take a
+    draining suspend (``suspend_wait_seconds``) or a move (that, then up to two leases
+    for the target to take over). The owner's heartbeat ends the wait much sooner when
+    the owner freezes or dies (``app.api.ownership``): this is only the backstop for an
+    owner that heartbeats yet never answers."""
+    return httpx.Timeout(
+        settings.suspend_wait_seconds + 2 * settings.lease_seconds + 30,
+        connect=CONNECT_SECONDS,
     )
 
 
@@ -331,7 +343,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         try:
             if state.cluster is not None:
                 await anyio.to_thread.run_sync(state.cluster.start)
-                state.forwarder = httpx.AsyncClient(timeout=settings.suspend_wait_seconds + 30)
+                state.forwarder = httpx.AsyncClient(timeout=forward_timeout(settings))
             if settings.nbd_port is not None:
                 state.nbd = await start_nbd(state)
             yield

@@ -236,13 +236,21 @@ class ClusterCollector(Collector):
             if holding is not None:
                 remaining.add_metric([name, node], max(0.0, holding.deadline - now))
                 epoch.add_metric([name, node], holding.lease.epoch)
-        yield from (owned, pending, remaining, epoch)
+        ready = GaugeMetricFamily(
+            "reqcrypt_node_ready",
+            "1: placement may choose this node; 0: its Ceph client is blocklisted (reconnecting)",
+            labels=["node"],
+        )
+        ready.add_metric([node], 0 if self.cluster.fenced else 1)
+        yield from (owned, pending, remaining, epoch, ready)
         stats = self.cluster.stats
         for key, help_text in (
             ("takeovers", "leases this node took (failover, move target, start)"),
             ("leases_lost", "volumes dropped because their lease was not renewed in time"),
             ("claims_blocked", "device claims refused by a live previous holder"),
             ("tick_failures", "lease ticks that failed (database unreachable...)"),
+            ("rbd_fenced", "leases released because this node's Ceph client was blocklisted"),
+            ("reconnects", "new Ceph connections made after a blocklisting"),
         ):
             family = CounterMetricFamily(f"reqcrypt_node_{key}", help_text, labels=["node"])
             family.add_metric([node], getattr(stats, key))

@@ -26,6 +26,15 @@ A forwarded or proxied request carries ``Reqcrypt-Forwarded-By``; a node never
 forwards one again (an ownership change in between answers 503, retry). No owner alive (its
 lease expired, failover pending) answers 503 with Retry-After. A caller without
 a valid token is not routed: the local route answers 401 as everywhere.
+
+How long a forwarded call may wait is tied to the other node's heartbeat, not to a
+fixed timeout: a suspend that drains, or a move that flushes and hands over, may
+legitimately take ``suspend_wait_seconds`` and more, and all the while the owner
+heartbeats (its lease thread never waits for the control lock). So the call is
+watched every renew interval and abandoned with 503 + Retry-After as soon as that
+node's heartbeat is older than a lease — a frozen or dead owner answers within
+about a lease. Connecting is bounded apart (``CONNECT_SECONDS``): a node that
+cannot even be reached is not waited for.
 """
 
 from __future__ import annotations
@@ -52,6 +61,8 @@ if TYPE_CHECKING:
     from app.state import State
 
 FORWARDED_BY = "reqcrypt-forwarded-by"
+CONNECT_SECONDS = 2.0
+"""Connecting to another node (loopback or a LAN): longer means it is not there."""
 DATA_SUFFIXES = frozenset({"/data", "/flush", "/discard", "/write-zeroes"})
 _VOLUME_PATH = re.compile(r"^/v1/volumes/([^/]+)(/.*)?$")
 _CONNECTION = frozenset(
@@ -114,7 +125,7 @@ class OwnerRouting:
         if owner is None:  # no such volume: the local route answers 404
             await self.app(scope, receive, send)
             return
-        if not owner.live or owner.url is None:
+        if not owner.live or owner.url is None or owner.node is None:
             await _unavailable(
                 scope,
                 send,
@@ -138,7 +149,7 @@ class OwnerRouting:
             response = Response(status_code=307, headers={"Location": location})
             await response(scope, receive, send)
             return
-        await forward(state, scope, receive, send, owner.url)
+        await forward(state, scope, receive, send, owner.node, owner.url)
 
     async def _place(self, state: State, scope: Scope, receive: Receive, send: Send) -> None:
         assert state.cluster is not None
@@ -162,7 +173,7 @@ class OwnerRouting:
         if target is None or target.node == state.cluster.node:
             await self.app(scope, receive, send)
             return
-        await forward(state, scope, receive, send, target.url)
+        await forward(state, scope, receive, send, target.node, target.url)
 
     async def _place_stacked(
         self, state: State, scope: Scope, receive: Receive, send: Send, lowers: dict[str, Owner]
@@ -183,7 +194,11 @@ class OwnerRouting:
         owner = next(iter(lowers.values()))
         if owner.node == state.cluster.node and lowers.keys() <= state.control.volumes.keys():
             await self.app(scope, receive, send)
-        elif not all(owner.live for owner in lowers.values()) or owner.url is None:
+        elif (
+            not all(owner.live for owner in lowers.values())
+            or owner.url is None
+            or owner.node is None
+        ):
             await _unavailable(
                 scope,
                 send,
@@ -197,7 +212,7 @@ class OwnerRouting:
                 f"volume(s) {', '.join(lowers)} are being taken over by this node; retry",
             )
         else:
-            await forward(state, scope, receive, send, owner.url)
+            await forward(state, scope, receive, send, owner.node, owner.url)
 
 
 def _mapped_volumes(state: State, body: bytes) -> list[str]:
@@ -267,10 +282,12 @@ async def _no_body() -> dict[str, object]:
     return {"type": "http.disconnect"}
 
 
-async def forward(state: State, scope: Scope, receive: Receive, send: Send, base: str) -> None:
-    """Replay a control request to ``base`` (another node) and relay its answer."""
+async def forward(
+    state: State, scope: Scope, receive: Receive, send: Send, node: str, base: str
+) -> None:
+    """Replay a control request to ``base`` (another node, ``node``) and relay its answer,
+    for as long as that node heartbeats."""
     assert state.cluster is not None
-    assert state.forwarder is not None
     body = await _read_body(receive)
     headers = [
         (key.decode("latin-1"), value.decode("latin-1"))
@@ -282,10 +299,18 @@ async def forward(state: State, scope: Scope, receive: Receive, send: Send, base
     if scope["query_string"]:
         url += "?" + scope["query_string"].decode("latin-1")
     try:
-        answer = await state.forwarder.request(scope["method"], url, headers=headers, content=body)
+        answer = await _while_alive(state, node, scope["method"], url, headers, body)
     except httpx.HTTPError as error:
         await _unavailable(
             scope, send, f"the owner node at {base} did not answer ({type(error).__name__}); retry"
+        )
+        return
+    if answer is None:
+        await _unavailable(
+            scope,
+            send,
+            f"node {node} at {base} stopped heartbeating while it handled the call "
+            "(frozen or dead): its volumes fail over within a lease; retry",
         )
         return
     relayed = {
@@ -358,3 +383,45 @@ async def proxy(state: State, scope: Scope, receive: Receive, send: Send, base: 
         await send({"type": "http.response.body", "body": b"", "more_body": False})
     finally:
         await answer.aclose()
+
+
+async def _while_alive(
+    state: State,
+    node: str,
+    method: str,
+    url: str,
+    headers: list[tuple[str, str]],
+    body: bytes,
+) -> httpx.Response | None:
+    """The answer to the request, or None once ``node``'s heartbeat is older than a lease
+    (the request is then abandoned). Raises ``httpx.HTTPError`` if it fails first."""
+    assert state.cluster is not None
+    assert state.forwarder is not None
+    cluster, forwarder = state.cluster, state.forwarder
+    outcome: list[httpx.Response | httpx.HTTPError] = []
+
+    async def call(scope: anyio.CancelScope) -> None:
+        try:
+            outcome.append(await forwarder.request(method, url, headers=headers, content=body))
+        except httpx.HTTPError as error:
+            outcome.append(error)
+        scope.cancel()
+
+    async def watch(scope: anyio.CancelScope) -> None:
+        while True:
+            await anyio.sleep(cluster.renew_interval)
+            try:
+                alive = await anyio.to_thread.run_sync(cluster.leases.node_live, node)
+            except Exception:  # the database is away: no verdict, the client timeout bounds
+                alive = True
+            if not alive:
+                scope.cancel()
+
+    async with anyio.create_task_group() as group:
+        group.start_soon(call, group.cancel_scope)
+        group.start_soon(watch, group.cancel_scope)
+    if not outcome:
+        return None
+    if isinstance(outcome[0], httpx.HTTPError):
+        raise outcome[0]
+    return outcome[0]

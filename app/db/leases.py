@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from sqlalchemy import func, or_, select, update
+from sqlalchemy import ColumnElement, func, or_, select, update
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -44,6 +44,8 @@ class Owner:
     expires_at: datetime | None
     live: bool
     """The lease has not expired."""
+    remaining_seconds: float
+    """Until the lease expires, on the database's clock (0 once expired)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,12 +77,14 @@ class Leases:
         self.node = node
         self.span = timedelta(seconds=lease_seconds)
 
-    def heartbeat(self, url: str) -> None:
+    def heartbeat(self, url: str, *, ready: bool = True) -> None:
+        """Prove this node alive; ``ready`` False keeps placement away (fenced, stopping)."""
         statement = insert(Node).values(
-            id=self.node, url=url, heartbeat_at=func.now(), started_at=func.now()
+            id=self.node, url=url, heartbeat_at=func.now(), started_at=func.now(), ready=ready
         )
         statement = statement.on_conflict_do_update(
-            index_elements=[Node.id], set_={"url": url, "heartbeat_at": func.now()}
+            index_elements=[Node.id],
+            set_={"url": url, "heartbeat_at": func.now(), "ready": ready},
         )
         with self.sessions() as session, session.begin():
             session.execute(statement)
@@ -155,12 +159,14 @@ class Leases:
         with self.sessions() as session, session.begin():
             return session.execute(statement).one_or_none() is not None
 
-    def claimable(self) -> list[tuple[str, str]]:
-        """(uuid, name) of every volume this node could take: free, expired, or already
-        given to it (a move's target) — the caller skips what it holds."""
-        statement = select(Volume.uuid, Volume.name).where(_free_or_mine(self.node))  # type: ignore[arg-type]
+    def claimable(self) -> list[tuple[str, str, bool]]:
+        """(uuid, name, handed to us) of every volume this node could take: free, expired,
+        or already given to it (a move's target) — the caller skips what it holds."""
+        handed = Volume.owner_node == self.node
+        free = _free_or_mine(self.node)
+        statement = select(Volume.uuid, Volume.name, handed).where(free)  # type: ignore[arg-type]
         with self.sessions() as session:
-            return [(uuid, name) for uuid, name in session.execute(statement)]
+            return [(uuid, name, bool(mine)) for uuid, name, mine in session.execute(statement)]
 
     def tables_of(self, uuids: list[str]) -> dict[str, list[str]]:
         """uuid: the text of its live and inactive tables (keys zeroed, as stored), for
@@ -177,6 +183,14 @@ class Leases:
         return texts
 
     def owner_of(self, name: str) -> Owner | None:
+        owners = self._owners(Volume.name == name)
+        return owners[0] if owners else None
+
+    def owners(self) -> dict[str, Owner]:
+        """uuid: the owner of every volume of the cluster, in one statement."""
+        return {owner.uuid: owner for owner in self._owners()}
+
+    def _owners(self, *where: ColumnElement[bool]) -> list[Owner]:
         statement = (
             select(
                 Volume.uuid,
@@ -185,19 +199,29 @@ class Leases:
                 Volume.lease_epoch,
                 Volume.lease_expires_at,
                 Volume.lease_expires_at >= func.now(),
+                func.extract("epoch", Volume.lease_expires_at - func.now()),
             )
             .outerjoin(Node, Node.id == Volume.owner_node)
-            .where(Volume.name == name)
+            .where(*where)
         )
         with self.sessions() as session:
-            row = session.execute(statement).one_or_none()
-        if row is None:
-            return None
-        uuid, node, url, epoch, expires, live = row
-        return Owner(uuid, node, url, epoch, expires, bool(live))
+            rows = session.execute(statement).all()
+        return [
+            Owner(uuid, node, url, epoch, expires, bool(live), max(0.0, float(left or 0)))
+            for uuid, node, url, epoch, expires, live, left in rows
+        ]
+
+    def node_live(self, node: str) -> bool:
+        """Has ``node`` heartbeated within a lease? (A frozen or dead node stops.)"""
+        statement = select(Node.id).where(
+            Node.id == node, Node.heartbeat_at >= func.now() - self.span
+        )
+        with self.sessions() as session:
+            return session.execute(statement).one_or_none() is not None
 
     def live_nodes(self) -> list[NodeLoad]:
-        """Nodes whose heartbeat is younger than a lease, with how many volumes each owns."""
+        """Nodes ready (not fenced, not stopping) whose heartbeat is younger than a lease,
+        with how many volumes each owns: where a volume may be placed or moved."""
         owned = (
             select(Volume.owner_node, func.count().label("volumes"))
             .where(Volume.lease_expires_at >= func.now())
@@ -207,7 +231,7 @@ class Leases:
         statement = (
             select(Node.id, Node.url, func.coalesce(owned.c.volumes, 0))
             .outerjoin(owned, owned.c.owner_node == Node.id)
-            .where(Node.heartbeat_at >= func.now() - self.span)
+            .where(Node.heartbeat_at >= func.now() - self.span, Node.ready.is_(True))
             .order_by(Node.id)
         )
         with self.sessions() as session:

@@ -21,6 +21,7 @@ from sqlalchemy import (
     Text,
     UniqueConstraint,
     false,
+    true,
 )
 from sqlalchemy.orm import Mapped, mapped_column, relationship
 
@@ -84,6 +85,11 @@ class Node(Base):
     url: Mapped[str] = mapped_column(String(512))
     heartbeat_at: Mapped[datetime] = mapped_column(comment="the database's clock")
     started_at: Mapped[datetime] = mapped_column(default=utcnow)
+    ready: Mapped[bool] = mapped_column(
+        default=True,
+        server_default=true(),
+        comment="written with each heartbeat; false: fenced or stopping, place nothing here",
+    )
 
 
 class VolumeTable(Base):

@@ -2,15 +2,17 @@
 
 One ``CephCluster`` per process holds the one librados connection every image shares
 (connected lazily, at the first RBD device). Ceph fences per connection: a lock broken
-by another node blocklists this connection, so every image it has open fails over at once.
+by another node blocklists this connection, so every image it has open fails over at once;
+a new connection (``CephCluster.reconnect``) is a new client, not blocklisted.
 """
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -53,27 +55,49 @@ class CephCluster:
         self._ioctxs: dict[str, Any] = {}
         self._lock = threading.Lock()
         self.blocklisted = False
-        """Set once this connection is seen blocklisted: it never writes again (restart)."""
+        """Set once this connection is seen blocklisted: it never writes again; a cluster
+        node then drops its RBD volumes and ``reconnect``s."""
 
-    def _connected(self) -> Any:
+    def _connect(self) -> Any:
+        """A new librados connection: a new client instance, with an address of its own."""
         if rados is None:
             raise Unavailable("the RBD store needs python3-rados and python3-rbd (Debian)")
+        options = {
+            # a discard must read back as zeros even where it covers part of an object
+            "rbd_skip_partial_discard": "false",
+            "client_mount_timeout": str(max(1, round(self.timeout_seconds))),
+        }
+        if self.keyring is not None:
+            options["keyring"] = str(self.keyring)
+        cluster = rados.Rados(conffile=str(self.conf), rados_id=self.client, conf=options)
+        try:
+            cluster.connect(timeout=max(1, round(self.timeout_seconds)))
+        except rados.Error as exc:
+            cluster.shutdown()
+            raise Unavailable(f"Ceph cluster of {self.conf} is unreachable: {exc}") from None
+        return cluster
+
+    def _connected(self) -> Any:
         if self._rados is None:
-            options = {
-                # a discard must read back as zeros even where it covers part of an object
-                "rbd_skip_partial_discard": "false",
-                "client_mount_timeout": str(max(1, round(self.timeout_seconds))),
-            }
-            if self.keyring is not None:
-                options["keyring"] = str(self.keyring)
-            cluster = rados.Rados(conffile=str(self.conf), rados_id=self.client, conf=options)
-            try:
-                cluster.connect(timeout=max(1, round(self.timeout_seconds)))
-            except rados.Error as exc:
-                cluster.shutdown()
-                raise Unavailable(f"Ceph cluster of {self.conf} is unreachable: {exc}") from None
-            self._rados = cluster
+            self._rados = self._connect()
         return self._rados
+
+    def reconnect(self, close_images: Callable[[], None]) -> None:
+        """Replace a blocklisted connection: the blocklist names the old client's address,
+        never a new one's. Connects first (``Unavailable``: nothing changed, still
+        blocklisted), then ``close_images`` closes every image opened on the old
+        connection, which is shut down after them; the caller reopens the images."""
+        fresh = self._connect()
+        close_images()
+        with self._lock:
+            old, self._rados = self._rados, fresh
+            ioctxs, self._ioctxs = self._ioctxs, {}
+            self.blocklisted = False
+        for ioctx in ioctxs.values():
+            with contextlib.suppress(rados.Error):
+                ioctx.close()
+        if old is not None:
+            old.shutdown()
 
     def ioctx(self, pool: str) -> Any:
         with self._lock:
@@ -87,6 +111,13 @@ class CephCluster:
                 self._ioctxs[pool] = ioctx
             return ioctx
 
+    def refused(self, ioctx: Any) -> None:
+        """An I/O on ``ioctx`` was refused as blocklisted: so is the connection, unless
+        ``ioctx`` belongs to one already replaced (a late answer to an old I/O)."""
+        with self._lock:
+            if any(ioctx is current for current in self._ioctxs.values()):
+                self.blocklisted = True
+
     def ping(self) -> None:
         """Ask the monitors for their status and whether this connection is blocklisted:
         what /readyz reports (connects if needed)."""
@@ -95,11 +126,13 @@ class CephCluster:
         self._mon(cluster, "mon stat")
         if not self.blocklisted:
             listed = self._mon(cluster, "osd blocklist ls")
-            self.blocklisted = f'"{cluster.get_addrs()}"' in listed
+            if f'"{cluster.get_addrs()}"' in listed:
+                with self._lock:  # unless a reconnect replaced it meanwhile
+                    self.blocklisted = self.blocklisted or self._rados is cluster
         if self.blocklisted:
             raise Fenced(
                 "this node's Ceph client is blocklisted (another node took over one of its "
-                "RBD devices): it can no longer write to any image; restart it"
+                "RBD devices): it can no longer write to any image until it reconnects"
             )
 
     def _mon(self, cluster: Any, prefix: str) -> str:
@@ -169,7 +202,7 @@ class RbdStore(BackingStore):
 
     def _failed(self, exc: Exception, what: str) -> NoReturn:
         if self._cluster is not None and getattr(exc, "errno", None) == errno.ESHUTDOWN:
-            self._cluster.blocklisted = True
+            self._cluster.refused(self._ioctx)
         _io_error(exc, what)
 
     def read_into(self, offset: int, buffer: memoryview) -> None:
@@ -271,18 +304,26 @@ class RbdStore(BackingStore):
             self._failed(exc, f"claim of {self.image_name}")
 
     def release(self) -> None:
-        """Give the lock up; nothing to do when this client does not hold it."""
+        """Give the lock up; nothing to do when this client does not hold it, nor when it
+        was blocklisted (its lock is broken, or the next holder breaks it)."""
         try:
             if not self._image.is_exclusive_lock_owner():
                 return
             self._image.lock_release()
         except rbd.Error as exc:
+            if getattr(exc, "errno", None) == errno.ESHUTDOWN:
+                if self._cluster is not None:
+                    self._cluster.refused(self._ioctx)
+                return
             self._failed(exc, f"release of {self.image_name}")
 
     def close(self) -> None:
-        if self._image is not None:
-            self._image.close()
-            self._image = None
+        """Close the image; on a blocklisted connection librbd may answer an error, and
+        the handle is gone all the same."""
+        image, self._image = self._image, None
+        if image is not None:
+            with contextlib.suppress(rbd.Error):
+                image.close()
 
     def check_unwatched(self) -> None:
         """``DeviceBusy`` while another client has the image open (librbd would refuse

@@ -4,6 +4,7 @@ RBD images (``<prefix><device name>``) in a Ceph pool."""
 from __future__ import annotations
 
 import threading
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -115,6 +116,24 @@ class DeviceRegistry:
             if store is not None:
                 store.close()
             self.path(name).unlink(missing_ok=True)
+
+    def reconnect_ceph(self, placements: Mapping[str, tuple[int, Placement]]) -> None:
+        """Open the RBD devices ``placements`` names (name: size, placement) again on a new
+        librados connection, the old one being blocklisted (``CephCluster.reconnect``).
+        Nothing may use them meanwhile: the caller dropped every volume mapping one."""
+        if self.ceph is None:
+            return
+        with self._lock:
+            rbd_names = [name for name in placements if name in self._stores]
+
+            def close_images() -> None:
+                for name in rbd_names:
+                    self._stores.pop(name).close()
+
+            self.ceph.reconnect(close_images)
+            for name in rbd_names:
+                size_bytes, placement = placements[name]
+                self._stores[name] = self._rbd(placement, size_bytes, create=False)
 
     def forget(self, name: str) -> None:
         """Close a device another node deleted (it already removed the file)."""

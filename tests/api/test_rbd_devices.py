@@ -228,3 +228,33 @@ async def test_store_rbd_without_a_ceph_conf_is_a_422(client: httpx.AsyncClient)
     assert response.status_code == 422
     assert "REQCRYPT_CEPH_CONF" in response.json()["detail"]
     assert (await client.get("/v1/devices/rbd0")).status_code == 404
+
+
+async def test_a_fenced_write_is_a_503_problem_and_reaches_no_byte_of_the_image(
+    rbd_client: httpx.AsyncClient, ceph_cluster: ceph.Cluster, prefix: str
+) -> None:
+    """Another client takes the image over (as a node taking the volume would), which
+    blocklists this service's client: the write is refused as ``Fenced``, never 204."""
+    await make_rbd_device(rbd_client, "rbd0")
+    await make_volume(rbd_client, "vol", xts_table("rbd0", SIZE // 512))
+    put = await rbd_client.put(
+        "/v1/volumes/vol/data", content=b"o" * 4096, headers={"Content-Range": "bytes 0-4095/*"}
+    )
+    assert put.status_code == 204  # this client now holds the image's exclusive lock
+    assert (await rbd_client.post("/v1/volumes/vol/flush")).status_code == 204
+    stored = ceph_cluster.export(f"{prefix}rbd0")
+    other = CephCluster(ceph_cluster.conf)
+    try:
+        thief = RbdStore(other.ioctx(ceph.POOL), f"{prefix}rbd0", SIZE)
+        thief.claim(take_over=True)
+        thief.close()
+    finally:
+        other.close()
+    refused = await rbd_client.put(
+        "/v1/volumes/vol/data", content=b"x" * 4096, headers={"Content-Range": "bytes 0-4095/*"}
+    )
+    assert refused.status_code == 503
+    assert refused.headers["content-type"] == "application/problem+json"
+    assert "blocklisted" in refused.json()["detail"]
+    assert (await rbd_client.post("/v1/volumes/vol/flush")).status_code == 503
+    assert ceph_cluster.export(f"{prefix}rbd0") == stored

@@ -306,6 +306,66 @@ def test_a_frozen_owner_drops_the_volume_without_writing(
     assert a.metric("reqcrypt_node_volumes_owned") == 0
 
 
+def test_a_control_call_forwarded_to_a_frozen_owner_answers_503_within_about_a_lease(
+    cluster: Callable[[str], Node],
+) -> None:
+    """The owner freezes (SIGSTOP) while another node forwards a call to it: the forwarding
+    node gives up once the owner's heartbeat is a lease old, not at a fixed timeout
+    (suspend_wait_seconds + 30 s before), and answers 503 with Retry-After."""
+    a, b = cluster("a"), cluster("b")
+    a.start()
+    b.start()
+    make_volume(a)
+    frozen, forwarding = owner_and_other((a, b), "v")
+    frozen.signal(signal.SIGSTOP)
+    started = time.monotonic()
+    with http(forwarding) as client:
+        answer = client.get("/v1/volumes/v")
+    waited = time.monotonic() - started
+    assert answer.status_code == 503
+    assert answer.headers["content-type"] == "application/problem+json"
+    assert answer.headers["Retry-After"] == "1"
+    assert "stopped heartbeating" in answer.json()["detail"]
+    assert waited < LEASE + 10 * RENEW, waited
+
+
+def test_any_node_lists_every_volume_of_the_cluster_with_its_owner(
+    pair: tuple[Node, Node],
+) -> None:
+    """Each node lists the volumes the other serves too, as their owner shows them (the
+    other's from SQL: state, tables, tuning), with the owner's node and URL."""
+    make_volume(pair[0], "la", "pla")
+    make_volume(pair[0], "lb", "plb")
+    first, second = owner_and_other(pair, "la")
+    if owner_and_other(pair, "lb")[0] is first:
+        with http(first) as client:
+            assert client.post("/v1/volumes/lb/move", json={"node": second.node_id}).is_success
+    with http(first) as client:
+        assert client.post("/v1/volumes/lb/suspend").status_code == 200  # runs on second
+        patched = client.patch("/v1/volumes/lb", json={"dispatch_mode": "bio"})
+        assert patched.status_code == 200
+    shown = {}
+    for name, served_by in (("la", first), ("lb", second)):
+        with http(served_by) as client:
+            shown[name] = client.get(f"/v1/volumes/{name}").json()
+    for node in pair:
+        with http(node) as client:
+            listed = {volume["name"]: volume for volume in client.get("/v1/volumes").json()}
+        for name, served_by in (("la", first), ("lb", second)):
+            entry = listed[name]
+            assert entry["owner"]["node"] == served_by.node_id
+            assert entry["owner"]["url"] == served_by.base
+            assert entry["owner"]["lease_remaining_seconds"] > 0
+            skip = {"owner", "nbd_connections"}
+            assert {k: v for k, v in entry.items() if k not in skip} == {
+                k: v for k, v in shown[name].items() if k not in skip
+            }
+    assert listed["lb"]["state"] == "suspended"
+    assert listed["lb"]["dispatch_mode"] == "bio"
+    with http(second) as client:
+        assert client.post("/v1/volumes/lb/resume").status_code == 200
+
+
 def test_a_non_owner_redirects_the_data_path_to_the_owner(pair: tuple[Node, Node]) -> None:
     make_volume(pair[1], "r", "pr")  # placed on the least-loaded live node
     a, b = owner_and_other(pair, "r")

@@ -18,6 +18,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from app.storage.rbd import CephCluster, RbdStore
 from tests import ceph
 from tests.factories import xts_table
 from tests.integration.test_cluster import (
@@ -64,14 +65,14 @@ def rbd_cluster(
             ceph_cluster.run("rbd", "rm", f"{ceph.POOL}/{image}")
 
 
-def make_rbd_volume(node: Node) -> None:
+def make_rbd_volume(node: Node, name: str = "v", device: str = "pv") -> None:
     with http(node) as client:
         response = client.post(
-            "/v1/devices", json={"name": "pv", "size_bytes": SIZE, "store": "rbd"}
+            "/v1/devices", json={"name": device, "size_bytes": SIZE, "store": "rbd"}
         )
         assert response.status_code == 201, response.text
         response = client.post(
-            "/v1/volumes", json={"name": "v", "table": xts_table("pv", SIZE // 512)}
+            "/v1/volumes", json={"name": name, "table": xts_table(device, SIZE // 512)}
         )
         assert response.status_code == 201, response.text
 
@@ -113,7 +114,8 @@ def test_a_frozen_rbd_owner_is_blocklisted_and_never_writes_again(
     """SIGSTOP the owner past its lease: unlike a file-backed device (whose lock the
     stopped process keeps), b breaks the image's lock, blocklisting a, and serves the
     data as last flushed at once. On SIGCONT a's late write is refused, the image's
-    bytes stay as they were, and a drops the volume."""
+    bytes stay as they were, and a drops the volume; then reconnects (ready again) while
+    b keeps the volume."""
     make, prefix = rbd_cluster
     image = f"{prefix}pv"
     a, b = make("a"), make("b")
@@ -147,10 +149,63 @@ def test_a_frozen_rbd_owner_is_blocklisted_and_never_writes_again(
         assert time.monotonic() < deadline, "a never dropped the volume it lost"
         time.sleep(0.1)
     assert a.metric("reqcrypt_node_leases_lost_total") >= 1
-    ready = httpx.get(f"{a.base}/readyz", timeout=30)
-    assert ready.status_code == 503  # blocklisted for good: it must restart
-    assert "blocklisted" in ready.json()["checks"]["ceph"]
-    assert httpx.get(f"{b.base}/readyz", timeout=30).status_code == 200
+    # a learns it was blocklisted when releasing the image or from its /readyz probe,
+    # whichever comes first, and is ready again on a new client
+    deadline = time.monotonic() + SETTLE
+    while httpx.get(f"{a.base}/readyz", timeout=30).status_code != 200:
+        assert time.monotonic() < deadline, "a never reconnected to Ceph"
+        time.sleep(0.2)
+    assert a.metric("reqcrypt_node_reconnects_total") == 1
     assert ceph_cluster.export(image) == stored
     with http(b) as client:
         assert read(client, 0, 4096) == before
+        assert client.get("/v1/volumes/v").json()["owner"]["node"] == "b"
+
+
+def test_a_blocklisted_node_hands_its_rbd_volumes_over_and_reconnects(
+    rbd_cluster: tuple[Callable[[str], Node], str], ceph_cluster: ceph.Cluster
+) -> None:
+    """Another client breaks the lock of one of a's images (what a takeover does), which
+    blocklists a's whole Ceph connection. At its first refused write a releases the lease
+    of every RBD volume at once — b takes them without waiting for a lease to expire —
+    keeps serving its file-backed volume, then opens a new Ceph connection and is ready
+    to serve RBD volumes again (here: one moved back to it)."""
+    make, prefix = rbd_cluster
+    a, b = make("a"), make("b")
+    a.start()
+    make_rbd_volume(a, "v1", "p1")
+    make_rbd_volume(a, "v2", "p2")
+    with http(a) as client:
+        assert client.post("/v1/devices", json={"name": "pf", "size_bytes": SIZE}).is_success
+        created = client.post("/v1/volumes", json={"name": "f", "table": xts_table("pf", 2048)})
+        assert created.status_code == 201, created.text
+        write_flushed(client, 0, pattern(0, 4096), "v2")
+    b.start()  # after the creates: every volume is a's
+    thieves = CephCluster(ceph_cluster.conf)
+    try:
+        thief = RbdStore(thieves.ioctx(ceph.POOL), f"{prefix}p1", SIZE)
+        thief.claim(take_over=True)  # breaks a's lock: a's client is blocklisted
+        thief.close()
+    finally:
+        thieves.close()
+    with http(a) as client:
+        refused = write(client, 0, b"x" * 4096, "v1")
+        assert refused.status_code == 503, refused.text
+    for name in ("v1", "v2"):  # released, not expired: a renews nothing any more
+        wait_owner(b, "b", name)
+    with http(b) as client:
+        assert read(client, 0, 4096, "v2") == pattern(0, 4096)
+    with http(a) as client:
+        write_flushed(client, 0, pattern(0, 4096), "f")  # file-backed: still a's
+        assert client.get("/v1/volumes/f").json()["owner"]["node"] == "a"
+    deadline = time.monotonic() + SETTLE
+    while httpx.get(f"{a.base}/readyz", timeout=30).status_code != 200:
+        assert time.monotonic() < deadline, "a never reconnected to Ceph"
+        time.sleep(0.2)
+    assert a.metric("reqcrypt_node_reconnects_total") == 1
+    with http(b) as client:
+        moved = client.post("/v1/volumes/v1/move", json={"node": "a"})
+        assert moved.status_code == 200, moved.text
+    with http(a) as client:
+        write_flushed(client, 8192, pattern(8192, 4096), "v1")
+        assert read(client, 8192, 4096, "v1") == pattern(8192, 4096)

@@ -133,3 +133,40 @@ def test_live_nodes_count_the_volumes_each_owns(sessions: sessionmaker[Session])
     assert owner is not None
     assert (owner.node, owner.url, owner.live) == ("a", "http://a", True)
     assert b.owner_of("nope") is None
+
+
+def test_a_node_not_ready_is_no_placement_target_until_ready_again(
+    sessions: sessionmaker[Session],
+) -> None:
+    a, b = Leases(sessions, "a", 5), Leases(sessions, "b", 5)
+    a.heartbeat("http://a")
+    b.heartbeat("http://b", ready=False)  # alive, but fenced or stopping
+    assert [node.node for node in a.live_nodes()] == ["a"]
+    b.heartbeat("http://b")
+    assert [node.node for node in a.live_nodes()] == ["a", "b"]
+
+
+def test_a_node_is_live_while_its_heartbeat_is_younger_than_a_lease(
+    sessions: sessionmaker[Session],
+) -> None:
+    a, b = Leases(sessions, "a", 5), Leases(sessions, "b", 5)
+    a.heartbeat("http://a")
+    assert b.node_live("a")
+    with sessions() as session, session.begin():
+        session.execute(text("UPDATE nodes SET heartbeat_at = now() - interval '6 seconds'"))
+    assert not b.node_live("a")
+    assert not b.node_live("nobody")
+
+
+def test_owners_name_each_volume_s_holder_and_its_remaining_lease(
+    sessions: sessionmaker[Session],
+) -> None:
+    a, b = Leases(sessions, "a", 5), Leases(sessions, "b", 5)
+    a.heartbeat("http://a")
+    assert b.owners()[UUID].node is None  # never taken
+    assert a.take(UUID) is not None
+    owner = b.owners()[UUID]
+    assert (owner.node, owner.url, owner.live) == ("a", "http://a", True)
+    assert 0 < owner.remaining_seconds <= 5
+    expire(sessions)
+    assert b.owners()[UUID].remaining_seconds == 0

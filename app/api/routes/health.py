@@ -35,10 +35,12 @@ def readyz(state: StateDep) -> dict[str, object] | Response:
         checks["database"] = f"unreachable: {type(exc).__name__}"
     if state.cluster is not None:
         age = state.cluster.heartbeat_age()
-        if age is not None and age <= state.settings.lease_seconds:
-            checks["node"] = "ok"
-        else:
+        if age is None or age > state.settings.lease_seconds:
             checks["node"] = "no heartbeat within a lease: this node serves no volume"
+        elif not state.cluster.announced_ready:
+            checks["node"] = "fenced off Ceph, reconnecting: no RBD volume, no placement here"
+        else:
+            checks["node"] = "ok"
     try:
         with tempfile.NamedTemporaryFile(dir=state.settings.data_dir):
             pass

@@ -33,8 +33,9 @@ from app.api.schemas import (
     VolumePatch,
 )
 from app.control import Control
-from app.dm.table import format_table
-from app.dm.volume import Volume
+from app.db.leases import Owner
+from app.dm.table import DeviceRef, format_table
+from app.dm.volume import Volume, VolumeInfo
 from app.errors import InvalidState, Unavailable
 from app.nbd.server import NbdServer
 from app.state import State
@@ -56,27 +57,38 @@ def owner_out(volume: Volume, control: Control) -> OwnerOut | None:
     )
 
 
-def volume_out(volume: Volume, control: Control, nbd: NbdServer | None = None) -> VolumeOut:
-    info = volume.info()
+def recorded_owner_out(owner: Owner | None) -> OwnerOut | None:
+    """The owner as the database says (None: no node holds the lease)."""
+    if owner is None or owner.node is None or owner.url is None or owner.expires_at is None:
+        return None
+    return OwnerOut(
+        node=owner.node,
+        url=owner.url,
+        lease_epoch=owner.epoch,
+        lease_expires_at=owner.expires_at,
+        lease_remaining_seconds=round(owner.remaining_seconds, 3),
+    )
+
+
+def info_out(
+    info: VolumeInfo,
+    targets: list[TargetOut],
+    *,
+    open_count: int,
+    nbd_export: bool,
+    nbd_connections: list[NbdConnectionOut],
+    owner: OwnerOut | None,
+) -> VolumeOut:
     tables: list[Any] = (["LIVE"] if info.has_live else []) + (
         ["INACTIVE"] if info.has_inactive else []
     )
-    targets = [
-        TargetOut(
-            start=line.start,
-            length=line.length,
-            target_type=line.target_type,
-            params=line.target.format(show_keys=False),
-        )
-        for line in (volume.live.table.lines if volume.live else ())
-    ]
     return VolumeOut(
         name=info.name,
         uuid=info.uuid,
         state=info.state,
         size_sectors=info.size_sectors,
         size_bytes=info.size_sectors * SECTOR_SIZE,
-        open_count=control.stacking.open_count(info.name),
+        open_count=open_count,
         event_nr=info.event_nr,
         tables=tables,
         targets=targets,
@@ -87,6 +99,27 @@ def volume_out(volume: Volume, control: Control, nbd: NbdServer | None = None) -
         plug_window_us=info.plug_window_us,
         queue_depth=info.queue_depth,
         logical_block_size=info.limits.logical_block_size,
+        nbd_export=nbd_export,
+        nbd_connections=nbd_connections,
+        owner=owner,
+    )
+
+
+def volume_out(volume: Volume, control: Control, nbd: NbdServer | None = None) -> VolumeOut:
+    info = volume.info()
+    targets = [
+        TargetOut(
+            start=line.start,
+            length=line.length,
+            target_type=line.target_type,
+            params=line.target.format(show_keys=False),
+        )
+        for line in (volume.live.table.lines if volume.live else ())
+    ]
+    return info_out(
+        info,
+        targets,
+        open_count=control.stacking.open_count(info.name),
         nbd_export=volume.nbd_export,
         nbd_connections=[
             NbdConnectionOut(**connection) for connection in nbd.connections_of(volume)
@@ -95,6 +128,38 @@ def volume_out(volume: Volume, control: Control, nbd: NbdServer | None = None) -
         else [],
         owner=owner_out(volume, control),
     )
+
+
+def cluster_volumes(state: State) -> list[VolumeOut]:
+    """Every volume of the cluster: the ones this node serves as it serves them, the
+    others as SQL records them with the owner the database names (no call to another
+    node: a frozen one cannot stall the list). Their ``nbd_connections`` are the owner's
+    to tell (empty here)."""
+    assert state.cluster is not None
+    control = state.control
+    owners = state.cluster.leases.owners()
+    recorded = control.recorded_volumes()
+    listed = []
+    for record in recorded:
+        volume = control.volumes.get(record.info.name)
+        if volume is not None and volume.uuid in control.held:
+            listed.append(volume_out(volume, control, state.nbd))
+            continue
+        mapper = DeviceRef("volume", record.info.name, "").key
+        listed.append(
+            info_out(
+                record.info,
+                [
+                    TargetOut(start=start, length=length, target_type=kind, params=params)
+                    for start, length, kind, params in record.targets
+                ],
+                open_count=sum(mapper in keys for other in recorded for keys in other.maps),
+                nbd_export=record.nbd_export,
+                nbd_connections=[],
+                owner=recorded_owner_out(owners.get(record.info.uuid)),
+            )
+        )
+    return listed
 
 
 async def table_text(request: Request) -> str:
@@ -130,8 +195,12 @@ def create_volume(body: VolumeCreate, control: ControlDep, _: AdminDep) -> Volum
 
 
 @router.get("", response_model=list[VolumeOut])
-def list_volumes(control: ControlDep, _: RoleDep) -> list[VolumeOut]:
-    """The volumes present now: one removed while the list is built is left out."""
+def list_volumes(state: StateDep, _: RoleDep) -> list[VolumeOut]:
+    """The volumes present now: one removed while the list is built is left out. On a
+    cluster node, every volume of the cluster, each with its owner."""
+    if state.cluster is not None:
+        return cluster_volumes(state)
+    control = state.control
     listed = []
     for name in sorted(control.volumes):
         volume = control.volumes.get(name)

@@ -227,8 +227,8 @@ def test_release_without_a_claim_is_a_no_op(two_clients: tuple[RbdStore, RbdStor
 def test_a_taken_over_connection_knows_it_is_blocklisted(
     ceph_cluster: ceph.Cluster, image: str, noticed_by: str
 ) -> None:
-    """What keeps a fenced node from adopting volumes and fails its /readyz: the monitors'
-    blocklist (asked by ``ping``), or the first I/O the OSDs refuse."""
+    """What makes a fenced node give up its RBD volumes and reconnect, and fails its /readyz
+    meanwhile: the monitors' blocklist (asked by ``ping``), or the first I/O the OSDs refuse."""
     old, new = CephCluster(ceph_cluster.conf), CephCluster(ceph_cluster.conf)
     first = RbdStore(old.ioctx(ceph.POOL), image, SIZE, create=True, cluster=old)
     second = RbdStore(new.ioctx(ceph.POOL), image, SIZE, cluster=new)
@@ -241,7 +241,7 @@ def test_a_taken_over_connection_knows_it_is_blocklisted(
             with pytest.raises(Fenced, match="blocklisted"):
                 first.write(0, b"x" * 512)
             assert old.blocklisted
-        with pytest.raises(Fenced, match="restart"):
+        with pytest.raises(Fenced, match="until it reconnects"):
             old.ping()
         assert old.blocklisted
         new.ping()
@@ -252,3 +252,34 @@ def test_a_taken_over_connection_knows_it_is_blocklisted(
         second.close()
         old.close()
         new.close()
+
+
+def test_a_blocklisted_connection_reconnects_as_a_new_client_that_writes(
+    ceph_cluster: ceph.Cluster, image: str
+) -> None:
+    """Ceph's blocklist names the fenced client's address; a new connection has another,
+    so the images reopened on it are writable again."""
+    mine, thieves = CephCluster(ceph_cluster.conf), CephCluster(ceph_cluster.conf)
+    try:
+        store = RbdStore(mine.ioctx(ceph.POOL), image, SIZE, create=True, cluster=mine)
+        store.claim()
+        thief = RbdStore(thieves.ioctx(ceph.POOL), image, SIZE, cluster=thieves)
+        thief.claim(take_over=True)  # blocklists ``mine``
+        thief.release()
+        thief.close()
+        with pytest.raises(Fenced, match="blocklisted"):
+            store.write(0, b"x" * 512)
+        assert mine.blocklisted
+        mine.reconnect(store.close)
+        assert not mine.blocklisted
+        mine.ping()  # the monitors do not list the new client
+        reopened = RbdStore(mine.ioctx(ceph.POOL), image, SIZE, cluster=mine)
+        reopened.claim()
+        reopened.write(0, b"n" * 512)
+        reopened.flush()
+        reopened.release()
+        reopened.close()
+        assert ceph_cluster.export(image)[:512] == b"n" * 512
+    finally:
+        thieves.close()
+        mine.close()
