@@ -1,19 +1,74 @@
-"""Ranged reads and writes over HTTP (ASGI transport)."""
+"""Ranged reads and writes over HTTP (ASGI transport), on a file device and on an RBD
+image (the throwaway Ceph cluster of ``tests/ceph.py``): the data path is the same."""
 
 import os
+import uuid
+from collections.abc import Awaitable, Callable, Iterator
+from pathlib import Path
 
 import httpx
 import pytest
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 
-from tests.factories import XTS_KEY, make_device, make_volume, xts_table
+from app.config import Settings
+from tests import ceph
+from tests.factories import XTS_KEY, make_volume, xts_table
 
 pytestmark = pytest.mark.anyio
 SIZE = 2048 * 512
+MakeDevice = Callable[[httpx.AsyncClient], Awaitable[None]]
+
+
+@pytest.fixture(params=["file", pytest.param("rbd", marks=pytest.mark.ceph)])
+def store(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
 
 
 @pytest.fixture
-async def volume(client: httpx.AsyncClient) -> None:
+def prefix() -> str:
+    """Image names of one test, apart from every other test's in the shared pool."""
+    return f"t{uuid.uuid4().hex[:8]}-"
+
+
+@pytest.fixture
+def settings(settings: Settings, request: pytest.FixtureRequest, prefix: str) -> Iterator[Settings]:
+    """The service with a Ceph cluster where the test's device is an RBD image."""
+    if "store" not in request.fixturenames or request.getfixturevalue("store") != "rbd":
+        yield settings
+        return
+    cluster: ceph.Cluster = request.getfixturevalue("ceph_cluster")
+    yield settings.model_copy(update={"ceph_conf": cluster.conf, "rbd_image_prefix": prefix})
+    for image in cluster.images():
+        if image.startswith(prefix):
+            cluster.run("rbd", "rm", f"{ceph.POOL}/{image}")
+
+
+@pytest.fixture
+def make_device(store: str) -> MakeDevice:
+    """``sda2``, 1 MiB, in ``store``."""
+    fields = {"store": "rbd", "pool": ceph.POOL} if store == "rbd" else {}
+
+    async def make(client: httpx.AsyncClient) -> None:
+        body = {"name": "sda2", "size_bytes": 1 << 20, **fields}
+        response = await client.post("/v1/devices", json=body)
+        assert response.status_code == 201, response.text
+
+    return make
+
+
+@pytest.fixture
+def backing(
+    store: str, data_dir: Path, prefix: str, request: pytest.FixtureRequest
+) -> Callable[[], bytes]:
+    """What ``sda2`` holds, read outside the service: the file, or ``rbd export``."""
+    if store == "rbd":
+        cluster: ceph.Cluster = request.getfixturevalue("ceph_cluster")
+        return lambda: cluster.export(f"{prefix}sda2")
+    return (data_dir / "devices" / "sda2.img").read_bytes
+
+
+@pytest.fixture
+async def volume(client: httpx.AsyncClient, make_device: MakeDevice) -> None:
     await make_device(client)
     await make_volume(client)
 
@@ -43,11 +98,12 @@ async def test_write_then_read_round_trips(client: httpx.AsyncClient, volume: No
 
 
 async def test_device_holds_dm_crypt_ciphertext(
-    client: httpx.AsyncClient, volume: None, data_dir: object
+    client: httpx.AsyncClient, volume: None, backing: Callable[[], bytes]
 ) -> None:
     data = os.urandom(1024)
     await put(client, 512 * 7, data)
-    raw = (data_dir / "devices" / "sda2.img").read_bytes()  # type: ignore[operator]
+    assert (await client.post("/v1/volumes/vol/flush")).status_code == 204
+    raw = backing()
     assert raw[512 * 7 : 512 * 8] == xts_sector(data[:512], 7)
     assert raw[512 * 8 : 512 * 9] == xts_sector(data[512:], 8)
 
@@ -171,7 +227,9 @@ async def test_discard_without_allow_discards_is_409(
     assert response.status_code == 409
 
 
-async def test_discarded_sectors_read_as_decrypted_zeros(client: httpx.AsyncClient) -> None:
+async def test_discarded_sectors_read_as_decrypted_zeros(
+    client: httpx.AsyncClient, make_device: MakeDevice
+) -> None:
     await make_device(client)
     await make_volume(client, table=xts_table(extra=" 1 allow_discards"))
     await put(client, 0, os.urandom(4096))
@@ -219,7 +277,7 @@ async def test_suspended_volume_holds_io_then_answers_503(
 
 
 async def test_io_crosses_target_boundaries_and_stacked_volumes(
-    client: httpx.AsyncClient,
+    client: httpx.AsyncClient, make_device: MakeDevice
 ) -> None:
     await make_device(client)
     table = f"0 1024 crypt aes-xts-plain64 {XTS_KEY} 0 sda2 0\n1024 1024 linear sda2 1024"
