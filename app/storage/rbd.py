@@ -145,8 +145,8 @@ class RbdStore(BackingStore):
     ``submit_readv``/``submit_writev`` are librbd's aio calls, so the requests of a
     dispatch batch are in flight on the OSDs together rather than one round trip each
     (``aio=False``: one synchronous call per request, as ``readv_into``/``writev``).
-    Their completion callbacks run on librbd's one callback thread (shared by every
-    image of the connection) and need the GIL, so they only hand the result over: the
+    The binding runs every completion on librbd's one callback thread (shared by every
+    image of the connection) under the GIL, so callbacks only hand the result over: the
     waiting dispatcher copies, decrypts and raises.
     """
 
@@ -231,7 +231,8 @@ class RbdStore(BackingStore):
 
     def writev(self, offset: int, buffers: Sequence[Buffer]) -> None:
         """One librbd write of the gathered segments (librbd takes only ``bytes``, so the
-        gather is the one copy a write needs anyway); see ``readv_into`` for why not aio."""
+        gather is the one copy a write needs anyway); ``readv_into`` says why not one
+        per segment."""
         if len(buffers) == 1:
             self.write(offset, buffers[0])
             return
