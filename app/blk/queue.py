@@ -26,11 +26,12 @@ one. ``dispatch`` may return a ``Wait`` instead of finishing the request (a
 device with asynchronous I/O): the thread then puts the whole batch on the
 device before it waits for each in turn, so the batch's requests overlap.
 Batch members are independent (each was ready when taken: no edge joins two
-of them), and the batch completes only after every wait returned. A request that finds no free tag stays in the
-elevator, where later bios still merge into it, and the thread that frees a tag
-dispatches the next one. A submitter that needs a new request while
-``nr_requests`` are already waiting for a tag first flushes the plug, then
-waits for one to be dispatched (not while the queue is held).
+of them), and the batch completes only after every wait returned. A request
+that finds no free tag stays in the elevator, where later bios still merge
+into it, and the thread that frees a tag dispatches the next one. A submitter
+that needs a new request while ``nr_requests`` are already waiting for a tag
+first flushes the plug, then waits for one to be dispatched (not while the
+queue is held).
 
 Ordering. When a request is created it records every pending request that
 overlaps it where either side writes (and, for FLUSH or preflush, every
