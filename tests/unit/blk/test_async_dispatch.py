@@ -12,7 +12,7 @@ from .helpers import SECTOR, RecordingDevice, read_bio, write_bio
 class AsyncDevice(RecordingDevice):
     """Starts each request at dispatch and performs it in its wait; logs both."""
 
-    def __init__(self, failing: set[int] = frozenset(), **options) -> None:  # type: ignore[assignment]
+    def __init__(self, failing: frozenset[int] = frozenset(), **options) -> None:
         super().__init__(**options)
         self.failing = failing
         self.events: list[tuple[str, Op, int]] = []
@@ -56,7 +56,7 @@ def test_a_batch_is_all_on_the_device_before_its_first_wait():
 
 
 def test_a_failed_wait_fails_only_its_bios():
-    device = AsyncDevice(failing={32})
+    device = AsyncDevice(failing=frozenset({32}))
     device.data[:] = b"d" * len(device.data)
     bios = scattered_reads(4)
     make_queue(device).submit_bios(bios)
