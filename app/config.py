@@ -133,6 +133,11 @@ class Settings(BaseSettings):
         pattern=r"^[A-Za-z0-9._-]{0,32}$",
         description="an rbd device's image is named <prefix><device name>",
     )
+    rbd_aio: bool = Field(
+        default=True,
+        description="librbd aio: a dispatch batch's requests are in flight together; "
+        "false: one synchronous librbd call per request",
+    )
     bench_ceiling: bool = Field(
         default=False, description="mount the /v1/null ceiling endpoints the benchmarks use"
     )

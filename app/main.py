@@ -174,7 +174,10 @@ def build_state(settings: Settings, registry: CollectorRegistry) -> State:
     control = Control(
         Records(sessions, master_key),
         DeviceRegistry(
-            settings.devices_dir, ceph_cluster(settings), rbd_prefix=settings.rbd_image_prefix
+            settings.devices_dir,
+            ceph_cluster(settings),
+            rbd_prefix=settings.rbd_image_prefix,
+            rbd_aio=settings.rbd_aio,
         ),
         engines,
         plug_window_us=settings.plug_window_us,

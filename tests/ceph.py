@@ -15,6 +15,8 @@ import socket
 import subprocess
 import time
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -167,6 +169,16 @@ class Cluster:
                 process.kill()
                 process.wait()
         self.processes.clear()
+
+    @contextmanager
+    def osd_paused(self) -> Iterator[None]:
+        """The OSD stopped (SIGSTOP): ops sent to it wait, without failing, until it resumes."""
+        (osd,) = [process for process in self.processes if process.args[0] == "ceph-osd"]
+        osd.send_signal(signal.SIGSTOP)
+        try:
+            yield
+        finally:
+            osd.send_signal(signal.SIGCONT)
 
     def images(self, pool: str = POOL) -> list[str]:
         return self.run("rbd", "ls", pool).split()

@@ -90,6 +90,44 @@ class BlockDeviceTests(Generic[D]):
         for index in range(8):
             assert read(device, index * 8192, 4096) == bytes([index + 1]) * 4096
 
+    def test_submitted_writes_are_read_back_once_waited_for(self, device: D) -> None:
+        waits = [
+            device.submit_writev(index * 8192, [bytes([index + 1]) * 4096, b"e" * 512])
+            for index in range(8)
+        ]
+        for wait in waits:
+            wait()
+        for index in range(8):
+            assert read(device, index * 8192, 4608) == bytes([index + 1]) * 4096 + b"e" * 512
+
+    def test_submitted_reads_fill_their_segments_once_waited_for(self, device: D) -> None:
+        pattern = bytes(range(256)) * 64  # 16 KiB, every 512-byte sector distinct
+        device.write(0, pattern)
+        segments = [bytearray(1024) for _ in range(16)]
+        waits = [
+            device.submit_readv(
+                index * 2048, [memoryview(segments[2 * index]), memoryview(segments[2 * index + 1])]
+            )
+            for index in range(8)
+        ]
+        for wait in waits:
+            wait()
+        assert b"".join(segments) == pattern
+
+    def test_a_submitted_write_no_longer_needs_its_buffers(self, device: D) -> None:
+        """What lets a target hand over a request's ciphertext and reuse its buffers."""
+        buffer = bytearray(b"k" * 4096)
+        wait = device.submit_writev(0, [memoryview(buffer)])
+        buffer[:] = b"?" * 4096
+        wait()
+        assert read(device, 0, 4096) == b"k" * 4096
+
+    def test_submitted_io_beyond_the_end_is_refused(self, device: D) -> None:
+        with pytest.raises(self.out_of_range):
+            device.submit_writev(SIZE - 512, [b"x" * 1024])()
+        with pytest.raises(self.out_of_range):
+            device.submit_readv(SIZE, [memoryview(bytearray(512))])()
+
     def test_io_beyond_the_end_is_refused(self, device: D) -> None:
         with pytest.raises(self.out_of_range):
             device.write(SIZE - 512, b"x" * 1024)

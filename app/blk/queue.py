@@ -17,16 +17,21 @@ submitting task in the kernel:
 * in ``bio`` dispatch mode nothing is plugged or merged.
 
 Whoever moves requests to the elevator, or completes a request, runs the
-dispatch loop until no request is ready, calling ``dispatch(request)``
-synchronously with the lock released; at most ``queue_depth`` requests are
-dispatched at once (the device's tags). A thread takes the ready requests in
-elevator order as one batch (a driver's ``queue_rqs``), up to 128 KiB, and
-dispatches them one after another; a request that a batch member unblocks is
-never overtaken by a later one. A request that finds no free tag stays in the
-elevator, where later bios still merge into it, and the thread that frees a tag
-dispatches the next one. A submitter that needs a new request while
-``nr_requests`` are already waiting for a tag first flushes the plug, then
-waits for one to be dispatched (not while the queue is held).
+dispatch loop until no request is ready, calling ``dispatch(request)`` with the
+lock released; at most ``queue_depth`` requests are dispatched at once (the
+device's tags). A thread takes the ready requests in elevator order as one
+batch (a driver's ``queue_rqs``), up to 128 KiB, and dispatches them one after
+another; a request that a batch member unblocks is never overtaken by a later
+one. ``dispatch`` may return a ``Wait`` instead of finishing the request (a
+device with asynchronous I/O): the thread then puts the whole batch on the
+device before it waits for each in turn, so the batch's requests overlap.
+Batch members are independent (each was ready when taken: no edge joins two
+of them), and the batch completes only after every wait returned. A request
+that finds no free tag stays in the elevator, where later bios still merge
+into it, and the thread that frees a tag dispatches the next one. A submitter
+that needs a new request while ``nr_requests`` are already waiting for a tag
+first flushes the plug, then waits for one to be dispatched (not while the
+queue is held).
 
 Ordering. When a request is created it records every pending request that
 overlaps it where either side writes (and, for FLUSH or preflush, every
@@ -71,7 +76,16 @@ from app.vocab import (
     Op,
 )
 
-Dispatch = Callable[[Request], None]
+Wait = Callable[[], None]
+"""Returns once a dispatched request is done on the device, raising its error."""
+
+Dispatch = Callable[[Request], Wait | None]
+"""Performs a request (returns None), or starts it and returns what waits for it."""
+
+
+def completed() -> None:
+    """The wait of an I/O that was done before its submission returned."""
+
 
 #: Overlap index granularity: 2^11 sectors = 1 MiB per bucket.
 _CHUNK_SHIFT = 11
@@ -588,23 +602,33 @@ class BlockQueue:
 
         Ready requests are taken a batch at a time (``_take_ready``) and dispatched
         one after another on this thread, as a driver's ``queue_rqs`` takes a plug's
-        list: one lock round and one statistics update per batch, not per request.
+        list: one lock round and one statistics update per batch, not per request;
+        then the waits of those that went to the device asynchronously.
         """
         lock = self._lock
         lock.acquire()
         try:
             while batch := self._take_ready():
                 lock.release()
-                done: list[int] = []
-                statuses: list[Exception | None] = []
-                for rq in batch:
-                    status: Exception | None = None
+                done = [0] * len(batch)
+                statuses: list[Exception | None] = [None] * len(batch)
+                waits: list[tuple[int, Wait]] = []
+                for index, rq in enumerate(batch):
                     try:
-                        self._dispatch(rq)
+                        wait = self._dispatch(rq)
                     except Exception as error:
-                        status = error
-                    statuses.append(status)
-                    done.append(time.perf_counter_ns())
+                        statuses[index] = error
+                        wait = None
+                    if wait is None:
+                        done[index] = time.perf_counter_ns()
+                    else:
+                        waits.append((index, wait))
+                for index, wait in waits:
+                    try:
+                        wait()
+                    except Exception as error:
+                        statuses[index] = error
+                    done[index] = time.perf_counter_ns()
                 # Accounted before the bios end: whoever sees its I/O done sees it counted.
                 self.stats.requests_done(batch, done)
                 for rq, status in zip(batch, statuses, strict=True):

@@ -29,7 +29,7 @@ from typing_extensions import Buffer
 from app.blk import mempool
 from app.blk.bio import Bio
 from app.blk.limits import QueueLimits
-from app.blk.queue import BlockQueue
+from app.blk.queue import BlockQueue, Wait, completed
 from app.blk.request import Request
 from app.blk.stats import QueueStats
 from app.blk.tuning import Tuning
@@ -188,7 +188,7 @@ class DataPath:
                     )
                 self._gate.wait(remaining)
 
-    def _dispatch(self, request: Request) -> None:
+    def _dispatch(self, request: Request) -> Wait | None:
         live = self.live
         if live is None:
             raise InvalidState(f"volume {self.name} has no live table")
@@ -196,10 +196,15 @@ class DataPath:
         if request.op == Op.FLUSH:
             for target in live.targets:
                 target.flush()
-            return
-        result = live.target_at(request.sector).map(request, context)
-        if result.engine_calls:
-            self.stats.add_engine_calls(result.engine_calls)
+            return None
+        finish = live.target_at(request.sector).submit(request, context)
+
+        def wait() -> None:
+            result = finish()
+            if result.engine_calls:
+                self.stats.add_engine_calls(result.engine_calls)
+
+        return wait
 
     @contextmanager
     def _io(self, *, wait: bool = True) -> Iterator[LiveMap]:
@@ -303,6 +308,15 @@ class DataPath:
             self._ranges.hold(offset, offset + length, exclusive=False),
         ):
             self._submit(Op.WRITE, offset, length, views)
+
+    def submit_readv(self, offset: int, buffers: Sequence[memoryview]) -> Wait:
+        """Stacked use: the volume below runs its own queue; done when this returns."""
+        self.readv_into(offset, buffers)
+        return completed
+
+    def submit_writev(self, offset: int, buffers: Sequence[Buffer]) -> Wait:
+        self.writev(offset, buffers)
+        return completed
 
     def _aligned(self, offset: int, lengths: list[int]) -> bool:
         """Whole logical blocks in every segment: the crypt targets below split no unit."""

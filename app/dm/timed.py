@@ -6,8 +6,10 @@ from collections.abc import Sequence
 
 from typing_extensions import Buffer
 
+from app.blk.queue import Wait
 from app.dm.targets.base import BlockDevice
 from app.engine.clock import DeviceTimer
+from app.engine.model import DeviceOp
 
 
 class TimedDevice:
@@ -45,6 +47,24 @@ class TimedDevice:
     def writev(self, offset: int, buffers: Sequence[Buffer]) -> None:
         self.device.writev(offset, buffers)
         self.timer.account("write", sum(memoryview(buffer).nbytes for buffer in buffers))
+
+    def submit_readv(self, offset: int, buffers: Sequence[memoryview]) -> Wait:
+        wait = self.device.submit_readv(offset, buffers)
+        return self._accounted(wait, "read", buffers)
+
+    def submit_writev(self, offset: int, buffers: Sequence[Buffer]) -> Wait:
+        wait = self.device.submit_writev(offset, buffers)
+        return self._accounted(wait, "write", buffers)
+
+    def _accounted(self, wait: Wait, op: DeviceOp, buffers: Sequence[Buffer]) -> Wait:
+        """Time accrues for I/O that succeeded, as in the synchronous calls."""
+        nbytes = sum(memoryview(buffer).nbytes for buffer in buffers)
+
+        def accounted() -> None:
+            wait()
+            self.timer.account(op, nbytes)
+
+        return accounted
 
     def flush(self) -> None:
         self.device.flush()

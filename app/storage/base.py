@@ -3,10 +3,17 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import ClassVar
 
 from typing_extensions import Buffer
+
+Wait = Callable[[], None]
+"""Returns once a submitted I/O is done, raising its error (``wait_for_completion``)."""
+
+
+def _done() -> None:
+    return None
 
 
 class BackingStore(ABC):
@@ -75,6 +82,20 @@ class BackingStore(ABC):
             view = memoryview(buffer).cast("B")
             self.write(offset, view)
             offset += len(view)
+
+    def submit_readv(self, offset: int, buffers: Sequence[memoryview]) -> Wait:
+        """Start ``readv_into``; the buffers are filled once the returned wait returns.
+
+        Lets a dispatcher put a whole batch of requests on the device before waiting for
+        any. Default: the read is done before this returns (errors raise here)."""
+        self.readv_into(offset, buffers)
+        return _done
+
+    def submit_writev(self, offset: int, buffers: Sequence[Buffer]) -> Wait:
+        """Start ``writev``; done (visible to readers) once the returned wait returns.
+        The caller may reuse ``buffers`` as soon as this returns. Default: synchronous."""
+        self.writev(offset, buffers)
+        return _done
 
     def read(self, offset: int, length: int) -> bytearray:
         buffer = bytearray(length)

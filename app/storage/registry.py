@@ -28,12 +28,18 @@ class Placement:
 
 class DeviceRegistry:
     def __init__(
-        self, root: Path, ceph: CephCluster | None = None, *, rbd_prefix: str = "reqcrypt-"
+        self,
+        root: Path,
+        ceph: CephCluster | None = None,
+        *,
+        rbd_prefix: str = "reqcrypt-",
+        rbd_aio: bool = True,
     ) -> None:
         self.root = root
         self.root.mkdir(parents=True, exist_ok=True)
         self.ceph = ceph
         self.rbd_prefix = rbd_prefix
+        self.rbd_aio = rbd_aio
         self._stores: dict[str, BackingStore] = {}
         self._lock = threading.Lock()
 
@@ -88,6 +94,7 @@ class DeviceRegistry:
             size_bytes,
             create=create,
             cluster=self.ceph,
+            aio=self.rbd_aio,
         )
 
     def get(self, name: str) -> BackingStore:

@@ -1,12 +1,13 @@
-"""RBD-backed volumes next to file-backed ones and next to librbd alone, in one run
-(run with -m bench).
+"""RBD-backed volumes with and without librbd aio, next to file-backed ones and next to
+librbd alone, in one run (run with -m bench).
 
-fio drives three targets with the same jobs, interleaved ROUNDS times: an aes-xts volume
-on an RBD image and one on a sparse file, both exported by reqcrypt over NBD (fio's nbd
-engine), and a bare RBD image through fio's own rbd engine (librbd, no crypto, no NBD):
-the peer, what the cluster gives a client that adds nothing. The cluster is the
-throwaway mon + memstore OSD of ``tests/ceph.py``; memstore stalls 0.3-1 s now and then,
-so this prints figures and asserts none of them.
+fio drives four targets with the same jobs, interleaved ROUNDS times: an aes-xts volume
+on an RBD image exported over NBD (fio's nbd engine) by a reqcrypt with aio (the
+default) and by one with ``REQCRYPT_RBD_AIO=false`` (one synchronous librbd call per
+request, as before aio); one on a sparse file; and a bare RBD image through fio's own
+rbd engine (librbd, no crypto, no NBD): the peer, what the cluster gives a client that
+adds nothing. The cluster is the throwaway mon + memstore OSD of ``tests/ceph.py``;
+memstore stalls 0.3-1 s now and then, so this prints figures and asserts none of them.
 """
 
 from __future__ import annotations
@@ -69,63 +70,84 @@ def fio(target: dict[str, str], rw: str, bs: str, iodepth: int, env: dict[str, s
 def test_rbd_volume_against_a_file_volume_and_librbd(
     ceph_cluster: ceph.Cluster, tmp_path: Any
 ) -> None:
-    nbd_port = free_port()
-    server = Server(
-        tmp_path / "data",
-        REQCRYPT_NBD_PORT=str(nbd_port),
-        REQCRYPT_CEPH_CONF=str(ceph_cluster.conf),
-        REQCRYPT_RBD_IMAGE_PREFIX="bench-",
-    )
+    servers = {
+        aio: Server(
+            tmp_path / f"data-{aio}",
+            REQCRYPT_NBD_PORT=str(free_port()),
+            REQCRYPT_CEPH_CONF=str(ceph_cluster.conf),
+            REQCRYPT_RBD_IMAGE_PREFIX=f"bench-{aio}-",
+            REQCRYPT_RBD_AIO=aio,
+        )
+        for aio in ("true", "false")
+    }
     peer = "bench-peer"
     ceph_cluster.run("rbd", "create", "--size", f"{SIZE // MIB}M", f"{ceph.POOL}/{peer}")
-    server.start()
     env = {**os.environ, "CEPH_CONF": str(ceph_cluster.conf)}
+
+    def nbd(aio: str, export: str) -> dict[str, str]:
+        port = servers[aio].env["REQCRYPT_NBD_PORT"]
+        return {"ioengine": "nbd", "uri": f"nbd://127.0.0.1:{port}/{export}"}
+
     targets = {
-        "reqcrypt rbd": {"ioengine": "nbd", "uri": f"nbd://127.0.0.1:{nbd_port}/on-rbd"},
-        "reqcrypt file": {"ioengine": "nbd", "uri": f"nbd://127.0.0.1:{nbd_port}/on-file"},
+        "reqcrypt rbd aio": nbd("true", "on-rbd"),
+        "reqcrypt rbd sync": nbd("false", "on-rbd"),
+        "reqcrypt file": nbd("true", "on-file"),
         "fio rbd": {"ioengine": "rbd", "pool": ceph.POOL, "rbdname": peer, "clientname": "admin"},
+    }
+    exports = {
+        "true": (("on-rbd", "rbd0", "rbd"), ("on-file", "pv", "file")),
+        "false": (("on-rbd", "rbd0", "rbd"),),
     }
     results: dict[str, dict[str, list[float]]] = {}
     try:
-        with server.client() as http:
-            for device, store in (("rbd0", "rbd"), ("pv", "file")):
-                created = http.post(
-                    "/v1/devices", json={"name": device, "size_bytes": SIZE, "store": store}
-                )
-                assert created.status_code == 201, created.text
-            for export, device in (("on-rbd", "rbd0"), ("on-file", "pv")):
-                make_export(
-                    http, export, f"0 {SIZE // 512} crypt aes-xts-plain64 {XTS_KEY} 0 {device} 0"
-                )
-            for name, (rw, bs, iodepth) in WORKLOADS.items():
-                runs = results.setdefault(name, {who: [] for who in targets})
-                for _ in range(ROUNDS):
-                    for who, target in targets.items():
-                        runs[who].append(fio(target, rw, bs, iodepth, env))
-            for export in ("on-rbd", "on-file"):
-                assert http.delete(f"/v1/volumes/{export}").status_code == 204
-            for device in ("rbd0", "pv"):
-                assert http.delete(f"/v1/devices/{device}").status_code == 204
+        for aio, server in servers.items():
+            server.start()
+            with server.client() as http:
+                for export, device, store in exports[aio]:
+                    created = http.post(
+                        "/v1/devices", json={"name": device, "size_bytes": SIZE, "store": store}
+                    )
+                    assert created.status_code == 201, created.text
+                    make_export(
+                        http,
+                        export,
+                        f"0 {SIZE // 512} crypt aes-xts-plain64 {XTS_KEY} 0 {device} 0",
+                    )
+        load_at_start = os.getloadavg()[0]
+        for name, (rw, bs, iodepth) in WORKLOADS.items():
+            runs = results.setdefault(name, {who: [] for who in targets})
+            for _ in range(ROUNDS):
+                for who, target in targets.items():
+                    runs[who].append(fio(target, rw, bs, iodepth, env))
+        for aio, server in servers.items():
+            with server.client() as http:
+                for export, device, _ in exports[aio]:
+                    assert http.delete(f"/v1/volumes/{export}").status_code == 204
+                    assert http.delete(f"/v1/devices/{device}").status_code == 204
     finally:
-        server.stop()
+        for server in servers.values():
+            server.stop()
         ceph_cluster.run("rbd", "rm", f"{ceph.POOL}/{peer}")
     assert not [image for image in ceph_cluster.images() if image.startswith("bench-")]
 
     print(
-        f"\nfio, {DURATION_S} s runs, {ROUNDS} interleaved rounds: median (min-max); "
-        "1 MiB in MB/s, 4 KiB in IOPS"
+        f"\nfio, {DURATION_S} s runs, {ROUNDS} interleaved rounds, load average "
+        f"{load_at_start:.1f} at the start, {os.getloadavg()[0]:.1f} at the end: "
+        "median (min-max); 1 MiB in MB/s, 4 KiB in IOPS"
     )
     print(
-        f"{'workload':<18}{'reqcrypt rbd':>22}{'reqcrypt file':>22}{'fio rbd (peer)':>22}"
-        f"{'rbd/file':>10}{'rbd/peer':>10}"
+        f"{'workload':<18}"
+        + "".join(f"{who:>22}" for who in targets)
+        + f"{'aio/sync':>10}{'aio/file':>10}{'aio/peer':>10}"
     )
     for name, runs in results.items():
         cells = "".join(
             f"{median(values):>9.0f} ({min(values):.0f}-{max(values):.0f})".rjust(22)
             for values in runs.values()
         )
-        ours = median(runs["reqcrypt rbd"])
-        print(
-            f"{name:<18}{cells}{ours / median(runs['reqcrypt file']):>9.2f}x"
-            f"{ours / median(runs['fio rbd']):>9.2f}x"
+        ours = median(runs["reqcrypt rbd aio"])
+        ratios = "".join(
+            f"{ours / median(runs[other]):>9.2f}x"
+            for other in ("reqcrypt rbd sync", "reqcrypt file", "fio rbd")
         )
+        print(f"{name:<18}{cells}{ratios}")

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
 from typing_extensions import Buffer
 
+from app.blk.queue import Wait
 from app.blk.request import Request
 from app.vocab import DispatchMode
 
@@ -31,6 +32,14 @@ class BlockDevice(Protocol):
     def readv_into(self, offset: int, buffers: Sequence[memoryview]) -> None: ...
 
     def writev(self, offset: int, buffers: Sequence[Buffer]) -> None: ...
+
+    def submit_readv(self, offset: int, buffers: Sequence[memoryview]) -> Wait:
+        """``readv_into`` started: the buffers are filled once the returned wait returns."""
+        ...
+
+    def submit_writev(self, offset: int, buffers: Sequence[Buffer]) -> Wait:
+        """``writev`` started: done once the returned wait returns; ``buffers`` are free at once."""
+        ...
 
     def flush(self) -> None: ...
 
@@ -70,6 +79,13 @@ class Target(ABC):
 
     @abstractmethod
     def map(self, request: Request, context: MapContext) -> MapResult: ...
+
+    def submit(self, request: Request, context: MapContext) -> Callable[[], MapResult]:
+        """Start ``request`` and return what finishes it (waits for the device, and what
+        must follow it: a read's decryption, a FUA write's flush), so that a dispatcher can
+        put a whole batch on the device before it waits. Default: ``map`` at once."""
+        result = self.map(request, context)
+        return lambda: result
 
     def flush(self) -> None:  # noqa: B027 - optional hook, like a target_type without .flush
         """Make completed writes durable; targets with no device have nothing to do."""

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 
 from app.blk.request import Request
@@ -41,26 +41,33 @@ class CryptTarget(Target):
         return (self.params.offset + sector - self.start) << SECTOR_SHIFT
 
     def map(self, request: Request, context: MapContext) -> MapResult:
+        return self.submit(request, context)()
+
+    def submit(self, request: Request, context: MapContext) -> Callable[[], MapResult]:
         relative = request.sector - self.start
         position = self._device_offset(request.sector)
         bios = [(bio.sector - self.start, bio.nr_sectors) for bio in request.bios]
-        result = _NOTHING
         if request.op == Op.READ:
             # The ciphertext lands in the bio's pages and is decrypted there, in place.
-            self.device.readv_into(position, request.segments)
-            done = self.engine.process(
-                EngineRequest(
-                    "decrypt",
-                    self.transform,
-                    request.segments,
-                    relative,
-                    context.dispatch_mode,
-                    bios=bios,
-                    into=request.segments,
+            reading = self.device.submit_readv(position, request.segments)
+
+            def decrypt() -> MapResult:
+                reading()
+                done = self.engine.process(
+                    EngineRequest(
+                        "decrypt",
+                        self.transform,
+                        request.segments,
+                        relative,
+                        context.dispatch_mode,
+                        bios=bios,
+                        into=request.segments,
+                    )
                 )
-            )
-            result = MapResult(done.calls, done.modelled_ns)
-        elif request.op in (Op.WRITE, Op.WRITE_ZEROES):
+                return MapResult(done.calls, done.modelled_ns)
+
+            return decrypt
+        if request.op in (Op.WRITE, Op.WRITE_ZEROES):
             segments = (
                 list(request.segments)
                 if request.op == Op.WRITE
@@ -71,15 +78,23 @@ class CryptTarget(Target):
                     "encrypt", self.transform, segments, relative, context.dispatch_mode, bios=bios
                 )
             )
-            self.device.writev(position, done.outputs)
+            writing = self.device.submit_writev(position, done.outputs)
             result = MapResult(done.calls, done.modelled_ns)
-        elif request.op == Op.DISCARD:
+
+            def written() -> MapResult:
+                writing()
+                if request.fua:
+                    self.device.flush()
+                return result
+
+            return written
+        if request.op == Op.DISCARD:
             if not self.params.allow_discards:
                 raise InvalidState("discard needs the allow_discards crypt option")
             self.device.discard(position, request.nr_sectors << SECTOR_SHIFT)
         if request.fua:
             self.device.flush()
-        return result
+        return lambda: _NOTHING
 
     def flush(self) -> None:
         self.device.flush()

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from app.blk.request import Request
 from app.dm.targets.base import BlockDevice, MapContext, MapResult, Target
 from app.vocab import SECTOR_SHIFT, Op
+
+_NOTHING = MapResult()
 
 
 class LinearTarget(Target):
@@ -21,12 +25,24 @@ class LinearTarget(Target):
         return (self.offset + request.sector - self.start) << SECTOR_SHIFT
 
     def map(self, request: Request, context: MapContext) -> MapResult:
+        return self.submit(request, context)()
+
+    def submit(self, request: Request, context: MapContext) -> Callable[[], MapResult]:
         position = self._device_offset(request)
-        if request.op == Op.READ:
-            self.device.readv_into(position, request.segments)
-        elif request.op == Op.WRITE:
-            self.device.writev(position, request.segments)
-        elif request.op in (Op.DISCARD, Op.WRITE_ZEROES):
+        if request.op in (Op.READ, Op.WRITE):
+            if request.op == Op.READ:
+                wait = self.device.submit_readv(position, request.segments)
+            else:
+                wait = self.device.submit_writev(position, request.segments)
+
+            def done() -> MapResult:
+                wait()
+                if request.fua:
+                    self.device.flush()
+                return _NOTHING
+
+            return done
+        if request.op in (Op.DISCARD, Op.WRITE_ZEROES):
             length = request.nr_sectors << SECTOR_SHIFT
             if request.op == Op.DISCARD:
                 self.device.discard(position, length)
@@ -34,7 +50,7 @@ class LinearTarget(Target):
                 self.device.write_zeroes(position, length)
         if request.fua:
             self.device.flush()
-        return MapResult()
+        return lambda: _NOTHING
 
     def flush(self) -> None:
         self.device.flush()

@@ -31,6 +31,12 @@ class TestTimedDevice(BlockDeviceTests[TimedDevice]):
         ios = device.timer.snapshot()["ios"]
         assert (ios["write"], ios["read"], ios["flush"]) == (1, 1, 1)
 
+    def test_submitted_io_is_charged_once_done(self, device: TimedDevice) -> None:
+        device.submit_writev(0, [bytes(4096)])()
+        device.submit_readv(0, [memoryview(bytearray(512)), memoryview(bytearray(512))])()
+        ios = device.timer.snapshot()["ios"]
+        assert (ios["write"], ios["read"]) == (1, 1)
+
 
 def make_volume(name: str, table: str, resolve: dict[str, object]) -> Volume:
     volume = Volume(name, f"uuid-{name}", engine=EngineRegistry().engine("software"))

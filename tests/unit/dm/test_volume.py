@@ -107,14 +107,14 @@ def test_io_held_by_suspend_proceeds_after_resume(volume: Volume, store: MemoryS
 def test_suspend_drains_in_flight_io_first(volume: Volume) -> None:
     started = threading.Event()
     release = threading.Event()
-    original = volume.live.targets[0].map  # type: ignore[union-attr]
+    original = volume.live.targets[0].submit  # type: ignore[union-attr]
 
-    def slow_map(request, context):  # type: ignore[no-untyped-def]
+    def slow_submit(request, context):  # type: ignore[no-untyped-def]
         started.set()
         release.wait(5)
         return original(request, context)
 
-    volume.live.targets[0].map = slow_map  # type: ignore[method-assign,union-attr]
+    volume.live.targets[0].submit = slow_submit  # type: ignore[method-assign,union-attr]
     writer = threading.Thread(target=volume.write, args=(0, b"x" * 512))
     writer.start()
     started.wait(5)

@@ -60,6 +60,13 @@ class TestRbdStore(BlockDeviceTests[RbdStore]):
         device.write(0, b"a" * 4096)
         assert device.allocated_bytes() > 0
 
+    def test_a_submitted_read_of_many_segments_fills_each(self, device: RbdStore) -> None:
+        pattern = bytes(range(256)) * 256
+        device.write(0, pattern)
+        segments = [bytearray(512) for _ in range(128)]
+        device.submit_readv(0, [memoryview(segment) for segment in segments])()
+        assert b"".join(segments) == pattern
+
     def test_remove_deletes_the_image(
         self, cluster: CephCluster, ceph_cluster: ceph.Cluster, image: str
     ) -> None:
@@ -67,6 +74,16 @@ class TestRbdStore(BlockDeviceTests[RbdStore]):
         assert image in ceph_cluster.images()
         store.remove()
         assert image not in ceph_cluster.images()
+
+
+class TestRbdStoreWithoutAio(BlockDeviceTests[RbdStore]):
+    """``rbd_aio = false``: submissions are the synchronous calls, done when they return."""
+
+    @pytest.fixture
+    def device(self, cluster: CephCluster, image: str) -> Iterator[RbdStore]:
+        store = RbdStore(cluster.ioctx(ceph.POOL), image, SIZE, create=True, aio=False)
+        yield store
+        store.remove()
 
 
 def test_creating_an_existing_image_is_refused_and_keeps_it(
@@ -104,6 +121,20 @@ def two_clients(ceph_cluster: ceph.Cluster, image: str) -> Iterator[tuple[RbdSto
     second.remove()
     old.close()
     new.close()
+
+
+def test_a_fenced_client_s_submitted_io_raises_and_lands_nothing(
+    two_clients: tuple[RbdStore, RbdStore], ceph_cluster: ceph.Cluster
+) -> None:
+    first, second = two_clients
+    first.claim()
+    first.write(0, b"o" * 4096)
+    second.claim(take_over=True)
+    with pytest.raises(Fenced, match="blocklisted"):
+        first.submit_writev(0, [b"x" * 4096])()
+    with pytest.raises(Fenced, match="blocklisted"):
+        first.submit_readv(0, [memoryview(bytearray(4096))])()
+    assert ceph_cluster.export(second.image_name)[:4096] == b"o" * 4096
 
 
 def test_a_claimed_image_refuses_another_claim_and_its_writes(
