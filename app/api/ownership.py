@@ -41,7 +41,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import TYPE_CHECKING
 from urllib.parse import quote
 
@@ -139,7 +139,7 @@ class OwnerRouting:
             )
             return
         if suffix in DATA_SUFFIXES and state.settings.cluster_data_path == "proxy":
-            await proxy(state, scope, receive, send, owner.url)
+            await proxy(state, scope, receive, send, owner.node, owner.url)
             return
         if suffix in DATA_SUFFIXES:
             location = owner.url + quote(scope["path"])
@@ -306,12 +306,7 @@ async def forward(
         )
         return
     if answer is None:
-        await _unavailable(
-            scope,
-            send,
-            f"node {node} at {base} stopped heartbeating while it handled the call "
-            "(frozen or dead): its volumes fail over within a lease; retry",
-        )
+        await _unavailable(scope, send, _stopped_heartbeating(node, base))
         return
     relayed = {
         key: value
@@ -338,13 +333,21 @@ async def _stream_body(receive: Receive) -> AsyncIterator[bytes]:
             return
 
 
-async def proxy(state: State, scope: Scope, receive: Receive, send: Send, base: str) -> None:
-    """Stream a data-path request to ``base`` (the owner) and its answer back: no body is
-    held whole here, the owner applies its own body limits, and every end-to-end header
-    (Authorization, Range, If-*, Content-Range, ETag, Content-Length) passes unchanged,
-    so HEAD and conditional requests answer as the owner would."""
+class OwnerGone(Exception):
+    """The owner stopped heartbeating after its answer started: the connection is cut."""
+
+
+async def proxy(
+    state: State, scope: Scope, receive: Receive, send: Send, node: str, base: str
+) -> None:
+    """Stream a data-path request to ``base`` (the owner, ``node``) and its answer back:
+    no body is held whole here, the owner applies its own body limits, and every
+    end-to-end header (Authorization, Range, If-*, Content-Range, ETag, Content-Length)
+    passes unchanged, so HEAD and conditional requests answer as the owner would. Bounded
+    by the owner's heartbeat as a forwarded call is."""
     assert state.cluster is not None
     assert state.forwarder is not None
+    forwarder = state.forwarder
     headers = [
         (key.decode("latin-1"), value.decode("latin-1"))
         for key, value in scope["headers"]
@@ -358,19 +361,16 @@ async def proxy(state: State, scope: Scope, receive: Receive, send: Send, base: 
     url = base + quote(scope["path"])
     if scope["query_string"]:
         url += "?" + scope["query_string"].decode("latin-1")
-    request = state.forwarder.build_request(
+    request = forwarder.build_request(
         scope["method"], url, headers=headers, content=_stream_body(receive) if has_body else None
     )
-    try:
-        answer = await state.forwarder.send(request, stream=True)
-    except _ClientGone:
-        return
-    except httpx.HTTPError as error:
-        await _unavailable(
-            scope, send, f"the owner node at {base} did not answer ({type(error).__name__}); retry"
-        )
-        return
-    try:
+    answers: list[httpx.Response] = []
+    started = False
+
+    async def relay() -> None:
+        nonlocal started
+        answer = await forwarder.send(request, stream=True)
+        answers.append(answer)
         await send(
             {
                 "type": "http.response.start",
@@ -378,11 +378,37 @@ async def proxy(state: State, scope: Scope, receive: Receive, send: Send, base: 
                 "headers": [(k, v) for k, v in answer.headers.raw if k.lower() not in _CONNECTION],
             }
         )
+        started = True
         async for chunk in answer.aiter_raw():
             await send({"type": "http.response.body", "body": chunk, "more_body": True})
         await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+    try:
+        alive = await _unless_dead(state, node, relay)
+    except _ClientGone:
+        return
+    except httpx.HTTPError as error:
+        if started:
+            raise
+        await _unavailable(
+            scope, send, f"the owner node at {base} did not answer ({type(error).__name__}); retry"
+        )
+        return
     finally:
-        await answer.aclose()
+        for answer in answers:
+            await answer.aclose()
+    if alive:
+        return
+    if started:
+        raise OwnerGone(f"node {node} stopped heartbeating while its answer was relayed")
+    await _unavailable(scope, send, _stopped_heartbeating(node, base))
+
+
+def _stopped_heartbeating(node: str, base: str) -> str:
+    return (
+        f"node {node} at {base} stopped heartbeating while it handled the call "
+        "(frozen or dead): its volumes fail over within a lease; retry"
+    )
 
 
 async def _while_alive(
@@ -395,16 +421,34 @@ async def _while_alive(
 ) -> httpx.Response | None:
     """The answer to the request, or None once ``node``'s heartbeat is older than a lease
     (the request is then abandoned). Raises ``httpx.HTTPError`` if it fails first."""
-    assert state.cluster is not None
     assert state.forwarder is not None
-    cluster, forwarder = state.cluster, state.forwarder
-    outcome: list[httpx.Response | httpx.HTTPError] = []
+    forwarder = state.forwarder
+    answers: list[httpx.Response] = []
 
-    async def call(scope: anyio.CancelScope) -> None:
+    async def call() -> None:
+        answers.append(await forwarder.request(method, url, headers=headers, content=body))
+
+    if not await _unless_dead(state, node, call):
+        return None
+    return answers[0]
+
+
+async def _unless_dead(state: State, node: str, work: Callable[[], Awaitable[None]]) -> bool:
+    """Run ``work`` for as long as ``node`` heartbeats: False when it was abandoned because
+    that node's heartbeat grew older than a lease. ``work``'s own exception is raised as
+    it is (not in a group)."""
+    assert state.cluster is not None
+    cluster = state.cluster
+    failures: list[Exception] = []
+    finished = False
+
+    async def run(scope: anyio.CancelScope) -> None:
+        nonlocal finished
         try:
-            outcome.append(await forwarder.request(method, url, headers=headers, content=body))
-        except httpx.HTTPError as error:
-            outcome.append(error)
+            await work()
+        except Exception as error:
+            failures.append(error)
+        finished = True
         scope.cancel()
 
     async def watch(scope: anyio.CancelScope) -> None:
@@ -418,10 +462,8 @@ async def _while_alive(
                 scope.cancel()
 
     async with anyio.create_task_group() as group:
-        group.start_soon(call, group.cancel_scope)
+        group.start_soon(run, group.cancel_scope)
         group.start_soon(watch, group.cancel_scope)
-    if not outcome:
-        return None
-    if isinstance(outcome[0], httpx.HTTPError):
-        raise outcome[0]
-    return outcome[0]
+    if failures:
+        raise failures[0]
+    return finished

@@ -584,6 +584,28 @@ def test_a_proxying_node_streams_the_data_path_to_the_owner(
         assert read(client, 4096, 262144) == data
 
 
+def test_a_proxied_read_of_a_frozen_owner_answers_503_within_about_a_lease(
+    cluster: Callable[..., Node],
+) -> None:
+    """The proxy is bounded by the owner's heartbeat as a forwarded call is: a frozen owner
+    costs the client about a lease, not the HTTP client's backstop."""
+    a = cluster("a")
+    a.start()
+    make_volume(a)
+    b = cluster("b", REQCRYPT_CLUSTER_DATA_PATH="proxy")
+    b.start()
+    a.signal(signal.SIGSTOP)
+    started = time.monotonic()
+    with http(b) as client:
+        answer = client.get("/v1/volumes/v/data", headers={"Range": "bytes=0-4095"})
+    waited = time.monotonic() - started
+    assert answer.status_code == 503
+    assert answer.headers["content-type"] == "application/problem+json"
+    assert answer.headers["Retry-After"] == "1"
+    assert "stopped heartbeating" in answer.json()["detail"]
+    assert waited < LEASE + 10 * RENEW, waited
+
+
 def test_a_forwarded_request_reaching_a_non_owner_is_not_passed_on(
     pair: tuple[Node, Node],
 ) -> None:
