@@ -17,7 +17,7 @@ import time
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 from app.blk.tuning import Tuning, TuningPatch
@@ -652,9 +652,6 @@ class Control:
         every lifecycle change is committed to SQL before the owner applies it."""
         tuning = stored.tuning
         block_size = stored.live.logical_block_size if stored.live else SECTOR_SIZE
-        limits = tuning.limits
-        if limits.logical_block_size < block_size:
-            limits = replace(limits, logical_block_size=block_size)
         models = [
             self.device_models.get(ref.name)
             for ref in (stored.live.device_refs() if stored.live else ())
@@ -670,7 +667,7 @@ class Control:
             dispatch_mode=tuning.dispatch_mode,
             engine=stored.engine,
             elevator=tuning.elevator,
-            limits=limits,
+            limits=tuning.limits_for(block_size),
             plug_window_us=tuning.plug_window(self.plug_window_us),
             queue_depth=min(depths, default=DEFAULT_QUEUE_DEPTH),
             has_live=stored.live is not None,

@@ -36,6 +36,13 @@ class Tuning:
     def plug_window(self, default_us: int) -> int:
         return default_us if self.plug_window_us is None else self.plug_window_us
 
+    def limits_for(self, block_size: int) -> QueueLimits:
+        """The limits a queue runs with under a table of ``block_size`` logical blocks: a
+        table's block size raises the logical block size, never lowers it."""
+        if self.limits.logical_block_size < block_size:
+            return replace(self.limits, logical_block_size=block_size)
+        return self.limits
+
 
 @dataclass(frozen=True, slots=True)
 class TuningPatch:

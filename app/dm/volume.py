@@ -267,10 +267,7 @@ class Volume(DataPath):
         self.inactive = None
 
     def _apply_block_size(self, block_size: int) -> None:
-        limits = self.tuning.limits
-        if limits.logical_block_size < block_size:
-            limits = replace(limits, logical_block_size=block_size)
-        self.queue.set_limits(limits)
+        self.queue.set_limits(self.tuning.limits_for(block_size))
 
     def _build(self, table: Table, resolve: DeviceResolver) -> LiveMap:
         targets: list[Target] = []

@@ -37,3 +37,9 @@ def test_an_unset_plug_window_follows_the_service_default() -> None:
 def test_invalid_tuning_is_refused(tuning: Tuning) -> None:
     with pytest.raises(InvalidInput):
         tuning.validate()
+
+
+def test_a_table_block_size_raises_the_logical_block_size_never_lowers_it() -> None:
+    tuning = Tuning(limits=QueueLimits(logical_block_size=1024))
+    assert tuning.limits_for(4096).logical_block_size == 4096
+    assert tuning.limits_for(512) is tuning.limits
