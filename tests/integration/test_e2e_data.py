@@ -21,6 +21,9 @@ MIB = 1 << 20
 HEADERS = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
 
 
+REQCRYPT = str(Path(sys.executable).with_name("reqcrypt"))
+
+
 class Server:
     def __init__(self, data_dir: Path, **env: str) -> None:
         self.data_dir = data_dir
@@ -29,18 +32,23 @@ class Server:
         self.base = f"http://127.0.0.1:{self.port}"
         self.process: subprocess.Popen[bytes] | None = None
 
-    def start(self) -> None:
-        env = {
+    def environ(self, log_level: str = "warning") -> dict[str, str]:
+        """The environment ``reqcrypt serve`` runs with: this process's, plus the server's."""
+        return {
             **os.environ,
             "REQCRYPT_DATA_DIR": str(self.data_dir),
             "REQCRYPT_ADMIN_TOKEN": ADMIN_TOKEN,
             "REQCRYPT_PORT": str(self.port),
-            "REQCRYPT_LOG_LEVEL": "warning",
+            "REQCRYPT_LOG_LEVEL": log_level,
             **self.env,
         }
-        reqcrypt = str(Path(sys.executable).with_name("reqcrypt"))
+
+    def start(self) -> None:
         self.process = subprocess.Popen(
-            [reqcrypt, "serve"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+            [REQCRYPT, "serve"],
+            env=self.environ(),
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
         )
         wait_ready(f"{self.base}/readyz", self.process)
 
