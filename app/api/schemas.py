@@ -246,6 +246,9 @@ class VolumeOut(BaseModel):
         default_factory=list, description="open NBD connections to this volume"
     )
     owner: OwnerOut | None = Field(default=None, description="a cluster node's lease on it")
+    suspend_wait_seconds: float = Field(
+        description="how long I/O to it waits for a resume while it is suspended, then 503"
+    )
 
 
 class RangeIn(BaseModel):
