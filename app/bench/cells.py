@@ -1,5 +1,10 @@
 """One cell of a benchmark: build or retune its volume, run the workload, measure and model.
 
+A cell runs ``spec.warmup`` rounds it discards, then ``spec.rounds`` it keeps; its
+figures are the rounds' medians with a 95 % interval (``app.bench.stats``), the
+per-round figures kept beside them so comparisons can be resampled, and
+``warnings`` says when a cell is too short or too noisy to carry a claim.
+
 A cell's figures are either measured on this host (wall-clock MB/s, IOPS,
 latency percentiles, process CPU, and the block-layer counters the queue
 really produced) or modelled: the crypto time the engine's virtual clock
@@ -13,11 +18,14 @@ device I/O (one per dispatched request, plus flushes), combined by
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
+
+import numpy as np
 
 from app.bench.runner import run_workload
 from app.bench.spec import CellPlan, JobSpec, VolumeTemplate
+from app.bench.stats import cell_warnings, median_interval
 from app.blk.tuning import Tuning, TuningPatch
 from app.control import Control
 from app.dm.table import CryptParams
@@ -77,6 +85,15 @@ class CellResult(Mapping[str, Any]):
     crypto_ms: float = field(metadata=_MODELLED)
     storage_ms: float = field(metadata=_MODELLED)
     modelled_basis: str
+    rounds: int = 1
+    coverage: float = 0.0
+    measured_mb_s_low: float | None = field(default=None, metadata=_MEASURED)
+    measured_mb_s_high: float | None = field(default=None, metadata=_MEASURED)
+    modelled_mb_s_low: float | None = field(default=None, metadata=_MODELLED)
+    modelled_mb_s_high: float | None = field(default=None, metadata=_MODELLED)
+    measured_mb_s_rounds: list[float] = field(default_factory=list, metadata=_MEASURED)
+    modelled_mb_s_rounds: list[float] = field(default_factory=list, metadata=_MODELLED)
+    warnings: list[str] = field(default_factory=list)
 
     def __getitem__(self, key: str) -> Any:
         if key not in _FIELD_NAMES:
@@ -94,7 +111,7 @@ class CellResult(Mapping[str, Any]):
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> CellResult:
-        return cls(**{name: data[name] for name in _FIELD_NAMES})
+        return cls(**{name: data[name] for name in _FIELD_NAMES if name in data})
 
 
 _FIELD_NAMES = tuple(f.name for f in fields(CellResult))
@@ -163,7 +180,7 @@ class CellRunner:
                 self.control.delete_device(name)
                 raise
             try:
-                return self._measure(volume, plan, template.device_model, progress)
+                return self._repeat(spec, volume, plan, template.device_model, progress)
             finally:
                 self.control.remove(name, force=True)
                 self.control.delete_device(name)
@@ -174,7 +191,7 @@ class CellRunner:
             spec.volume, engine=plan.engine, patch=TuningPatch(dispatch_mode=plan.dispatch_mode)
         )
         try:
-            return self._measure(volume, plan, self._device_model_of(volume), progress)
+            return self._repeat(spec, volume, plan, self._device_model_of(volume), progress)
         finally:
             self.control.retune(
                 spec.volume, engine=original[1], patch=TuningPatch(dispatch_mode=original[0])
@@ -185,6 +202,50 @@ class CellRunner:
         if params is None or params.device.kind != "device":
             return "none"
         return self.control.device_models.get(params.device.name) or "none"
+
+    def _repeat(
+        self,
+        spec: JobSpec,
+        volume: Volume,
+        plan: CellPlan,
+        device_model: str,
+        progress: Callable[[int], None] | None,
+    ) -> CellResult:
+        """Warm-up rounds, then the kept rounds summed up as medians with their intervals.
+
+        Counters (bios, requests, calls…) are the last round's: every round runs the
+        same workload, so they are per round, not totals.
+        """
+        for _ in range(spec.warmup):
+            self._measure(volume, plan, device_model, progress)
+        kept = [self._measure(volume, plan, device_model, progress) for _ in range(spec.rounds)]
+        measured = median_interval([cell.measured_mb_s for cell in kept])
+        modelled_rounds = [cell.modelled_mb_s for cell in kept if cell.modelled_mb_s is not None]
+        modelled = median_interval(modelled_rounds) if modelled_rounds else None
+        last = kept[-1]
+        figure = modelled if modelled is not None and not last.engine_measured else measured
+        return replace(
+            last,
+            measured_mb_s=round(measured.median, 3),
+            modelled_mb_s=None if modelled is None else round(modelled.median, 3),
+            iops=round(float(np.median([cell.iops for cell in kept])), 1),
+            p50_ms=round(float(np.median([cell.p50_ms for cell in kept])), 4),
+            p99_ms=round(float(np.median([cell.p99_ms for cell in kept])), 4),
+            elapsed_s=round(float(np.median([cell.elapsed_s for cell in kept])), 4),
+            rounds=spec.rounds,
+            coverage=measured.coverage,
+            measured_mb_s_low=round(measured.low, 3),
+            measured_mb_s_high=round(measured.high, 3),
+            modelled_mb_s_low=None if modelled is None else round(modelled.low, 3),
+            modelled_mb_s_high=None if modelled is None else round(modelled.high, 3),
+            measured_mb_s_rounds=[cell.measured_mb_s for cell in kept],
+            modelled_mb_s_rounds=modelled_rounds,
+            warnings=cell_warnings(
+                figure,
+                float(np.median([cell.elapsed_s for cell in kept])),
+                measured=figure is measured,
+            ),
+        )
 
     def _measure(
         self,

@@ -18,10 +18,14 @@ from typing import Annotated, Any
 import typer
 
 from app.bench import report
+from app.bench.spec import DEFAULT_ROUNDS, MAX_ROUNDS, MAX_WARMUP
 from app.bench.workload import Workload
 from app.commands.client import DEFAULT_URL, TokenOption, UrlOption, resolve_token
 from app.errors import ReqcryptError
 from app.sizes import format_size, parse_size
+
+#: A round this long is well clear of timer and scheduling noise on a laptop.
+DEFAULT_ROUND_SECONDS = 0.25
 
 bench_app = typer.Typer(help="Benchmarks: fio-like workloads, sweeps and built-in scenarios.")
 
@@ -101,7 +105,14 @@ def run(
     bs: Annotated[
         str, typer.Option(metavar="SIZE[,SIZE...]", help="block size, e.g. 4k or 4k,64k,1M")
     ] = "4k",
-    size: Annotated[str, typer.Option(metavar="SIZE", help="bytes per job, e.g. 16M")] = "16M",
+    size: Annotated[
+        str | None,
+        typer.Option(
+            metavar="SIZE",
+            help="bytes per job and round, e.g. 16M (default: loop over 16M for "
+            f"{DEFAULT_ROUND_SECONDS} s per round)",
+        ),
+    ] = None,
     iodepth: Annotated[
         str, typer.Option(metavar="N[,N...]", help="I/Os in flight per job; a comma list sweeps")
     ] = "1",
@@ -123,6 +134,19 @@ def run(
     sweep_engine: Annotated[
         str | None, typer.Option(metavar="ENGINE[,ENGINE...]", help="engines compared")
     ] = None,
+    rounds: Annotated[
+        int,
+        typer.Option(
+            min=1,
+            max=MAX_ROUNDS,
+            metavar="N",
+            help="rounds kept per cell; its figure is their median with a 95 % interval",
+        ),
+    ] = DEFAULT_ROUNDS,
+    warmup: Annotated[
+        int,
+        typer.Option(min=0, max=MAX_WARMUP, metavar="N", help="rounds run first and discarded"),
+    ] = 1,
     as_json: Annotated[bool, typer.Option("--json", help="print the run as JSON")] = False,
     plot: Annotated[
         Path | None, typer.Option(metavar="FILE", help="write throughput against bs as PNG")
@@ -132,15 +156,24 @@ def run(
         typer.Option(metavar="DIR", help="state directory (default: a temporary one)"),
     ] = None,
 ) -> None:
-    """Run one benchmark job in-process and print the bio vs request table."""
+    """Run one benchmark job in-process and print the bio vs request table.
+
+    Each cell runs --warmup rounds, then --rounds rounds; the table shows their
+    medians with 95 % intervals and the ratio of the two modes with its own.
+    """
     from app.bench.spec import JobSpec
+
+    if size is None and runtime is None:
+        size, runtime = "16M", DEFAULT_ROUND_SECONDS
 
     job: dict[str, Any] = {
         "engine": engine,
+        "rounds": rounds,
+        "warmup": warmup,
         "workload": {
             "rw": _csv(rw)[0],
             "bs": _csv(bs)[0],
-            "size": size,
+            "size": size or "16M",
             "iodepth": int(_csv(iodepth)[0]),
             "numjobs": numjobs,
             "direct": direct,
@@ -191,9 +224,16 @@ def _emit(result: dict[str, Any], *, as_json: bool, plot: Path | None) -> None:
         metric = report.default_metric(cells)
         kind = "measured" if metric.startswith("measured") else "modelled"
         typer.echo(report.render_table(report.compare(cells, metric=metric), unit=f"{kind} MB/s"))
+        for cell in cells:
+            for warning in cell.get("warnings") or ():
+                typer.echo(
+                    f"warning: cell {cell['n']} ({cell['dispatch_mode']}, {cell['engine']}, "
+                    f"{cell['rw']} bs={format_size(cell['bs'])}): {warning}"
+                )
+        rounds_shown = cells[0].get("rounds", 1) if cells else 0
         typer.echo(
-            f"run {result['id']} ({len(cells)} cells); modelled = virtual clocks, "
-            "measured = this host's wall clock"
+            f"run {result['id']} ({len(cells)} cells, median of {rounds_shown} rounds each); "
+            "modelled = virtual clocks, measured = this host's wall clock"
         )
     if result["state"] != "done":
         raise typer.Exit(1)

@@ -126,17 +126,28 @@ class BenchmarkJobs:
         """Refuse at submission what would fail in the first cell (404 / 422, not a failed run)."""
         if spec.volume is not None:
             self.control.volume(spec.volume)
-        total = sum(plan.workload.total_bytes for plan in spec.points())
+        total = spec.runs_per_cell * sum(plan.workload.total_bytes for plan in spec.points())
         if total > self.max_bytes:
             raise InvalidInput(
                 f"the job would move {total} bytes; at most {self.max_bytes} "
                 "(REQCRYPT_MAX_BENCHMARK_BYTES)"
             )
         for plan in spec.points():
-            if plan.engine is not None:
-                self.engines.profile(plan.engine)
             if plan.table is not None:
-                parse_table(plan.table.replace("{dev}", "bench-check"))
+                table = parse_table(plan.table.replace("{dev}", "bench-check"))
+                engine = plan.engine or "software"
+            else:
+                assert spec.volume is not None
+                volume = self.control.volume(spec.volume)
+                if volume.live is None:
+                    continue
+                table = volume.live.table
+                engine = plan.engine or volume.engine.name
+            capabilities = self.engines.profile(engine).capabilities
+            for params in table.crypt_params():
+                reason = capabilities.unsupported_reason(params.cipher, params.sector_size)
+                if reason is not None:
+                    raise InvalidInput(f"engine {engine} cannot run cell {plan.index}: {reason}")
         if spec.volume_template is not None:
             self.engines.device_model(spec.volume_template.device_model)
 
@@ -203,7 +214,7 @@ class BenchmarkJobs:
     def _execute(self, live: _Live, callback: Callable[[float], None] | None) -> None:
         spec = live.spec
         plans = spec.points()
-        live.bytes_total = sum(plan.workload.total_bytes for plan in plans)
+        live.bytes_total = spec.runs_per_cell * sum(plan.workload.total_bytes for plan in plans)
         live.started = time.monotonic()
         live.state = "running"
         self._persist(live)

@@ -14,6 +14,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from app.bench.stats import Ratio, median_interval, ratio_interval
 from app.sizes import format_size
 
 if TYPE_CHECKING:
@@ -55,6 +56,13 @@ CSV_COLUMNS = (
     "storage_ms",
     "device_ios",
     "modelled_basis",
+    "rounds",
+    "coverage",
+    "measured_mb_s_low",
+    "measured_mb_s_high",
+    "modelled_mb_s_low",
+    "modelled_mb_s_high",
+    "warnings",
 )
 
 #: Axes that identify a test row; the compared axis is taken out of it.
@@ -74,14 +82,24 @@ def format_pct(value: float | None) -> str:
 
 @dataclass(frozen=True, slots=True)
 class Row:
+    """One comparison; with per-round figures on both sides it has intervals and a ratio."""
+
     test: str
     size: str
     base: float | None
     other: float | None
+    base_rounds: tuple[float, ...] = ()
+    other_rounds: tuple[float, ...] = ()
 
     @property
     def change(self) -> float | None:
         return pct_change(self.base, self.other)
+
+    @property
+    def ratio(self) -> Ratio | None:
+        if len(self.base_rounds) < 2 or len(self.other_rounds) < 2:
+            return None
+        return ratio_interval(self.base_rounds, self.other_rounds)
 
 
 def _varying(cells: Sequence[Cell], axes: Sequence[str]) -> list[str]:
@@ -133,9 +151,25 @@ def compare(
                 size=format_size(int(sample.get("bs", 0))),
                 base=None if first is None else first.get(metric),
                 other=None if second is None else second.get(metric),
+                base_rounds=_rounds(first, metric),
+                other_rounds=_rounds(second, metric),
             )
         )
     return rows
+
+
+def _rounds(cell: Cell | None, metric: str) -> tuple[float, ...]:
+    if cell is None:
+        return ()
+    return tuple(cell.get(f"{metric}_rounds") or ())
+
+
+def _with_interval(value: float | None, rounds: Sequence[float]) -> str:
+    """``123 [118, 130]``: the median and its interval, when there are rounds to have one."""
+    if value is None or len(rounds) < 2:
+        return _num(value)
+    estimate = median_interval(rounds)
+    return f"{_num(value)} [{_num(estimate.low)}, {_num(estimate.high)}]"
 
 
 def render_table(
@@ -150,19 +184,24 @@ def render_table(
 
     ``extra`` adds columns (header → one value per row), e.g. the published figures.
     """
+    ratios = [row.ratio for row in rows]
     header = ["test", "size", f"{base} {unit}", f"{other} {unit}", "% change"]
+    if any(ratios):
+        header[2:4] = [f"{base} {unit} [95 % CI]", f"{other} {unit} [95 % CI]"]
+        header.append(f"{other}/{base} [95 % CI]")
     extra = extra or {}
     header += list(extra)
     lines = [
         [
             row.test,
             row.size,
-            _num(row.base),
-            _num(row.other),
+            _with_interval(row.base, row.base_rounds),
+            _with_interval(row.other, row.other_rounds),
             format_pct(row.change),
+            *([ratio.describe() if ratio else "-"] if any(ratios) else []),
             *(values[index] for values in extra.values()),
         ]
-        for index, row in enumerate(rows)
+        for index, (row, ratio) in enumerate(zip(rows, ratios, strict=True))
     ]
     widths = [max(len(h), *(len(line[i]) for line in lines)) for i, h in enumerate(header)]
     out = ["| " + " | ".join(h.ljust(w) for h, w in zip(header, widths, strict=True)) + " |"]
@@ -183,7 +222,9 @@ def cells_csv(cells: Sequence[Cell]) -> str:
     writer = csv.DictWriter(buffer, fieldnames=CSV_COLUMNS, extrasaction="ignore")
     writer.writeheader()
     for cell in cells:
-        writer.writerow({column: cell.get(column) for column in CSV_COLUMNS})
+        row = {column: cell.get(column) for column in CSV_COLUMNS}
+        row["warnings"] = "; ".join(cell.get("warnings") or ())
+        writer.writerow(row)
     return buffer.getvalue()
 
 

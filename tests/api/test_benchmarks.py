@@ -10,6 +10,7 @@ import anyio
 import httpx
 import pytest
 
+from app.bench.spec import DEFAULT_ROUNDS
 from app.engine.cost import ModelledWorkload, predict_workload
 from app.engine.model import DeviceModel, EngineProfile
 from tests.factories import CBC_KEY
@@ -69,7 +70,8 @@ async def test_a_template_job_reports_one_cell_per_sweep_point(
     finished: dict[str, Any],
 ) -> None:
     assert finished["progress"] == 1.0
-    assert finished["bytes_done"] == 2 * (1 << 20)
+    # two cells, each one warm-up round and DEFAULT_ROUNDS kept rounds of 1 MiB
+    assert finished["bytes_done"] == 2 * (1 << 20) * (DEFAULT_ROUNDS + 1)
     cells = finished["cells"]
     assert [cell["dispatch_mode"] for cell in cells] == ["bio", "request"]
     for cell in cells:
@@ -210,3 +212,40 @@ async def test_a_workload_larger_than_the_device_is_a_422(client: httpx.AsyncCli
 async def test_the_io_token_cannot_start_a_job(io_client: httpx.AsyncClient) -> None:
     response = await io_client.post("/v1/benchmarks", json=JOB)
     assert response.status_code == 403
+
+
+async def test_an_engine_that_cannot_run_the_cipher_is_a_422_at_submission(
+    client: httpx.AsyncClient,
+) -> None:
+    xts = {**TEMPLATE, "table": f"0 8192 crypt aes-xts-plain64 {CBC_KEY}{CBC_KEY} 0 {{dev}} 0"}
+    response = await client.post("/v1/benchmarks", json={**JOB, "volume_template": xts})
+    assert response.status_code == 422
+    assert response.json()["detail"] == (
+        "engine omap-aes-am335x cannot run cell 0: chain mode xts is not supported "
+        "(has cbc, ctr, ecb)"
+    )
+    assert (await client.get("/v1/benchmarks")).json() == []
+
+
+async def test_each_cell_is_the_median_of_its_rounds_with_an_interval(
+    client: httpx.AsyncClient,
+) -> None:
+    done = await run_job(client, {**JOB, "rounds": 3, "warmup": 0})
+    for cell in done["cells"]:
+        assert len(cell["measured_mb_s_rounds"]) == cell["rounds"] == 3
+        assert cell["measured_mb_s"] == sorted(cell["measured_mb_s_rounds"])[1]
+        assert cell["measured_mb_s_low"] <= cell["measured_mb_s"] <= cell["measured_mb_s_high"]
+        assert any("covers only 75 %" in warning for warning in cell["warnings"])
+
+
+async def test_csv_export_carries_the_intervals(
+    client: httpx.AsyncClient, finished: dict[str, Any]
+) -> None:
+    response = await client.get(f"/v1/benchmarks/{finished['id']}/results.csv")
+    row = next(csv.DictReader(io.StringIO(response.text)))
+    cell = finished["cells"][0]
+    assert (row["rounds"], row["modelled_mb_s_low"], row["modelled_mb_s_high"]) == (
+        "6",
+        str(cell["modelled_mb_s_low"]),
+        str(cell["modelled_mb_s_high"]),
+    )
