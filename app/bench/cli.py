@@ -214,8 +214,10 @@ def run(
 
 def _emit(result: dict[str, Any], *, as_json: bool, plot: Path | None) -> None:
     cells = result["cells"]
-    if plot is not None and cells:
-        plot.write_bytes(report.plot_png(cells, title=result["spec"].get("label") or ""))
+    if plot is not None:
+        failure = result["error"] or "failed" if result["state"] == "failed" else None
+        title = result["spec"].get("label") or ""
+        plot.write_bytes(report.plot_png(cells, title=title, failure=failure))
     if as_json:
         typer.echo(json.dumps(result, indent=2, default=str))
     else:

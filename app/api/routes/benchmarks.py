@@ -166,9 +166,13 @@ def plot(
         Query(description="default: measured for the software engine, modelled otherwise"),
     ] = None,
 ) -> Response:
-    """Throughput vs block size, one line per mode/engine; the y label says measured or modelled."""
+    """Throughput vs block size, one line per mode/engine, with 95 % error bars.
+
+    The title names cipher, engine, block size and depth; a failed run says so across it.
+    """
     run = jobs.get(run_id)
-    title = run["spec"].get("label") or f"benchmark {run_id[:8]}"
-    return Response(
-        report.plot_png(run["cells"], metric=metric, title=title), media_type="image/png"
+    failure = run["error"] or "failed" if run["state"] == "failed" else None
+    png = report.plot_png(
+        run["cells"], metric=metric, title=run["spec"].get("label") or "", failure=failure
     )
+    return Response(png, media_type="image/png")
