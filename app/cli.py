@@ -7,6 +7,7 @@ import ctypes.util
 import gc
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Annotated, Any
 
 import typer
@@ -139,6 +140,35 @@ def load_settings(**overrides: object) -> Settings:
         raise typer.Exit(2) from None
 
 
+def startup_lines(settings: Settings, admin_token_file: Path) -> list[str]:
+    """Every listener (HTTP, NBD and whether it has TLS), where the tokens and the key are."""
+    shown = "localhost" if settings.host in ("127.0.0.1", "::1") else settings.host
+    base = f"http://{shown}:{settings.port}"
+    lines = [f"HTTP on {base} (docs at {base}/docs)"]
+    if settings.nbd_port is not None:
+        if settings.nbd_tls_cert is None:
+            security = "no TLS"
+        elif settings.nbd_tls_ca is None:
+            security = "TLS"
+        else:
+            security = "TLS, client certificates required"
+        lines.append(f"NBD on {shown}:{settings.nbd_port} ({security}), exported volumes only")
+    if settings.auth == "disabled":
+        lines.append("authentication disabled (loopback only)")
+    elif settings.admin_token is None:
+        lines.append(
+            f"authenticate with 'Authorization: Bearer TOKEN'; "
+            f"the admin token is in {admin_token_file}"
+        )
+    else:
+        lines.append("authenticate with the admin token in REQCRYPT_ADMIN_TOKEN")
+    if settings.auth != "disabled" and settings.io_token is not None:
+        lines.append("the io token (data path, read-only status) is in REQCRYPT_IO_TOKEN")
+    if settings.master_key is None:
+        lines.append(f"the master key is in {settings.resolved_master_key_file}")
+    return lines
+
+
 @cli.command()
 def serve(
     host: Annotated[str | None, typer.Option(help="bind address (REQCRYPT_HOST)")] = None,
@@ -160,19 +190,8 @@ def serve(
         )
     overrides = {k: v for k, v in {"host": host, "port": port}.items() if v is not None}
     settings = load_settings(**overrides)
-    shown = "localhost" if settings.host in ("127.0.0.1", "::1") else settings.host
-    typer.echo(f"reqcrypt: docs at http://{shown}:{settings.port}/docs")
-    if settings.auth == "disabled":
-        typer.echo("reqcrypt: authentication disabled (loopback only)")
-    elif settings.admin_token is None:
-        typer.echo(
-            f"reqcrypt: authenticate with 'Authorization: Bearer <token>'; "
-            f"the admin token is in {admin_token_path(settings)}"
-        )
-    else:
-        typer.echo("reqcrypt: authenticate with the token in REQCRYPT_ADMIN_TOKEN")
-    if settings.master_key is None:
-        typer.echo(f"reqcrypt: the master key is in {settings.resolved_master_key_file}")
+    for line in startup_lines(settings, admin_token_path(settings)):
+        typer.echo(f"reqcrypt: {line}")
     tune_malloc()
     try:
         with data_dir_lock(settings, exclusive=False):
