@@ -249,3 +249,15 @@ async def test_csv_export_carries_the_intervals(
         str(cell["modelled_mb_s_low"]),
         str(cell["modelled_mb_s_high"]),
     )
+
+
+async def test_a_named_volume_whose_cipher_the_engine_cannot_run_is_a_422(
+    client: httpx.AsyncClient,
+) -> None:
+    await client.post("/v1/devices", json={"name": "sdx", "size_bytes": 1 << 20})
+    table = f"0 2048 crypt aes-xts-plain64 {CBC_KEY}{CBC_KEY} 0 sdx 0"
+    await client.post("/v1/volumes", json={"name": "xv", "table": table})
+    job = {"volume": "xv", "engine": "mv-cesa", "workload": {"bs": "4k", "size": "64k"}}
+    response = await client.post("/v1/benchmarks", json=job)
+    assert response.status_code == 422
+    assert response.json()["detail"].startswith("engine mv-cesa cannot run cell 0: chain mode xts")
