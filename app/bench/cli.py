@@ -17,7 +17,6 @@ from typing import Annotated, Any
 
 import typer
 
-from app.bench import report
 from app.bench.spec import DEFAULT_ROUNDS, MAX_ROUNDS, MAX_WARMUP
 from app.bench.workload import Workload
 from app.commands.client import DEFAULT_URL, TokenOption, UrlOption, resolve_token
@@ -213,6 +212,8 @@ def run(
 
 
 def _emit(result: dict[str, Any], *, as_json: bool, plot: Path | None) -> None:
+    from app.bench import report  # numpy and matplotlib: only for commands that report
+
     cells = result["cells"]
     if plot is not None:
         failure = result["error"] or "failed" if result["state"] == "failed" else None
