@@ -1,9 +1,10 @@
 """One cell of a benchmark: build or retune its volume, run the workload, measure and model.
 
-A cell runs ``spec.warmup`` rounds it discards, then ``spec.rounds`` it keeps; its
-figures are the rounds' medians with a 95 % interval (``app.bench.stats``), the
-per-round figures kept beside them so comparisons can be resampled, and
-``warnings`` says when a cell is too short or too noisy to carry a claim.
+A cell runs ``spec.warmup`` rounds it discards, then ``spec.rounds`` it keeps (the
+job interleaves them across its cells: ``app.bench.jobs``); its figures are the
+rounds' medians with a 95 % interval (``app.bench.stats``), the per-round figures
+kept beside them so comparisons can be resampled, and ``warnings`` says when a
+cell is too short or too noisy to carry a claim.
 
 A cell's figures are either measured on this host (wall-clock MB/s, IOPS,
 latency percentiles, process CPU, and the block-layer counters the queue
@@ -17,7 +18,8 @@ device I/O (one per dispatched request, plus flushes), combined by
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
@@ -36,7 +38,7 @@ from app.engine.registry import EngineRegistry
 from app.errors import InvalidInput
 from app.vocab import DispatchMode
 
-__all__ = ["FIGURE_KINDS", "CellResult", "CellRunner"]
+__all__ = ["FIGURE_KINDS", "CellResult", "CellRunner", "Round"]
 
 _MEASURED = {"figure": "measured"}
 _MODELLED = {"figure": "modelled"}
@@ -151,20 +153,24 @@ def _crypt_params(volume: Volume) -> CryptParams | None:
     return None
 
 
+#: One round of a cell: runs its workload once (reporting bytes done), measured and modelled.
+Round = Callable[[Callable[[int], None] | None], CellResult]
+
+
 class CellRunner:
-    """Runs one cell: builds (or retunes) its volume, runs the workload, measures and models."""
+    """Prepares a cell's volume, runs its rounds, measures and models, sums the rounds up."""
 
     def __init__(self, control: Control, engines: EngineRegistry) -> None:
         self.control = control
         self.engines = engines
 
-    def run(
-        self,
-        spec: JobSpec,
-        plan: CellPlan,
-        name: str,
-        progress: Callable[[int], None] | None = None,
-    ) -> CellResult:
+    @contextmanager
+    def prepared(self, spec: JobSpec, plan: CellPlan, name: str) -> Iterator[Round]:
+        """The cell's volume, built (template) or found (named), as a round to run at will.
+
+        A named volume is retuned to the cell's settings before each round, since the
+        job's other cells retune it between rounds, and restored on exit.
+        """
         template = spec.volume_template
         if template is not None:
             assert plan.table is not None
@@ -180,21 +186,27 @@ class CellRunner:
                 self.control.delete_device(name)
                 raise
             try:
-                return self._repeat(spec, volume, plan, template.device_model, progress)
+                yield lambda progress: self._measure(volume, plan, template.device_model, progress)
             finally:
                 self.control.remove(name, force=True)
                 self.control.delete_device(name)
+            return
         assert spec.volume is not None
-        volume = self.control.volume(spec.volume)
+        named = spec.volume
+        volume = self.control.volume(named)
         original = (volume.dispatch_mode, volume.engine.name)
-        self.control.retune(
-            spec.volume, engine=plan.engine, patch=TuningPatch(dispatch_mode=plan.dispatch_mode)
-        )
+        device_model = self._device_model_of(volume)
+
+        def retuned_round(progress: Callable[[int], None] | None) -> CellResult:
+            patch = TuningPatch(dispatch_mode=plan.dispatch_mode)
+            self.control.retune(named, engine=plan.engine, patch=patch)
+            return self._measure(volume, plan, device_model, progress)
+
         try:
-            return self._repeat(spec, volume, plan, self._device_model_of(volume), progress)
+            yield retuned_round
         finally:
             self.control.retune(
-                spec.volume, engine=original[1], patch=TuningPatch(dispatch_mode=original[0])
+                named, engine=original[1], patch=TuningPatch(dispatch_mode=original[0])
             )
 
     def _device_model_of(self, volume: Volume) -> str:
@@ -203,22 +215,13 @@ class CellRunner:
             return "none"
         return self.control.device_models.get(params.device.name) or "none"
 
-    def _repeat(
-        self,
-        spec: JobSpec,
-        volume: Volume,
-        plan: CellPlan,
-        device_model: str,
-        progress: Callable[[int], None] | None,
-    ) -> CellResult:
-        """Warm-up rounds, then the kept rounds summed up as medians with their intervals.
+    @staticmethod
+    def summarise(spec: JobSpec, kept: Sequence[CellResult]) -> CellResult:
+        """A cell's kept rounds as medians with their intervals, the rounds, and warnings.
 
         Counters (bios, requests, calls…) are the last round's: every round runs the
         same workload, so they are per round, not totals.
         """
-        for _ in range(spec.warmup):
-            self._measure(volume, plan, device_model, progress)
-        kept = [self._measure(volume, plan, device_model, progress) for _ in range(spec.rounds)]
         measured = median_interval([cell.measured_mb_s for cell in kept])
         modelled_rounds = [cell.modelled_mb_s for cell in kept if cell.modelled_mb_s is not None]
         modelled = median_interval(modelled_rounds) if modelled_rounds else None

@@ -1,7 +1,12 @@
 """Benchmark jobs: run a spec's cells on one worker thread, persist ``BenchmarkRun`` rows.
 
-A job runs on one background worker thread, cells one after another, so cells
-never compete with each other for the CPU or for an engine's virtual clock.
+A job runs on one background worker thread, one round of one cell at a time, so
+cells never compete with each other for the CPU or for an engine's virtual clock.
+Rounds are interleaved: every cell's volume is prepared first, then round r of
+every cell runs before round r+1 of any. A machine whose load drifts during a job
+(another process, thermal throttling) then shifts both sides of a comparison
+alike instead of whichever cells happened to run last; the cells' figures
+appear when the last round is done.
 Progress lives in memory (fine-grained, for GET) and is written to SQL after
 every cell and at the end, so a finished run survives a restart and an
 unfinished one is marked failed on the next start. What a cell measures and
@@ -18,6 +23,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -230,15 +236,24 @@ class BenchmarkJobs:
                     callback(live.progress)
 
         try:
-            for plan in plans:
-                name = f"bench-{live.id}-{plan.index}"
-                cell = self.cells.run(spec, plan, name, advance)
-                live.cells.append(cell)
-                if timed:
-                    live.progress = len(live.cells) / len(plans)
-                    if callback is not None:
-                        callback(live.progress)
-                self._persist(live)
+            with ExitStack() as stack:
+                cells = [
+                    stack.enter_context(self.cells.prepared(spec, plan, f"bench-{live.id}-{n}"))
+                    for n, plan in enumerate(plans)
+                ]
+                for _ in range(spec.warmup):
+                    for run_round in cells:
+                        run_round(advance)
+                kept: list[list[CellResult]] = [[] for _ in cells]
+                for done in range(1, spec.rounds + 1):
+                    for rounds, run_round in zip(kept, cells, strict=True):
+                        rounds.append(run_round(advance))
+                    if timed:
+                        live.progress = done / spec.rounds
+                        if callback is not None:
+                            callback(live.progress)
+                    self._persist(live)
+            live.cells = [self.cells.summarise(spec, rounds) for rounds in kept]
             live.progress = 1.0
             live.state = "done"
         except Exception as exc:

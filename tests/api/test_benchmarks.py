@@ -9,6 +9,7 @@ from typing import Any
 import anyio
 import httpx
 import pytest
+from fastapi import FastAPI
 
 from app.bench.spec import DEFAULT_ROUNDS
 from app.engine.cost import ModelledWorkload, predict_workload
@@ -261,3 +262,20 @@ async def test_a_named_volume_whose_cipher_the_engine_cannot_run_is_a_422(
     response = await client.post("/v1/benchmarks", json=job)
     assert response.status_code == 422
     assert response.json()["detail"].startswith("engine mv-cesa cannot run cell 0: chain mode xts")
+
+
+async def test_rounds_are_interleaved_across_cells(
+    app: FastAPI, client: httpx.AsyncClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Round r of every cell runs before round r + 1 of any: load drift hits both sides."""
+    runner = app.state.reqcrypt.benchmarks.cells
+    order: list[str] = []
+    measure = runner._measure
+
+    def recorded(volume: Any, plan: Any, *args: Any) -> Any:
+        order.append(str(plan.dispatch_mode))
+        return measure(volume, plan, *args)
+
+    monkeypatch.setattr(runner, "_measure", recorded)
+    await run_job(client, {**JOB, "rounds": 2, "warmup": 1})
+    assert order == ["bio", "request"] * 3
