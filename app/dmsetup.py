@@ -17,13 +17,19 @@ from typing import Annotated, Any
 
 import typer
 
-from app.commands.client import DEFAULT_URL, Service, TokenOption, UrlOption, connect
+from app.commands.client import (
+    DEFAULT_URL,
+    Service,
+    TokenOption,
+    UrlOption,
+    VolumeName,
+    connect,
+)
 
 dmsetup_app = typer.Typer(
     help="dmsetup verbs against a running reqcrypt service.", no_args_is_help=True
 )
 
-NameArgument = Annotated[str, typer.Argument(metavar="NAME", help="volume name")]
 OptionalName = Annotated[
     str | None, typer.Argument(metavar="NAME", help="volume name (default: every volume)")
 ]
@@ -64,7 +70,7 @@ def _per_volume(name: str | None, lines: dict[str, str]) -> str:
 
 @dmsetup_app.command()
 def create(
-    name: NameArgument,
+    name: VolumeName,
     table: TableOption = None,
     table_file: TableFileOption = None,
     url: UrlOption = DEFAULT_URL,
@@ -78,7 +84,7 @@ def create(
 
 @dmsetup_app.command()
 def load(
-    name: NameArgument,
+    name: VolumeName,
     table: TableOption = None,
     table_file: TableFileOption = None,
     url: UrlOption = DEFAULT_URL,
@@ -180,7 +186,7 @@ def list_volumes(url: UrlOption = DEFAULT_URL, token: TokenOption = None) -> Non
 
 @dmsetup_app.command()
 def suspend(
-    name: NameArgument,
+    name: VolumeName,
     noflush: Annotated[
         bool,
         typer.Option("--noflush", help="do not wait for in-flight I/O; hold it with the rest"),
@@ -194,7 +200,7 @@ def suspend(
 
 
 @dmsetup_app.command()
-def resume(name: NameArgument, url: UrlOption = DEFAULT_URL, token: TokenOption = None) -> None:
+def resume(name: VolumeName, url: UrlOption = DEFAULT_URL, token: TokenOption = None) -> None:
     """Resume NAME, swapping in the inactive table if there is one."""
     with connect(url, token) as service:
         service.request("POST", f"/v1/volumes/{name}/resume")
@@ -202,7 +208,7 @@ def resume(name: NameArgument, url: UrlOption = DEFAULT_URL, token: TokenOption 
 
 @dmsetup_app.command()
 def message(
-    name: NameArgument,
+    name: VolumeName,
     sector: Annotated[int, typer.Argument(metavar="SECTOR", help="sector of the target")],
     words: Annotated[list[str], typer.Argument(metavar="MESSAGE...", help="the message words")],
     url: UrlOption = DEFAULT_URL,
@@ -216,7 +222,7 @@ def message(
 
 @dmsetup_app.command()
 def rename(
-    name: NameArgument,
+    name: VolumeName,
     new_name: Annotated[str, typer.Argument(metavar="NEW_NAME", help="the volume's new name")],
     url: UrlOption = DEFAULT_URL,
     token: TokenOption = None,
@@ -227,7 +233,7 @@ def rename(
 
 
 @dmsetup_app.command()
-def clear(name: NameArgument, url: UrlOption = DEFAULT_URL, token: TokenOption = None) -> None:
+def clear(name: VolumeName, url: UrlOption = DEFAULT_URL, token: TokenOption = None) -> None:
     """Drop NAME's inactive table."""
     with connect(url, token) as service:
         service.request("DELETE", f"/v1/volumes/{name}/table")
@@ -235,7 +241,7 @@ def clear(name: NameArgument, url: UrlOption = DEFAULT_URL, token: TokenOption =
 
 @dmsetup_app.command()
 def remove(
-    name: NameArgument,
+    name: VolumeName,
     force: Annotated[
         bool,
         typer.Option("--force", help="replace the table with error first, failing held I/O"),

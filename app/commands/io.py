@@ -24,7 +24,15 @@ from rich.progress import (
     TransferSpeedColumn,
 )
 
-from app.commands.client import DEFAULT_URL, Service, TokenOption, UrlOption, connect, fail
+from app.commands.client import (
+    DEFAULT_URL,
+    Service,
+    TokenOption,
+    UrlOption,
+    VolumeName,
+    connect,
+    fail,
+)
 from app.commands.sizes import size
 
 CHUNK = 4 << 20
@@ -101,7 +109,7 @@ def opened(path: str, mode: str) -> Iterator[IO[bytes]]:
 
 @io_app.command()
 def write(
-    name: Annotated[str, typer.Argument(metavar="NAME", help="volume name")],
+    name: VolumeName,
     source: Annotated[str, typer.Argument(metavar="FILE|-", help="bytes to write; - for stdin")],
     offset: OffsetOption = 0,
     url: UrlOption = DEFAULT_URL,
@@ -135,7 +143,7 @@ def write(
 
 @io_app.command()
 def read(
-    name: Annotated[str, typer.Argument(metavar="NAME", help="volume name")],
+    name: VolumeName,
     offset: OffsetOption = 0,
     length: Annotated[
         int | None,

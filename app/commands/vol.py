@@ -11,7 +11,7 @@ from typing import Annotated
 
 import typer
 
-from app.commands.client import DEFAULT_URL, TokenOption, UrlOption, connect
+from app.commands.client import DEFAULT_URL, TokenOption, UrlOption, VolumeName, connect
 
 vol_app = typer.Typer(
     help="A volume's tuning: engine, dispatch mode, NBD export.", no_args_is_help=True
@@ -65,7 +65,7 @@ def parse_settings(words: list[str]) -> dict[str, object]:
 
 @vol_app.command("set")
 def set_tuning(
-    name: Annotated[str, typer.Argument(metavar="NAME", help="volume name")],
+    name: VolumeName,
     settings: Annotated[
         list[str],
         typer.Argument(
@@ -86,7 +86,7 @@ def set_tuning(
 
 @vol_app.command("show")
 def show(
-    name: Annotated[str, typer.Argument(metavar="NAME", help="volume name")],
+    name: VolumeName,
     url: UrlOption = DEFAULT_URL,
     token: TokenOption = None,
 ) -> None:
