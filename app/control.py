@@ -1,7 +1,7 @@
 """The control plane: the lifecycle rules for devices and volumes, persisted then mirrored.
 
 Every lifecycle call runs under one lock (per process), validates, writes SQL in
-its own transaction (``app.repository``), commits, and only then applies the
+its own transaction (``app.db.records``), commits, and only then applies the
 change to the in-memory volume, whose own steps are validated beforehand and
 cannot fail half-way. So no interleaving and no failed commit can leave SQL and
 memory disagreeing (ADR 0003). Who maps whom is ``app.dm.stacking``'s answer.
@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from app.blk.tuning import Tuning, TuningPatch
+from app.db.records import Lease, Records, RecordsTx, StoredDevice, StoredVolume
 from app.dm.stacking import StackingGraph, stacking_order
 from app.dm.table import DeviceRef, ErrorParams, Table, TableLimits, TableLine, parse_table
 from app.dm.targets import BlockDevice
@@ -42,7 +43,6 @@ from app.errors import (
     VolumeBusy,
     VolumeNotFound,
 )
-from app.repository import Lease, Records, RecordsTx, StoredDevice, StoredVolume
 from app.storage.registry import DeviceRegistry, Placement, StoreKind
 from app.vocab import DEFAULT_QUEUE_DEPTH, SECTOR_SIZE, is_valid_name
 

@@ -30,6 +30,7 @@ from app.control import Control, ControlLimits, Membership
 from app.db import migrate
 from app.db.leases import Leases
 from app.db.queries import SqlRegistryStore
+from app.db.records import Records, master_key_unwraps, rewrap_keys
 from app.db.session import make_engine, make_sessionmaker
 from app.engine.registry import EngineRegistry
 from app.keyfiles import (
@@ -48,7 +49,6 @@ from app.metrics import (
     VolumeCollector,
 )
 from app.nbd.server import NbdServer, make_tls_context
-from app.repository import Records, master_key_unwraps, rewrap_keys
 from app.state import State
 from app.storage.rbd import CephCluster
 from app.storage.registry import DeviceRegistry

@@ -25,12 +25,12 @@ from app.config import Settings
 from app.control import Control
 from app.db import migrate
 from app.db.queries import SqlRegistryStore
+from app.db.records import Records
 from app.db.session import make_engine, make_sessionmaker
 from app.dm.table import format_table, parse_table
 from app.engine.registry import EngineRegistry
 from app.errors import AlreadyExists, InvalidInput, InvalidState, KeyNotSet, VolumeBusy
 from app.main import control_limits
-from app.repository import Records
 from app.storage.registry import DeviceRegistry
 from tests.conftest import POSTGRES_ADMIN_DSN
 

@@ -17,11 +17,11 @@ from app.db import migrate
 from app.db.leases import Leases
 from app.db.models import Volume
 from app.db.queries import SqlRegistryStore
+from app.db.records import Records
 from app.db.session import make_engine, make_sessionmaker
 from app.engine.registry import EngineRegistry
 from app.errors import Unavailable
 from app.main import control_limits
-from app.repository import Records
 from app.storage.registry import DeviceRegistry, Placement
 from tests.factories import xts_table
 

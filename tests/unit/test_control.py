@@ -15,11 +15,11 @@ from app.config import Settings
 from app.control import Control
 from app.db import migrate
 from app.db.queries import SqlRegistryStore
+from app.db.records import Records, RecordsTx
 from app.db.session import make_engine, make_sessionmaker
 from app.dm.table import format_table
 from app.engine.registry import EngineRegistry
 from app.main import control_limits
-from app.repository import Records, RecordsTx
 from app.storage.registry import DeviceRegistry
 
 KEY = bytes(range(64)).hex()
