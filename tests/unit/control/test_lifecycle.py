@@ -19,7 +19,6 @@ from app.db.records import Records, RecordsTx
 from app.db.session import make_engine, make_sessionmaker
 from app.dm.table import format_table
 from app.engine.registry import EngineRegistry
-from app.main import control_limits
 from app.storage.registry import DeviceRegistry
 
 KEY = bytes(range(64)).hex()
@@ -54,9 +53,7 @@ def make_control(db: Engine, data_dir: Path) -> Control:
         CommitFails(sessions, MASTER),
         DeviceRegistry(data_dir / "devices"),
         EngineRegistry(SqlRegistryStore(sessions)),
-        plug_window_us=0,
-        suspend_wait_seconds=0.05,
-        limits=control_limits(Settings()),
+        Settings(plug_window_us=0, suspend_wait_seconds=0.05).control,
     )
     control.restore()
     return control
@@ -64,7 +61,7 @@ def make_control(db: Engine, data_dir: Path) -> Control:
 
 def snapshot(control: Control) -> dict[str, Any]:
     return {
-        "devices": sorted(control.device_sizes),
+        "devices": control.device_names(),
         "volumes": {
             name: (
                 volume.name,
