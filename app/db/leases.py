@@ -184,15 +184,34 @@ class Leases:
         return texts
 
     def owner_of(self, name: str) -> Owner | None:
-        """Who owns volume ``name`` now (None: no such volume)."""
-        with self.sessions() as session:
-            found = owners(session, Volume.name == name)
-        return found[0] if found else None
+        """Who owns volume ``name`` now (None: no such volume): the one owner lookup."""
+        owners = self._owners(Volume.name == name)
+        return owners[0] if owners else None
 
     def owners(self) -> dict[str, Owner]:
         """uuid: the owner of every volume of the cluster, in one statement."""
+        return {owner.uuid: owner for owner in self._owners()}
+
+    def _owners(self, *where: ColumnElement[bool]) -> list[Owner]:
+        statement = (
+            select(
+                Volume.uuid,
+                Volume.owner_node,
+                Node.url,
+                Volume.lease_epoch,
+                Volume.lease_expires_at,
+                Volume.lease_expires_at >= func.now(),
+                func.extract("epoch", Volume.lease_expires_at - func.now()),
+            )
+            .outerjoin(Node, Node.id == Volume.owner_node)
+            .where(*where)
+        )
         with self.sessions() as session:
-            return {owner.uuid: owner for owner in owners(session)}
+            rows = session.execute(statement).all()
+        return [
+            Owner(uuid, node, url, epoch, expires, bool(live), max(0.0, float(left or 0)))
+            for uuid, node, url, epoch, expires, live, left in rows
+        ]
 
     def node_live(self, node: str) -> bool:
         """Has ``node`` heartbeated within a lease? (A frozen or dead node stops.)"""
@@ -219,27 +238,6 @@ class Leases:
         )
         with self.sessions() as session:
             return [NodeLoad(node, url, count) for node, url, count in session.execute(statement)]
-
-
-def owners(session: Session, *where: ColumnElement[bool]) -> list[Owner]:
-    """The owner of every volume matching ``where``: the one owner lookup."""
-    statement = (
-        select(
-            Volume.uuid,
-            Volume.owner_node,
-            Node.url,
-            Volume.lease_epoch,
-            Volume.lease_expires_at,
-            Volume.lease_expires_at >= func.now(),
-            func.extract("epoch", Volume.lease_expires_at - func.now()),
-        )
-        .outerjoin(Node, Node.id == Volume.owner_node)
-        .where(*where)
-    )
-    return [
-        Owner(uuid, node, url, epoch, expires, bool(live), max(0.0, float(left or 0)))
-        for uuid, node, url, epoch, expires, live, left in session.execute(statement).all()
-    ]
 
 
 def hold(session: Session, uuid: str, node: str, epoch: int) -> bool:

@@ -27,7 +27,6 @@ from app.db import leases, models
 from app.dm.table import CryptParams, Table, format_table, parse_table
 
 Slot = Literal["live", "inactive"]
-Lease = leases.Lease
 VolumeState = Literal["active", "suspended"]
 
 
@@ -248,11 +247,6 @@ class RecordsTx:
 
     def set_nbd_export(self, name: str, nbd_export: bool) -> None:
         self._volume_row(name).nbd_export = nbd_export
-
-    def owner(self, name: str) -> leases.Owner | None:
-        """Who owns volume ``name`` (None: no such volume)."""
-        found = leases.owners(self.session, models.Volume.name == name)
-        return found[0] if found else None
 
     def hold_lease(self, uuid: str, node: str, epoch: int) -> bool:
         return leases.hold(self.session, uuid, node, epoch)
