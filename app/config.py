@@ -65,7 +65,6 @@ class ClusterSettings(SettingsView):
     lease_seconds: float
     renew_interval: float
     cluster_data_path: Literal["redirect", "proxy"]
-    suspend_wait_seconds: float
 
 
 class NbdSettings(SettingsView):
