@@ -360,8 +360,9 @@ AESNI_TARGET static void first_tweaks(const AesSchedule *tweak, const uint8_t *i
     }
 }
 
-/* The blocks of a unit past its last whole step, one at a time from tweak t. */
-AESNI_TARGET static void xts_tail(const __m128i *keys, int rounds, uint8_t *out,
+/* The blocks of a unit past its last whole step, one at a time from tweak t. Inlined: a call
+ * in a kernel's unit loop would make it keep its vector registers on the stack. */
+AESNI_TARGET static inline __attribute__((always_inline)) void xts_tail(const __m128i *keys, int rounds, uint8_t *out,
                                   const uint8_t *in, size_t from, size_t blocks, __m128i t,
                                   int encrypt)
 {
@@ -471,7 +472,8 @@ AVX512_TARGET static void xts_avx512(const AesSchedule *data, const AesSchedule 
                     t[i] = MUL_X_BYTES_512(t[i], 2);
                 }
             }
-            xts_tail(dkeys, rounds, out, in, j, blocks, _mm512_castsi512_si128(t[0]), encrypt);
+            if (j < blocks)
+                xts_tail(dkeys, rounds, out, in, j, blocks, _mm512_castsi512_si128(t[0]), encrypt);
         }
     }
     OPENSSL_cleanse(dk, sizeof dk);
@@ -549,7 +551,8 @@ AVX2_TARGET static void xts_avx2(const AesSchedule *data, const AesSchedule *twe
                     t[i] = MUL_X_BYTES_256(t[i], 2);
                 }
             }
-            xts_tail(dkeys, rounds, out, in, j, blocks, _mm256_castsi256_si128(t[0]), encrypt);
+            if (j < blocks)
+                xts_tail(dkeys, rounds, out, in, j, blocks, _mm256_castsi256_si128(t[0]), encrypt);
         }
     }
     OPENSSL_cleanse(dk, sizeof dk);
@@ -598,7 +601,8 @@ AESNI_TARGET static void xts_aesni(const AesSchedule *data, const AesSchedule *t
                     t[i] = mul_x8(t[i]);
                 }
             }
-            xts_tail(dk, rounds, out, in, j, blocks, t[0], encrypt);
+            if (j < blocks)
+                xts_tail(dk, rounds, out, in, j, blocks, t[0], encrypt);
         }
     }
     OPENSSL_cleanse(first, sizeof first);
