@@ -386,17 +386,6 @@ AVX512_TARGET static inline __m512i mul_x_lanes(__m512i t, __m512i k)
     return _mm512_xor_si512(shifted, reduce);
 }
 
-#define ROUNDS4(op, opl, keys, rounds, a, b, c, d)                                             \
-    do {                                                                                       \
-        a = _mm512_xor_si512(a, keys[0]); b = _mm512_xor_si512(b, keys[0]);                     \
-        c = _mm512_xor_si512(c, keys[0]); d = _mm512_xor_si512(d, keys[0]);                     \
-        for (int r = 1; r < rounds; r++) {                                                     \
-            a = op(a, keys[r]); b = op(b, keys[r]); c = op(c, keys[r]); d = op(d, keys[r]);     \
-        }                                                                                      \
-        a = opl(a, keys[rounds]); b = opl(b, keys[rounds]);                                     \
-        c = opl(c, keys[rounds]); d = opl(d, keys[rounds]);                                     \
-    } while (0)
-
 /* Lane i of t times x^(8 * bytes), as mul_x8. */
 #define MUL_X_BYTES_512(t, bytes)                                                              \
     _mm512_xor_si512(_mm512_bslli_epi128(t, bytes),                                            \
@@ -779,7 +768,8 @@ AESNI_TARGET static void cbc_decrypt_tail(const AesSchedule *s, uint8_t *out, co
     }
 }
 
-/* Sixteen blocks of a unit per step, as in xts_avx512. */
+/* Sixteen blocks of a unit per step in four zmm registers; the previous blocks of register i
+ * are the top block of register i - 1 and the first three of register i. */
 AVX512_TARGET static void cbc_decrypt_avx512(const AesSchedule *s, uint8_t *dst, const uint8_t *src,
                                              const uint8_t *ivs, size_t units, size_t unit_bytes)
 {
@@ -794,18 +784,17 @@ AVX512_TARGET static void cbc_decrypt_avx512(const AesSchedule *s, uint8_t *dst,
         /* Lane 3 holds the ciphertext block before the next step's first. */
         __m512i last = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(ivs + 16 * u)));
         size_t j = 0;
-        for (; j + 16 <= blocks; j += 16) {
-            __m512i a = _mm512_loadu_si512(in + 16 * j), b = _mm512_loadu_si512(in + 16 * j + 64);
-            __m512i c = _mm512_loadu_si512(in + 16 * j + 128);
-            __m512i d = _mm512_loadu_si512(in + 16 * j + 192);
-            __m512i pa = _mm512_alignr_epi64(a, last, 6), pb = _mm512_alignr_epi64(b, a, 6);
-            __m512i pc = _mm512_alignr_epi64(c, b, 6), pd = _mm512_alignr_epi64(d, c, 6);
-            last = d;
-            ROUNDS4(_mm512_aesdec_epi128, _mm512_aesdeclast_epi128, rk, rounds, a, b, c, d);
-            _mm512_storeu_si512(out + 16 * j, _mm512_xor_si512(a, pa));
-            _mm512_storeu_si512(out + 16 * j + 64, _mm512_xor_si512(b, pb));
-            _mm512_storeu_si512(out + 16 * j + 128, _mm512_xor_si512(c, pc));
-            _mm512_storeu_si512(out + 16 * j + 192, _mm512_xor_si512(d, pd));
+        for (; j + 4 * AVX512_REGS <= blocks; j += 4 * AVX512_REGS) {
+            __m512i c[AVX512_REGS], x[AVX512_REGS];
+            for (int i = 0; i < AVX512_REGS; i++)
+                c[i] = x[i] = _mm512_loadu_si512(in + 16 * j + 64 * i);
+            ROUNDS(_mm512_aesdec_epi128, _mm512_aesdeclast_epi128, _mm512_xor_si512, rk, rounds, x,
+                   AVX512_REGS);
+            for (int i = 0; i < AVX512_REGS; i++) {
+                __m512i previous = _mm512_alignr_epi64(c[i], i ? c[i - 1] : last, 6);
+                _mm512_storeu_si512(out + 16 * j + 64 * i, _mm512_xor_si512(x[i], previous));
+            }
+            last = c[AVX512_REGS - 1];
         }
         cbc_decrypt_tail(s, out, in, j, blocks, _mm512_extracti32x4_epi32(last, 3));
     }

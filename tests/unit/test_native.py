@@ -346,13 +346,19 @@ def page_before_a_guard() -> Iterator[memoryview]:
     pages.close()
 
 
+def ivs_at_the_end(page: memoryview, units: int) -> memoryview:
+    """Random IVs for units data units in the last bytes of page."""
+    ivs = page[mmap.PAGESIZE - 16 * units :]
+    ivs[:] = os.urandom(16 * units)
+    return ivs
+
+
 @pytest.mark.parametrize("units", [1, 5, 18])
 def test_cbc_encrypt_reads_no_iv_past_the_last_unit(
     page_before_a_guard: memoryview, lane_path: str, units: int
 ) -> None:
     """The IVs end where the readable memory ends; a lane past the last unit must not load one."""
-    ivs = page_before_a_guard[mmap.PAGESIZE - 16 * units :]
-    ivs[:] = os.urandom(16 * units)
+    ivs = ivs_at_the_end(page_before_a_guard, units)
     data, key = os.urandom(units * 512), os.urandom(32)
     out = bytearray(len(data))
     _native.cbc_encrypt(out, data, ivs, key, 512)
@@ -364,8 +370,7 @@ def test_xts_reads_no_iv_past_the_last_unit(
     page_before_a_guard: memoryview, aes_path: str, units: int
 ) -> None:
     """The first tweaks are encrypted a group at a time; a slot past the last unit loads none."""
-    ivs = page_before_a_guard[mmap.PAGESIZE - 16 * units :]
-    ivs[:] = os.urandom(16 * units)
+    ivs = ivs_at_the_end(page_before_a_guard, units)
     data, key = os.urandom(units * 512), os.urandom(64)
     out = bytearray(len(data))
     _native.xts(out, data, ivs, key, 512, True)
