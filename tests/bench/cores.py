@@ -3,9 +3,10 @@
 The server (and a peer server, in turn) runs on one core, the load generator on the other
 (``taskset``, util-linux): without that, wrk or fio take CPU the server would have used and
 the figure is theirs. Each client run is measured from ``/proc/<pid>/stat`` (its CPU over its
-wall time, the process as a whole) and printed beside the figure; a client that comes near a
-core makes the run suspect, which is printed as a warning rather than failing it (the machine
-is shared, and the figures are still the best this run has).
+wall time, the process as a whole with the children it waited for) and printed beside the
+figure; a client that comes near a core makes the run suspect, which is printed as a warning
+rather than failing it (the machine is shared, and the figures are still the best this run
+has).
 """
 
 from __future__ import annotations
@@ -75,7 +76,9 @@ class ClientRun:
 def run_client(command: list[str], env: dict[str, str] | None = None) -> ClientRun:
     """Run a load generator on the client core; its CPU is read from ``/proc/<pid>/stat``
     once it has exited and before it is reaped (``waitid(WNOWAIT)``), so it covers the whole
-    process, every thread. Output goes through files: a pipe left unread could stall it."""
+    process, every thread, and the children it waited for (fio runs its jobs in forked
+    processes: utime + stime + cutime + cstime). Output goes through files: a pipe left
+    unread could stall it."""
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
         start = time.perf_counter()
         process = subprocess.Popen(on_client_core(command), stdout=out, stderr=err, env=env)
@@ -89,7 +92,7 @@ def run_client(command: list[str], env: dict[str, str] | None = None) -> ClientR
             out.read().decode(),
             err.read().decode(),
             returncode,
-            (int(fields[11]) + int(fields[12])) / TICKS,
+            sum(int(field) for field in fields[11:15]) / TICKS,
             wall,
         )
 
