@@ -213,7 +213,7 @@ class CellRunner:
         params = _crypt_params(volume)
         if params is None or params.device.kind != "device":
             return "none"
-        return self.control.device_models.get(params.device.name) or "none"
+        return self.control.catalog.model_of(params.device.name) or "none"
 
     @staticmethod
     def summarise(spec: JobSpec, kept: Sequence[CellResult]) -> CellResult:
