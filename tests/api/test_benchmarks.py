@@ -11,9 +11,11 @@ import httpx
 import pytest
 from fastapi import FastAPI
 
+from app.bench import report
 from app.bench.spec import DEFAULT_ROUNDS
 from app.engine.cost import ModelledWorkload, predict_workload
 from app.engine.model import DeviceModel, EngineProfile
+from app.errors import InvalidInput
 from tests.factories import CBC_KEY
 
 pytestmark = pytest.mark.anyio
@@ -279,3 +281,29 @@ async def test_rounds_are_interleaved_across_cells(
     monkeypatch.setattr(runner, "_measure", recorded)
     await run_job(client, {**JOB, "rounds": 2, "warmup": 1})
     assert order == ["bio", "request"] * 3
+
+
+async def test_a_failed_runs_plot_is_drawn_as_failed_with_the_error(
+    app: FastAPI, client: httpx.AsyncClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    runner = app.state.reqcrypt.benchmarks.cells
+
+    def broken(*_: Any) -> Any:
+        raise InvalidInput("the device went away")
+
+    monkeypatch.setattr(runner, "_measure", broken)
+    run_id = (await client.post("/v1/benchmarks", json=JOB)).json()["id"]
+    with anyio.fail_after(20):
+        while (await client.get(f"/v1/benchmarks/{run_id}")).json()["state"] != "failed":
+            await anyio.sleep(0.05)
+    drawn: dict[str, Any] = {}
+    plot_png = report.plot_png
+
+    def spy(cells: Any, **options: Any) -> bytes:
+        drawn.update(options)
+        return plot_png(cells, **options)
+
+    monkeypatch.setattr(report, "plot_png", spy)
+    response = await client.get(f"/v1/benchmarks/{run_id}/plot.png")
+    assert response.status_code == 200
+    assert drawn["failure"] == "the device went away"
