@@ -43,8 +43,8 @@ from app.errors import (
     VolumeNotFound,
 )
 from app.repository import Lease, Records, RecordsTx, StoredDevice, StoredVolume
-from app.storage.registry import DeviceRegistry, Placement, StoreKind
-from app.vocab import DEFAULT_QUEUE_DEPTH, SECTOR_SIZE, is_valid_name
+from app.storage.registry import DeviceRegistry, Placement
+from app.vocab import DEFAULT_QUEUE_DEPTH, SECTOR_SIZE, StoreKind, is_valid_name
 
 log = logging.getLogger("reqcrypt.control")
 
@@ -385,7 +385,7 @@ class Control:
             if self.membership is not None:
                 deadline = started + self.membership.lease_seconds
                 self.held[volume.uuid] = Holding(lease, deadline)
-                volume.fence(deadline)
+                volume.hold_lease_until(deadline)
             self.volumes[name] = volume
             return volume
 
@@ -594,7 +594,7 @@ class Control:
                 self._unclaim(lease.uuid, [])
                 raise
             volume = self.volumes[stored.name]
-            volume.fence(deadline)
+            volume.hold_lease_until(deadline)
             self.held[lease.uuid] = Holding(lease, deadline)
             return volume
 
@@ -613,10 +613,10 @@ class Control:
             lease = leases.get(volume.uuid)
             if lease is not None:
                 self.held[volume.uuid] = Holding(lease, deadline)
-                volume.fence(deadline)
+                volume.hold_lease_until(deadline)
             else:
                 del self.held[volume.uuid]
-                volume.fence(-math.inf)
+                volume.hold_lease_until(-math.inf)
                 lost.append(volume)
         return lost
 
@@ -702,7 +702,7 @@ class Control:
             volume = self.volumes.get(name)
             if volume is None:  # removed meanwhile
                 continue
-            volume.fence(-math.inf)
+            volume.hold_lease_until(-math.inf)
             holding = self.held.pop(volume.uuid, None)
             fenced.append((name, None if holding is None else holding.lease))
         return fenced
@@ -748,7 +748,7 @@ class Control:
             volume = self.volume(name)
             holding = self.held.pop(volume.uuid, None)
             with volume.lock:
-                volume.fence(-math.inf)
+                volume.hold_lease_until(-math.inf)
                 try:
                     volume.drain(self.suspend_wait_seconds)
                 except Unavailable:

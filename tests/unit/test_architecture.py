@@ -29,6 +29,8 @@ ALLOWED: dict[str, set[str]] = {
     "storage": {"errors", "vocab"},
     "db": {"config"},
     "dm": {"blk", "crypto", "engine", "errors", "vocab"},
+    # the one I/O layer under every front end
+    "io": {"dm", "errors", "vocab"},
     "repository": {"blk", "crypto", "db", "dm", "errors", "vocab"},
     "control": {"blk", "dm", "engine", "errors", "repository", "storage", "vocab"},
     # a node's lease thread: SQL through db.leases; dm for the (pure) stacking order
@@ -47,9 +49,9 @@ ALLOWED: dict[str, set[str]] = {
         "main",  # `reqcrypt bench` builds the service's state in process
     },
     "metrics": {"cluster", "control", "nbd"},
-    "nbd": {"blk", "control", "dm", "errors", "vocab"},
+    "nbd": {"blk", "control", "dm", "errors", "io", "vocab"},
     "keyfiles": {"config"},
-    "state": {"api", "bench", "cluster", "config", "control", "engine", "nbd"},
+    "state": {"bench", "cluster", "config", "control", "engine", "io", "nbd"},
     "api": {
         "bench",
         "blk",
@@ -60,8 +62,9 @@ ALLOWED: dict[str, set[str]] = {
         "engine",
         "errors",
         "integers",
+        "io",
         "vocab",
-        "state",  # the lifespan's typed State, which also holds the api's executor
+        "state",  # the lifespan's typed State
         "nbd",  # volume info and status list the NBD connections
     },
     "main": {
@@ -72,6 +75,7 @@ ALLOWED: dict[str, set[str]] = {
         "control",
         "db",
         "engine",
+        "io",
         "keyfiles",
         "metrics",
         "nbd",
@@ -86,8 +90,8 @@ ALLOWED: dict[str, set[str]] = {
 }
 WEB = {"fastapi", "starlette"}
 SQL = {"sqlalchemy", "alembic"}
-NO_WEB = LEAVES | CORE | {"dm", "db", "repository", "control", "cluster", "bench", "nbd"}
-NO_SQL = LEAVES | CORE | {"dm", "control", "cluster", "nbd"}
+NO_WEB = LEAVES | CORE | {"dm", "io", "db", "repository", "control", "cluster", "bench", "nbd"}
+NO_SQL = LEAVES | CORE | {"dm", "io", "control", "cluster", "nbd"}
 
 
 def units() -> list[str]:
@@ -133,6 +137,22 @@ def test_imports_point_downward(unit: str) -> None:
                 offending.append(f"{path.relative_to(APP)} imports {module} (web)")
             if unit in NO_SQL and top in SQL:
                 offending.append(f"{path.relative_to(APP)} imports {module} (SQL)")
+    assert offending == []
+
+
+def test_nothing_but_main_imports_the_http_front_end() -> None:
+    assert sorted(unit for unit, allowed in ALLOWED.items() if "api" in allowed) == ["main"]
+
+
+def test_front_ends_reach_the_data_path_only_through_the_io_layer() -> None:
+    """The batch API is ``io``'s way into a volume: no front end drives ``DataPath`` itself."""
+    offending = [
+        f"{path.relative_to(APP)} imports {module}"
+        for unit in ("api", "nbd")
+        for path in files_of(unit)
+        for module in imported_modules(path)
+        if module == "app.dm.datapath"
+    ]
     assert offending == []
 
 

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from app.api.admission import VolumeAdmission
 from app.errors import Unavailable
+from app.io.admission import VolumeAdmission
 
 pytestmark = pytest.mark.anyio
 
