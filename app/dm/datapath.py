@@ -228,6 +228,13 @@ class DataPath:
     def _io(self, *, wait: bool = True) -> Iterator[LiveMap]:
         """Admit one I/O: wait while suspended (bounded), count it in flight.
         ``wait=False``: WouldBlock where it would wait."""
+        live = self._admit(wait)
+        try:
+            yield live
+        finally:
+            self._release()
+
+    def _admit(self, wait: bool = True) -> LiveMap:
         now = time.monotonic()
         deadline = now + self.suspend_wait_seconds
         with self._gate:
@@ -252,13 +259,13 @@ class DataPath:
             if live is None:
                 raise InvalidState(f"volume {self.name} has no live table")
             self._in_flight += 1
-        try:
-            yield live
-        finally:
-            with self._gate:
-                self._in_flight -= 1
-                if self._in_flight == 0:
-                    self._gate.notify_all()
+        return live
+
+    def _release(self) -> None:
+        with self._gate:
+            self._in_flight -= 1
+            if self._in_flight == 0:
+                self._gate.notify_all()
 
     def check_range(self, offset: int, length: int) -> None:
         size = self.size
@@ -484,23 +491,36 @@ class DataPath:
         raises, PreconditionFailed, before anything is done. Returns the version the
         batch's writes made (the current one when it wrote nothing).
         """
-        with ExitStack() as hold:
-            try:
-                live = hold.enter_context(self._io())
-            except Exception as error:  # not admitted: suspended too long, removed, fenced
-                for io in ios:
-                    io.error = error
-                return self.versions.value
-            hold.enter_context(self.versions.conditional(precondition))
-            if not any(io.op in _WRITES for io in ios):
-                self._run_batch(live, ios)
-                return self.versions.value
-            with self.versions.writing() as made:
-                self._run_batch(live, ios)
-        return made[0]
+        try:
+            live = self._admit()
+        except Exception as error:  # not admitted: suspended too long, removed, fenced
+            for io in ios:
+                io.error = error
+            return self.versions.value
+        try:
+            with self.versions.conditional(precondition):
+                if not any(io.op in _WRITES for io in ios):
+                    self._run_batch(live, ios)
+                    return self.versions.value
+                with self.versions.writing() as made:
+                    self._run_batch(live, ios)
+            return made[0]
+        finally:
+            self._release()
 
     def _run_batch(self, live: LiveMap, ios: Sequence[BlockIo]) -> None:
         unit = live.logical_block_size
+        if len(ios) == 1:  # nothing to plug with: the one-I/O path (a single-range request)
+            (io,) = ios
+            try:
+                self.check_range(io.offset, io.length)
+                if io.op is Op.READ and io.buffer:
+                    self._read_into(unit, io.offset, io.buffer)
+                else:
+                    self._run_alone(live, io)
+            except Exception as error:
+                io.error = error
+            return
         run: list[BlockIo] = []
         for io in ios:
             try:
