@@ -13,6 +13,7 @@ from app.dm.volume import Volume
 from app.engine.registry import EngineRegistry
 from app.io.ops import Io
 from app.storage.memory import MemoryStore
+from app.vocab import Op
 
 KEY = bytes(range(64)).hex()
 SECTORS = 2048
@@ -103,3 +104,63 @@ def test_the_generation_moves_once_per_batch(volume: Volume) -> None:
         [Io.write(0, memoryview(b"a" * 512)), Io.write(1024, memoryview(b"b" * 512))]
     )
     assert volume.generation == generation + 1
+
+
+def rule_volume(store: MemoryStore) -> Volume:
+    """4 KiB logical blocks, discards allowed: partial blocks are easy to place."""
+    return make_volume(
+        store, f"0 {SECTORS} crypt aes-xts-plain64 {KEY} 0 pv 0 2 allow_discards sector_size:4096"
+    )
+
+
+def test_write_zeroes_read_modify_writes_its_partial_edge_blocks() -> None:
+    volume = rule_volume(MemoryStore(SIZE))
+    try:
+        volume.write(0, b"\xee" * 16384)
+        zeroes = Io(Op.WRITE_ZEROES, 1000, 10000)
+        volume.submit_batch([zeroes])
+        assert zeroes.error is None
+        assert volume.read(0, 16384) == b"\xee" * 1000 + bytes(10000) + b"\xee" * 5384
+    finally:
+        volume.remove()
+
+
+def test_a_discard_is_rounded_inward_and_keeps_its_partial_edge_blocks() -> None:
+    volume = rule_volume(MemoryStore(SIZE))
+    try:
+        volume.write(0, b"\xee" * 16384)
+        discard = Io(Op.DISCARD, 1000, 12000)  # whole only over blocks 1 and 2
+        volume.submit_batch([discard])
+        assert discard.error is None
+        after = volume.read(0, 16384)
+        assert after[:4096] == b"\xee" * 4096
+        assert after[12288:] == b"\xee" * 4096
+        assert volume.stats.snapshot()["d_sectors"] == 16
+    finally:
+        volume.remove()
+
+
+def test_a_discard_within_one_block_discards_nothing() -> None:
+    volume = rule_volume(MemoryStore(SIZE))
+    try:
+        volume.write(0, b"\xee" * 4096)
+        volume.submit_batch([Io(Op.DISCARD, 100, 3000)])
+        assert volume.read(0, 4096) == b"\xee" * 4096
+        assert volume.stats.snapshot()["d_ios"] == 0
+    finally:
+        volume.remove()
+
+
+def test_a_flush_in_a_batch_follows_the_writes_before_it(volume: Volume) -> None:
+    ios = [Io.write(0, memoryview(b"a" * 4096)), Io(Op.FLUSH, 0, 0)]
+    ios.append(Io.write(4096, memoryview(b"b" * 4096)))
+    volume.submit_batch(ios)
+    assert [io.error for io in ios] == [None, None, None]
+    stats = volume.stats.snapshot()
+    assert (stats["w_ios"], stats["f_ios"]) == (2, 1)  # the flush split the run
+
+
+def test_reads_and_flushes_leave_the_version_alone(volume: Volume) -> None:
+    generation = volume.generation
+    volume.submit_batch([Io.read(0, memoryview(bytearray(512))), Io(Op.FLUSH, 0, 0)])
+    assert volume.generation == generation
