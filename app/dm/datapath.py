@@ -522,12 +522,7 @@ class DataPath:
                 io.error = error
             return
         run: list[BlockIo] = []
-        for io in ios:
-            try:
-                self.check_range(io.offset, io.length)
-            except RangeNotSatisfiable as error:
-                io.error = error
-                continue
+        for io in self._in_range(ios):
             if _plugs(io, unit):
                 run.append(io)
                 continue
@@ -595,14 +590,7 @@ class DataPath:
         hold = ExitStack()
         try:
             hold.enter_context(self._io(wait=wait))
-            admitted: list[BlockIo] = []
-            for io in ios:
-                try:
-                    self.check_range(io.offset, io.length)
-                except RangeNotSatisfiable as error:
-                    io.error = error
-                    continue
-                admitted.append(io)
+            admitted = self._in_range(ios)
             ranges = [(io.offset, io.offset + io.length) for io in admitted]
             hold.enter_context(self._ranges.hold_shared(ranges, wait=wait))
             if any(io.op is Op.WRITE for io in admitted):
@@ -624,6 +612,18 @@ class DataPath:
             assert io.buffer is not None
             bios.append((io, _bio(io.op, io.offset, io.buffer, io.fua)))
         return StartedBatch(self._queue(bios), hold)
+
+    def _in_range(self, ios: Sequence[BlockIo]) -> list[BlockIo]:
+        """The I/Os within the volume; each of the others fails alone, RangeNotSatisfiable."""
+        within: list[BlockIo] = []
+        for io in ios:
+            try:
+                self.check_range(io.offset, io.length)
+            except RangeNotSatisfiable as error:
+                io.error = error
+                continue
+            within.append(io)
+        return within
 
     def _queue(self, bios: list[tuple[BlockIo, Bio]]) -> list[tuple[BlockIo, Bio]]:
         """``bios`` into the queue; when the queue refuses one, nothing is queued and every

@@ -106,49 +106,39 @@ def test_the_generation_moves_once_per_batch(volume: Volume) -> None:
     assert volume.generation == generation + 1
 
 
-def rule_volume(store: MemoryStore) -> Volume:
+@pytest.fixture
+def rule_volume() -> Iterator[Volume]:
     """4 KiB logical blocks, discards allowed: partial blocks are easy to place."""
-    return make_volume(
-        store, f"0 {SECTORS} crypt aes-xts-plain64 {KEY} 0 pv 0 2 allow_discards sector_size:4096"
-    )
+    table = f"0 {SECTORS} crypt aes-xts-plain64 {KEY} 0 pv 0 2 allow_discards sector_size:4096"
+    vol = make_volume(MemoryStore(SIZE), table)
+    yield vol
+    vol.remove()
 
 
-def test_write_zeroes_read_modify_writes_its_partial_edge_blocks() -> None:
-    volume = rule_volume(MemoryStore(SIZE))
-    try:
-        volume.write(0, b"\xee" * 16384)
-        zeroes = Io(Op.WRITE_ZEROES, 1000, 10000)
-        volume.submit_batch([zeroes])
-        assert zeroes.error is None
-        assert volume.read(0, 16384) == b"\xee" * 1000 + bytes(10000) + b"\xee" * 5384
-    finally:
-        volume.remove()
+def test_write_zeroes_read_modify_writes_its_partial_edge_blocks(rule_volume: Volume) -> None:
+    rule_volume.write(0, b"\xee" * 16384)
+    zeroes = Io(Op.WRITE_ZEROES, 1000, 10000)
+    rule_volume.submit_batch([zeroes])
+    assert zeroes.error is None
+    assert rule_volume.read(0, 16384) == b"\xee" * 1000 + bytes(10000) + b"\xee" * 5384
 
 
-def test_a_discard_is_rounded_inward_and_keeps_its_partial_edge_blocks() -> None:
-    volume = rule_volume(MemoryStore(SIZE))
-    try:
-        volume.write(0, b"\xee" * 16384)
-        discard = Io(Op.DISCARD, 1000, 12000)  # whole only over blocks 1 and 2
-        volume.submit_batch([discard])
-        assert discard.error is None
-        after = volume.read(0, 16384)
-        assert after[:4096] == b"\xee" * 4096
-        assert after[12288:] == b"\xee" * 4096
-        assert volume.stats.snapshot()["d_sectors"] == 16
-    finally:
-        volume.remove()
+def test_a_discard_is_rounded_inward_and_keeps_its_partial_edge_blocks(rule_volume: Volume) -> None:
+    rule_volume.write(0, b"\xee" * 16384)
+    discard = Io(Op.DISCARD, 1000, 12000)  # whole only over blocks 1 and 2
+    rule_volume.submit_batch([discard])
+    assert discard.error is None
+    after = rule_volume.read(0, 16384)
+    assert after[:4096] == b"\xee" * 4096
+    assert after[12288:] == b"\xee" * 4096
+    assert rule_volume.stats.snapshot()["d_sectors"] == 16
 
 
-def test_a_discard_within_one_block_discards_nothing() -> None:
-    volume = rule_volume(MemoryStore(SIZE))
-    try:
-        volume.write(0, b"\xee" * 4096)
-        volume.submit_batch([Io(Op.DISCARD, 100, 3000)])
-        assert volume.read(0, 4096) == b"\xee" * 4096
-        assert volume.stats.snapshot()["d_ios"] == 0
-    finally:
-        volume.remove()
+def test_a_discard_within_one_block_discards_nothing(rule_volume: Volume) -> None:
+    rule_volume.write(0, b"\xee" * 4096)
+    rule_volume.submit_batch([Io(Op.DISCARD, 100, 3000)])
+    assert rule_volume.read(0, 4096) == b"\xee" * 4096
+    assert rule_volume.stats.snapshot()["d_ios"] == 0
 
 
 def test_a_flush_in_a_batch_follows_the_writes_before_it(volume: Volume) -> None:
