@@ -175,9 +175,9 @@ class NbdServer:
         *,
         host: str,
         port: int,
+        max_in_flight: int,
+        max_in_flight_bytes: int,
         tls: ssl.SSLContext | None = None,
-        max_in_flight: int = 256,
-        max_in_flight_bytes: int = 64 << 20,
     ) -> None:
         self.control = control
         self.executor = executor
