@@ -255,13 +255,15 @@ class BenchmarkJobs:
                     self._persist(live)
             live.cells = [self.cells.summarise(spec, rounds) for rounds in kept]
             live.progress = 1.0
-            live.state = "done"
+            final = "done"
         except Exception as exc:
-            live.state = "failed"
+            final = "failed"
             live.error = exc.detail if isinstance(exc, ReqcryptError) else repr(exc)
             log.warning("benchmark %s failed: %s", live.id, live.error, exc_info=True)
-        self._persist(live, finished=True)
+        # A job reads as finished only once its slot is free: a client that saw "done" may submit.
         with self._lock:
+            live.state = final
+            self._persist(live, finished=True)
             self._live.pop(live.id, None)
 
     def _persist(self, live: _Live, *, finished: bool = False) -> None:
