@@ -173,6 +173,21 @@ class Settings(BaseSettings):
         le=1000,
         description="really wait the modelled engine/device time, scaled by this factor",
     )
+    luks_max_pbkdf_memory_kib: int = Field(
+        default=1 << 20, ge=32, le=4 << 20, description="Argon2 memory a LUKS keyslot may ask"
+    )
+    luks_max_pbkdf_time: int = Field(
+        default=64, ge=4, le=1 << 20, description="Argon2 passes a LUKS keyslot may ask"
+    )
+    luks_max_pbkdf_parallel: int = Field(
+        default=16, ge=1, le=1 << 10, description="Argon2 threads a LUKS keyslot may ask"
+    )
+    luks_max_pbkdf_iterations: int = Field(
+        default=50_000_000, ge=1000, description="PBKDF2 iterations a LUKS keyslot may ask"
+    )
+    luks_pbkdf_workers: int = Field(
+        default=1, ge=1, le=64, description="LUKS key derivations run at once (more wait)"
+    )
 
     @field_validator("admin_token", "io_token")
     @classmethod
