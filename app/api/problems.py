@@ -13,6 +13,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
 
 from app import errors
+from app.luks.errors import NoKeyAvailable
 
 log = logging.getLogger("reqcrypt.api")
 
@@ -30,6 +31,7 @@ STATUS_BY_ERROR: dict[type[errors.ReqcryptError], int] = {
     errors.RequestTimeout: 408,
     errors.TargetIOError: 500,
     errors.Unavailable: 503,
+    NoKeyAvailable: 403,
 }
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import time
 from dataclasses import asdict
+from functools import partial
 from typing import Any
 
 import anyio
@@ -18,6 +19,7 @@ from starlette.exceptions import HTTPException
 from app.api.deps import AdminDep, ControlDep, RoleDep, StateDep, admin_only
 from app.api.ownership import FORWARDED_BY
 from app.api.problems import responses
+from app.api.routes import luks
 from app.api.schemas import (
     MessageIn,
     MoveIn,
@@ -187,9 +189,22 @@ async def table_text(request: Request) -> str:
 
 
 @router.post("", status_code=201, response_model=VolumeOut, responses=responses(404, 409, 422))
-def create_volume(body: VolumeCreate, control: ControlDep, _: AdminDep) -> VolumeOut:
-    volume = control.create_volume(
-        body.name, body.table, engine=body.engine, tuning=body.tuning(), nbd_export=body.nbd_export
+async def create_volume(
+    body: VolumeCreate, request: Request, state: StateDep, _: AdminDep
+) -> VolumeOut:
+    """dmsetup create, or luksOpen (``luks``: a wrong passphrase is 403)."""
+    control = state.control
+    table = body.table if body.luks is None else await luks.open_table(body.luks, request, state)
+    assert table is not None
+    volume = await anyio.to_thread.run_sync(
+        partial(
+            control.create_volume,
+            body.name,
+            table,
+            engine=body.engine,
+            tuning=body.tuning(),
+            nbd_export=body.nbd_export,
+        )
     )
     return volume_out(volume, control)
 
