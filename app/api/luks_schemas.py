@@ -25,10 +25,10 @@ Count = Annotated[int, Field(ge=1, le=1 << 32), BeforeValidator(integral_float)]
 PASSPHRASE_ONE_OF: JsonDict = {"oneOf": [{"required": ["passphrase"]}, {"required": ["key_file"]}]}
 
 
-class Secret(BaseModel):
-    """A passphrase, or a key file's bytes in base64: exactly one."""
+class OptionalSecret(BaseModel):
+    """A passphrase, or a key file's bytes in base64: at most one."""
 
-    model_config = ConfigDict(extra="forbid", strict=True, json_schema_extra=PASSPHRASE_ONE_OF)
+    model_config = ConfigDict(extra="forbid", strict=True)
 
     passphrase: SecretStr | None = Field(
         default=None, min_length=1, max_length=MAX_PASSPHRASE, description="UTF-8 text"
@@ -41,9 +41,9 @@ class Secret(BaseModel):
     )
 
     @model_validator(mode="after")
-    def _one(self) -> Secret:
-        if (self.passphrase is None) == (self.key_file is None):
-            raise ValueError("give exactly one of passphrase and key_file")
+    def _at_most_one(self) -> OptionalSecret:
+        if self.passphrase is not None and self.key_file is not None:
+            raise ValueError("give one of passphrase and key_file, not both")
         if self.key_file is not None:
             try:
                 base64.b64decode(self.key_file.get_secret_value(), validate=True)
@@ -51,12 +51,30 @@ class Secret(BaseModel):
                 raise ValueError("key_file is not base64") from None
         return self
 
-    def secret(self) -> bytearray:
-        """The bytes the PBKDF hashes; the caller zeroes them after use."""
+    def optional_secret(self) -> bytearray | None:
+        """The bytes the PBKDF hashes, if given; the caller zeroes them after use."""
         if self.passphrase is not None:
             return bytearray(self.passphrase.get_secret_value().encode())
-        assert self.key_file is not None
-        return bytearray(base64.b64decode(self.key_file.get_secret_value(), validate=True))
+        if self.key_file is not None:
+            return bytearray(base64.b64decode(self.key_file.get_secret_value(), validate=True))
+        return None
+
+
+class Secret(OptionalSecret):
+    """Exactly one of a passphrase and a key file."""
+
+    model_config = ConfigDict(json_schema_extra=PASSPHRASE_ONE_OF)
+
+    @model_validator(mode="after")
+    def _one(self) -> Secret:
+        if self.passphrase is None and self.key_file is None:
+            raise ValueError("give one of passphrase and key_file")
+        return self
+
+    def secret(self) -> bytearray:
+        given = self.optional_secret()
+        assert given is not None
+        return given
 
 
 class PbkdfIn(BaseModel):
@@ -104,23 +122,10 @@ class LuksKeyslotIn(Secret):
     pbkdf: PbkdfIn = Field(default_factory=PbkdfIn)
 
 
-class LuksKillIn(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True)
+class LuksKillIn(OptionalSecret):
+    """A passphrase or key file of another keyslot (none needed for the last one, with force)."""
 
-    passphrase: SecretStr | None = Field(
-        default=None,
-        min_length=1,
-        max_length=MAX_PASSPHRASE,
-        description="opens another keyslot (not needed for the last one, with force)",
-    )
     force: bool = Field(default=False, description="kill the last keyslot: the data is lost")
-
-    def secret(self) -> bytearray | None:
-        return (
-            None
-            if self.passphrase is None
-            else bytearray(self.passphrase.get_secret_value().encode())
-        )
 
 
 class LuksOpenIn(Secret):

@@ -135,7 +135,7 @@ async def luks_kill_slot(
 
     def work() -> None:
         disk = device(state.control, name)
-        secret = body.secret()
+        secret = body.optional_secret()
         try:
             with _header_writes:
                 kill_slot(disk, slot, secret, ceiling(state), force=body.force)
