@@ -169,6 +169,7 @@ class LuksDumpOut(BaseModel):
     header_copy: Literal["primary", "secondary"] = Field(
         description="the copy in use: secondary when the primary is corrupt"
     )
+    flags: list[str] = Field(description="LUKS2 persistent flags (allow-discards…)")
     keyslots: list[LuksKeyslotOut]
     digest: dict[str, Any]
     tokens: list[LuksTokenOut] = Field(description="kept as stored; never run")

@@ -540,13 +540,27 @@ def data_sectors(header: Header, device_size: int) -> int:
     return size // SECTOR
 
 
+PERSISTENT_FLAGS = {
+    "allow-discards": "allow_discards",
+    "same-cpu-crypt": "same_cpu_crypt",
+    "submit-from-crypt-cpus": "submit_from_crypt_cpus",
+    "no-read-workqueue": "no_read_workqueue",
+    "no-write-workqueue": "no_write_workqueue",
+}
+"""LUKS2 ``config.flags`` that ``cryptsetup open`` turns into crypt options."""
+
+
 def table_line(
     header: Header, key: KeyMaterial, device: str, device_size: int, *, allow_discards: bool
 ) -> str:
-    """The crypt line ``cryptsetup open`` maps for this header and volume key."""
-    options = (["allow_discards"] if allow_discards else []) + (
-        [f"sector_size:{header.sector_size}"] if header.sector_size != SECTOR else []
-    )
+    """The crypt line ``cryptsetup open`` maps for this header and volume key: the
+    header's persistent flags and ``allow_discards`` if asked, in the kernel's order."""
+    flags = {PERSISTENT_FLAGS[f] for f in header.flags if f in PERSISTENT_FLAGS}
+    if allow_discards:
+        flags.add("allow_discards")
+    options = [option for option in PERSISTENT_FLAGS.values() if option in flags]
+    if header.sector_size != SECTOR:
+        options.append(f"sector_size:{header.sector_size}")
     line = (
         f"0 {data_sectors(header, device_size)} crypt {header.cipher} {key.hex()} "
         f"{header.iv_tweak} {device} {header.data_offset // SECTOR}"
@@ -585,6 +599,7 @@ def dump(header: Header, device_size: int) -> dict[str, Any]:
         "metadata_size": header.hdr_size or None,
         "keyslots_size": header.keyslots_size or None,
         "header_copy": header.copy,
+        "flags": list(header.flags),
         "keyslots": [
             {
                 "slot": number,

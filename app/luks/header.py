@@ -115,6 +115,8 @@ class Header:
     metadata: dict[str, Any] = field(default_factory=dict)
     """LUKS2: the JSON document as read; rewritten on change, tokens kept verbatim."""
     digest_id: str = "0"
+    flags: tuple[str, ...] = ()
+    """LUKS2 persistent activation flags (``config.flags``), e.g. allow-discards."""
     copy: Literal["primary", "secondary"] = "primary"
 
     @property
@@ -415,6 +417,8 @@ def _from_metadata(
         flags = config["flags"]
         if not isinstance(flags, list) or not all(isinstance(f, str) for f in flags):
             raise LuksError("config.flags must be a list of strings")
+    else:
+        flags = []
     if "requirements" in config:
         requirements = _obj(config["requirements"], "config.requirements", set(), {"mandatory"})
         mandatory = requirements.get("mandatory", [])
@@ -570,4 +574,5 @@ def _from_metadata(
         keyslots_size=keyslots_size,
         metadata=document,
         digest_id=digest_id,
+        flags=tuple(flags),
     )

@@ -11,8 +11,16 @@ from typing import Any
 
 import pytest
 
+from app.crypto.keys import KeyMaterial
 from app.luks import af
-from app.luks.device import FormatOptions, PbkdfOptions, add_key, format_device, unlock
+from app.luks.device import (
+    FormatOptions,
+    PbkdfOptions,
+    add_key,
+    format_device,
+    table_line,
+    unlock,
+)
 from app.luks.errors import LuksError, NotLuks
 from app.luks.header import read_header
 from app.luks.kdf import Kdf, KdfCeiling
@@ -201,3 +209,17 @@ def test_format_refuses_a_cost_over_the_ceiling_and_writes_nothing(tmp_path: Pat
     with pytest.raises(LuksError, match="iterations"):
         format_device(store(path), PASSPHRASE, options, KdfCeiling(iterations=5000))
     assert path.read_bytes() == bytes(32 << 20)
+
+
+def test_persistent_flags_become_crypt_options_as_cryptsetup_open_maps_them(luks2: Path) -> None:
+    rewrite_json(
+        luks2,
+        lambda document: set_path(
+            document, "config/flags", ["no-read-workqueue", "allow-discards"]
+        ),
+    )
+    header, key, _ = unlock(store(luks2), PASSPHRASE, CEILING)
+    line = table_line(header, KeyMaterial(key), "sdb", 32 << 20, allow_discards=True)
+    assert line == (
+        f"0 32768 crypt aes-xts-plain64 {key.hex()} 0 sdb 32768 2 allow_discards no_read_workqueue"
+    )
