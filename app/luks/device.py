@@ -335,6 +335,9 @@ def format_device(
         raise LuksError("LUKS1 encrypts 512-byte sectors only (use luks2 for larger)")
     if version == 1 and options.label:
         raise LuksError("LUKS1 headers have no label")
+    name, _, mode = options.cipher.partition("-")
+    if version == 1 and (options.cipher.startswith("capi:") or len(name) > 31 or len(mode) > 31):
+        raise LuksError("LUKS1 names a cipher as cipher-chainmode-ivmode, up to 31 characters each")
     kdf = options.pbkdf.kdf(version, ceiling)
     area_size = _material_size(key_bytes, AF_STRIPES)
     if version == 1:

@@ -212,14 +212,13 @@ def _read_luks2(disk: Disk, first: bytes, ceiling: KdfCeiling) -> Header:
     """The newest valid copy; the primary's error when neither holds."""
     errors: list[str] = []
     copies: list[Header] = []
-    primary_size = None
+    candidates = list(LUKS2_HDR_SIZES)
     if first[:6] == MAGIC:
         try:
-            primary_size = _binary_size(first, 0)
             copies.append(_parse_luks2(disk, 0, first, ceiling))
-        except LuksError as exc:
+            candidates = [copies[0].hdr_size]
+        except LuksError as exc:  # its hdr_size may be what is corrupt: look everywhere
             errors.append(f"primary header: {exc.detail}")
-    candidates = [primary_size] if primary_size else list(LUKS2_HDR_SIZES)
     for offset in candidates:
         if offset + LUKS2_BINARY_SIZE > disk.size:
             break
@@ -242,8 +241,8 @@ def _binary_size(raw: bytes, offset: int) -> int:
     version = struct.unpack(">H", raw[6:8])[0]
     if version != 2:
         raise LuksError(f"version {version} (LUKS2 expected)")
-    hdr_size = BINARY.unpack_from(raw)[2]
-    hdr_offset = BINARY.unpack_from(raw)[9]
+    fields = BINARY.unpack_from(raw)
+    hdr_size, hdr_offset = fields[2], fields[9]
     if hdr_size not in LUKS2_HDR_SIZES:
         raise LuksError(f"hdr_size {hdr_size} is not one of 16 KiB..4 MiB (powers of two)")
     if hdr_offset != offset:

@@ -223,3 +223,12 @@ def test_persistent_flags_become_crypt_options_as_cryptsetup_open_maps_them(luks
     assert line == (
         f"0 32768 crypt aes-xts-plain64 {key.hex()} 0 sdb 32768 2 allow_discards no_read_workqueue"
     )
+
+
+def test_a_primary_naming_another_valid_header_size_still_finds_the_secondary(
+    luks2: Path,
+) -> None:
+    with luks2.open("r+b") as file:
+        file.seek(8)
+        file.write((32768).to_bytes(8, "big"))
+    assert read_header(store(luks2), CEILING).copy == "secondary"
