@@ -22,13 +22,25 @@ MAX_KEY_FILE_BASE64 = 4 * (8 << 20) // 3 + 4
 
 Count = Annotated[int, Field(ge=1, le=1 << 32), BeforeValidator(integral_float)]
 
-PASSPHRASE_ONE_OF: JsonDict = {"oneOf": [{"required": ["passphrase"]}, {"required": ["key_file"]}]}
+
+def given(field: str) -> JsonDict:
+    """JSON Schema for "``field`` is present and not null"."""
+    return {"required": [field], "properties": {field: {"type": "string"}}}
+
+
+PASSPHRASE_ONE_OF: JsonDict = {"oneOf": [given("passphrase"), given("key_file")]}
+PASSPHRASE_NOT_BOTH: JsonDict = {
+    "not": {
+        "required": ["passphrase", "key_file"],
+        "properties": {"passphrase": {"type": "string"}, "key_file": {"type": "string"}},
+    }
+}
 
 
 class OptionalSecret(BaseModel):
     """A passphrase, or a key file's bytes in base64: at most one."""
 
-    model_config = ConfigDict(extra="forbid", strict=True)
+    model_config = ConfigDict(extra="forbid", strict=True, json_schema_extra=PASSPHRASE_NOT_BOTH)
 
     passphrase: SecretStr | None = Field(
         default=None, min_length=1, max_length=MAX_PASSPHRASE, description="UTF-8 text"

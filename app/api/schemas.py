@@ -117,7 +117,12 @@ class VolumeCreate(BaseModel):
     model_config = ConfigDict(
         extra="forbid",
         strict=True,
-        json_schema_extra={"oneOf": [{"required": ["table"]}, {"required": ["luks"]}]},
+        json_schema_extra={
+            "oneOf": [
+                {"required": ["table"], "properties": {"table": {"type": "string"}}},
+                {"required": ["luks"], "properties": {"luks": {"type": "object"}}},
+            ]
+        },
     )
 
     name: str = Field(pattern=NAME_PATTERN, examples=["secret"])

@@ -11,8 +11,6 @@ import base64
 import hashlib
 import logging
 import threading
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -22,9 +20,8 @@ from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 
 from app.config import Settings
 from app.luks.kdf import Kdf
-from app.main import create_app
 from tests import cryptsetup
-from tests.conftest import ADMIN_TOKEN, asgi_client
+from tests.integration.conftest import running
 
 pytestmark = [pytest.mark.anyio, cryptsetup.requires_cryptsetup]
 
@@ -278,20 +275,9 @@ async def test_a_header_with_a_requirement_flag_is_refused_and_nothing_written(
     assert await get_image(client, "sda2") == before
 
 
-@asynccontextmanager
-async def serving(settings: Settings) -> AsyncIterator[httpx.AsyncClient]:
-    """A service of its own on ``settings``, stopped on exit (a restart is two in a row)."""
-    application = create_app(settings)
-    async with (
-        application.router.lifespan_context(application),
-        asgi_client(application, ADMIN_TOKEN) as http,
-    ):
-        yield http
-
-
 async def test_a_pbkdf_cost_over_the_ceiling_is_422_and_nothing_written(settings: Settings) -> None:
     settings.luks_max_pbkdf_memory_kib = 16384
-    async with serving(settings) as http:
+    async with running(settings) as http:
         await http.post("/v1/devices", json={"name": "sdb", "size_bytes": SIZE})
         response = await http.post(
             "/v1/devices/sdb/luks", json={"passphrase": PASSPHRASE, "pbkdf": CHEAP_ARGON2}
@@ -302,14 +288,14 @@ async def test_a_pbkdf_cost_over_the_ceiling_is_422_and_nothing_written(settings
 
 
 async def test_a_luks_volume_survives_a_restart_without_its_passphrase(settings: Settings) -> None:
-    async with serving(settings) as http:
+    async with running(settings) as http:
         await http.post("/v1/devices", json={"name": "sdb", "size_bytes": SIZE})
         await http.post(
             "/v1/devices/sdb/luks", json={"passphrase": PASSPHRASE, "pbkdf": CHEAP_ARGON2}
         )
         assert (await luks_open(http, "v", "sdb")).status_code == 201
         table = (await http.get("/v1/volumes/v/table", params={"show_keys": "true"})).text
-    async with serving(settings) as http:
+    async with running(settings) as http:
         restored = await http.get("/v1/volumes/v/table", params={"show_keys": "true"})
         assert restored.text == table
     for path in Path(settings.data_dir).rglob("*"):

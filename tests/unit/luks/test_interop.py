@@ -64,21 +64,26 @@ def test_an_image_formatted_here_opens_in_cryptsetup_with_the_same_key(
     assert cryptsetup.volume_key(path, PASSPHRASE) == key.to_bytes()
 
 
-@pytest.mark.parametrize("kind", ["luks1", "luks2"])
-def test_a_slot_cryptsetup_adds_unlocks_here(tmp_path: Path, kind: str) -> None:
+def formatted_by_cryptsetup(tmp_path: Path, kind: str, *, second: bool) -> tuple[Path, str]:
+    """A cryptsetup image (cheapest PBKDF of its version), with slot 1 = b"second" if asked."""
     path = cryptsetup.image(tmp_path / "disk.img")
     pbkdf = "pbkdf2" if kind == "luks1" else "argon2id"
     cryptsetup.luks_format(path, PASSPHRASE, kind=kind, pbkdf=pbkdf)
-    cryptsetup.add_key(path, PASSPHRASE, b"second", pbkdf=pbkdf)
+    if second:
+        cryptsetup.add_key(path, PASSPHRASE, b"second", pbkdf=pbkdf)
+    return path, pbkdf
+
+
+@pytest.mark.parametrize("kind", ["luks1", "luks2"])
+def test_a_slot_cryptsetup_adds_unlocks_here(tmp_path: Path, kind: str) -> None:
+    path, _ = formatted_by_cryptsetup(tmp_path, kind, second=True)
     _, key, slot = unlock(store(path), b"second", CEILING)
     assert (bytes(key), slot) == (cryptsetup.volume_key(path, PASSPHRASE), 1)
 
 
 @pytest.mark.parametrize("kind", ["luks1", "luks2"])
 def test_a_slot_added_here_unlocks_in_cryptsetup(tmp_path: Path, kind: str) -> None:
-    path = cryptsetup.image(tmp_path / "disk.img")
-    pbkdf = "pbkdf2" if kind == "luks1" else "argon2id"
-    cryptsetup.luks_format(path, PASSPHRASE, kind=kind, pbkdf=pbkdf)
+    path, pbkdf = formatted_by_cryptsetup(tmp_path, kind, second=False)
     _, slot = add_key(store(path), PASSPHRASE, b"second", CHEAP[pbkdf], CEILING)
     assert slot == 1
     assert cryptsetup.opens(path, b"second")
@@ -87,10 +92,7 @@ def test_a_slot_added_here_unlocks_in_cryptsetup(tmp_path: Path, kind: str) -> N
 
 @pytest.mark.parametrize("kind", ["luks1", "luks2"])
 def test_a_killed_slot_no_longer_opens_anywhere(tmp_path: Path, kind: str) -> None:
-    path = cryptsetup.image(tmp_path / "disk.img")
-    pbkdf = "pbkdf2" if kind == "luks1" else "argon2id"
-    cryptsetup.luks_format(path, PASSPHRASE, kind=kind, pbkdf=pbkdf)
-    cryptsetup.add_key(path, PASSPHRASE, b"second", pbkdf=pbkdf)
+    path, _ = formatted_by_cryptsetup(tmp_path, kind, second=True)
     kill_slot(store(path), 0, b"second", CEILING, force=False)
     assert not cryptsetup.opens(path, PASSPHRASE)
     assert cryptsetup.opens(path, b"second")
