@@ -10,7 +10,6 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, SecretStr, model_validator
 from pydantic.config import JsonDict
 
-from app.crypto.keys import zero
 from app.integers import integral_float
 from app.luks.device import FormatOptions, PbkdfOptions
 from app.vocab import NAME_PATTERN
@@ -190,8 +189,3 @@ class LuksDumpOut(BaseModel):
 class LuksKeyslotAddedOut(BaseModel):
     slot: int
     dump: LuksDumpOut
-
-
-def wipe(secret: bytearray | None) -> None:
-    if secret is not None:
-        zero(secret)

@@ -571,6 +571,30 @@ def table_line(
     return f"{line} {len(options)} {' '.join(options)}" if options else line
 
 
+def open_table(
+    disk: Disk,
+    passphrase: Buffer,
+    ceiling: KdfCeiling,
+    device: str,
+    *,
+    allow_discards: bool,
+) -> str:
+    """luksOpen: the crypt line for the volume key ``passphrase`` unlocks on ``disk``."""
+    header, key, _ = unlock(disk, passphrase, ceiling)
+    material = KeyMaterial(key)
+    zero(key)
+    try:
+        return table_line(header, material, device, disk.size, allow_discards=allow_discards)
+    finally:
+        material.wipe()
+
+
+def forget(secret: bytearray | None) -> None:
+    """Zero a passphrase or key once used (what Python allows: the bytearray, not copies)."""
+    if secret is not None:
+        zero(secret)
+
+
 def dump(header: Header, device_size: int) -> dict[str, Any]:
     """luksDump as JSON: everything but salts, digests and key material."""
 

@@ -24,13 +24,11 @@ from app.api.luks_schemas import (
     LuksKeyslotIn,
     LuksKillIn,
     LuksOpenIn,
-    wipe,
 )
 from app.api.problems import responses
 from app.control import Control
-from app.crypto.keys import KeyMaterial, zero
 from app.errors import DeviceBusy, DeviceNotFound
-from app.luks.device import add_key, dump, format_device, kill_slot, table_line, unlock
+from app.luks.device import add_key, dump, forget, format_device, kill_slot, open_table
 from app.luks.header import Disk, read_header
 from app.luks.kdf import KdfCeiling
 from app.state import State
@@ -91,7 +89,7 @@ async def luks_format(
             key.wipe()
             return LuksDumpOut(**dump(header, disk.size))
         finally:
-            zero(secret)
+            forget(secret)
 
     return await run_kdf(request, state, work)
 
@@ -121,8 +119,8 @@ async def luks_add_key(
                 header, slot = add_key(disk, secret, new, body.pbkdf.options(), ceiling(state))
             return LuksKeyslotAddedOut(slot=slot, dump=LuksDumpOut(**dump(header, disk.size)))
         finally:
-            zero(secret)
-            zero(new)
+            forget(secret)
+            forget(new)
 
     return await run_kdf(request, state, work)
 
@@ -140,29 +138,23 @@ async def luks_kill_slot(
             with _header_writes:
                 kill_slot(disk, slot, secret, ceiling(state), force=body.force)
         finally:
-            wipe(secret)
+            forget(secret)
 
     await run_kdf(request, state, work)
     return Response(status_code=204)
 
 
-async def open_table(spec: LuksOpenIn, request: Request, state: State) -> str:
+async def open_luks(spec: LuksOpenIn, request: Request, state: State) -> str:
     """luksOpen: the crypt table ``cryptsetup open`` maps for this device and passphrase."""
 
     def work() -> str:
         disk = device(state.control, spec.device)
         secret = spec.secret()
         try:
-            header, key, _ = unlock(disk, secret, ceiling(state))
-        finally:
-            zero(secret)
-        material = KeyMaterial(key)
-        zero(key)
-        try:
-            return table_line(
-                header, material, spec.device, disk.size, allow_discards=spec.allow_discards
+            return open_table(
+                disk, secret, ceiling(state), spec.device, allow_discards=spec.allow_discards
             )
         finally:
-            material.wipe()
+            forget(secret)
 
     return await run_kdf(request, state, work)

@@ -194,7 +194,7 @@ async def create_volume(
 ) -> VolumeOut:
     """dmsetup create, or luksOpen (``luks``: a wrong passphrase is 403)."""
     control = state.control
-    table = body.table if body.luks is None else await luks.open_table(body.luks, request, state)
+    table = body.table if body.luks is None else await luks.open_luks(body.luks, request, state)
     assert table is not None
     volume = await anyio.to_thread.run_sync(
         partial(
