@@ -1,24 +1,18 @@
 """Debian's cryptsetup (2.6) as the reference peer: format, dump and unlock image files.
 
-cryptsetup works on plain files without device-mapper for everything used here. Costs
+scripts/setup installs it (Debian's cryptsetup-bin); no test skips without it. cryptsetup
+works on plain files without device-mapper for everything used here. Costs
 are the cheapest cryptsetup accepts, so a test spends milliseconds in each PBKDF.
 """
 
 from __future__ import annotations
 
 import re
-import shutil
 import subprocess
 from pathlib import Path
 
-import pytest
-
 CHEAP_ARGON2 = ["--pbkdf-memory", "32768", "--pbkdf-force-iterations", "4", "--pbkdf-parallel", "1"]
 CHEAP_PBKDF2 = ["--pbkdf-force-iterations", "1000"]
-
-requires_cryptsetup = pytest.mark.skipif(
-    shutil.which("cryptsetup") is None, reason="Debian's cryptsetup-bin (scripts/setup installs it)"
-)
 
 
 def run(*args: str, passphrase: bytes | None = None, check: bool = True) -> str:

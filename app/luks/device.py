@@ -434,10 +434,14 @@ def _free_area(header: Header, size: int) -> int:
     """LUKS2: the lowest aligned gap in the keyslots area that holds ``size`` bytes."""
     start = 2 * header.hdr_size
     end = start + header.keyslots_size
-    for slot in sorted(header.keyslots.values(), key=lambda s: s.offset):
-        if slot.offset - start >= size:
+    areas = sorted(  # every keyslot's, also those of unbound keys the header keeps
+        (int(slot["area"]["offset"]), int(slot["area"]["size"]))
+        for slot in header.metadata["keyslots"].values()
+    )
+    for offset, length in areas:
+        if offset - start >= size:
             break
-        start = max(start, -(-(slot.offset + slot.size) // LUKS2_AREA_ALIGN) * LUKS2_AREA_ALIGN)
+        start = max(start, -(-(offset + length) // LUKS2_AREA_ALIGN) * LUKS2_AREA_ALIGN)
     if start + size > end:
         raise LuksError("no room left in the keyslots area")
     return start
@@ -453,7 +457,8 @@ def add_key(
     """luksAddKey: the lowest free keyslot opens with ``new_passphrase`` too."""
     header, key, _ = unlock(disk, passphrase, ceiling)
     try:
-        free = [n for n in range(header.max_keyslots) if n not in header.keyslots]
+        taken = set(header.keyslots) | {int(n) for n in header.metadata.get("keyslots", {})}
+        free = [n for n in range(header.max_keyslots) if n not in taken]
         if not free:
             raise LuksError(f"all {header.max_keyslots} keyslots are in use")
         number = free[0]

@@ -23,7 +23,7 @@ from app.luks.kdf import Kdf
 from tests import cryptsetup
 from tests.integration.conftest import running
 
-pytestmark = [pytest.mark.anyio, cryptsetup.requires_cryptsetup]
+pytestmark = pytest.mark.anyio
 
 SIZE = 32 << 20
 PASSPHRASE = "correct horse battery staple"

@@ -16,11 +16,10 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests import cryptsetup
 from tests.conftest import ADMIN_TOKEN
 from tests.integration.test_e2e_data import Server
 
-pytestmark = [pytest.mark.e2e, cryptsetup.requires_cryptsetup]
+pytestmark = pytest.mark.e2e
 REQCRYPT = str(Path(sys.executable).with_name("reqcrypt"))
 CHEAP = ["--pbkdf", "argon2id", "--pbkdf-memory", "32768", "--pbkdf-force-iterations", "4",
          "--pbkdf-parallel", "1"]  # fmt: skip

@@ -232,3 +232,21 @@ def test_a_primary_naming_another_valid_header_size_still_finds_the_secondary(
         file.seek(8)
         file.write((32768).to_bytes(8, "big"))
     assert read_header(store(luks2), CEILING).copy == "secondary"
+
+
+def test_a_kept_unbound_keyslot_is_never_overwritten_by_a_new_one(luks2: Path) -> None:
+    def unbound(document: dict[str, Any]) -> None:
+        slot = json.loads(json.dumps(document["keyslots"]["0"]))
+        slot["area"]["offset"] = str(32768 + 258048)
+        document["keyslots"]["1"] = slot
+        digest = dict(document["digests"]["0"], keyslots=["1"], segments=[])
+        document["digests"]["1"] = digest
+
+    rewrite_json(luks2, unbound)
+    header, slot = add_key(store(luks2), PASSPHRASE, b"new", CHEAP, CEILING)
+    assert slot == 2
+    assert header.keyslots[2].offset == 32768 + 2 * 258048
+    assert unlock(store(luks2), b"new", CEILING)[2] == 2
+    assert read_header(store(luks2), CEILING).metadata["keyslots"]["1"]["area"]["offset"] == str(
+        32768 + 258048
+    )

@@ -19,8 +19,6 @@ from app.luks.kdf import KdfCeiling
 from app.storage.file import FileStore
 from tests import cryptsetup
 
-pytestmark = cryptsetup.requires_cryptsetup
-
 CEILING = KdfCeiling()
 PASSPHRASE = b"correct horse battery staple"
 CHEAP = {
