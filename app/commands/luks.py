@@ -96,15 +96,19 @@ def print_dump(dump: dict[str, Any]) -> None:
 def format_device(
     device: Device,
     type_: Annotated[str, typer.Option("--type", help="luks2 or luks1")] = "luks2",
-    cipher: Annotated[str, typer.Option("--cipher")] = "aes-xts-plain64",
-    key_size: Annotated[int, typer.Option("--key-size", help="bits")] = 512,
-    sector_size: Annotated[int, typer.Option("--sector-size")] = 512,
+    cipher: Annotated[str, typer.Option("--cipher", help="data and keyslot cipher")] = (
+        "aes-xts-plain64"
+    ),
+    key_size: Annotated[int, typer.Option("--key-size", help="volume key size in bits")] = 512,
+    sector_size: Annotated[
+        int, typer.Option("--sector-size", help="encryption unit: 512..4096 (LUKS1: 512)")
+    ] = 512,
     pbkdf: PbkdfOption = None,
     hash_name: HashOption = "sha256",
     iterations: IterationsOption = None,
     memory: MemoryOption = None,
     parallel: ParallelOption = None,
-    label: Annotated[str, typer.Option("--label")] = "",
+    label: Annotated[str, typer.Option("--label", help="LUKS2 label (47 bytes at most)")] = "",
     key_file: KeyFileOption = None,
     url: UrlOption = DEFAULT_URL,
     token: TokenOption = None,
@@ -144,7 +148,9 @@ def dump_header(
 def open_volume(
     device: Device,
     name: Annotated[str, typer.Argument(metavar="NAME", help="the volume to create")],
-    allow_discards: Annotated[bool, typer.Option("--allow-discards")] = False,
+    allow_discards: Annotated[
+        bool, typer.Option("--allow-discards", help="pass discards down (as cryptsetup's)")
+    ] = False,
     key_file: KeyFileOption = None,
     url: UrlOption = DEFAULT_URL,
     token: TokenOption = None,
@@ -191,7 +197,7 @@ def add_key(
 @luks_app.command("kill-slot")
 def kill_slot(
     device: Device,
-    slot: Annotated[int, typer.Argument(metavar="SLOT")],
+    slot: Annotated[int, typer.Argument(metavar="SLOT", help="the keyslot to remove")],
     force: Annotated[
         bool, typer.Option("--force", help="kill the last keyslot: the data is lost for good")
     ] = False,

@@ -27,7 +27,7 @@ from app.api.luks_schemas import (
 )
 from app.api.problems import responses
 from app.control import Control
-from app.errors import DeviceBusy, DeviceNotFound
+from app.errors import DeviceBusy
 from app.luks.device import add_key, dump, forget, format_device, kill_slot, open_table
 from app.luks.header import Disk, read_header
 from app.luks.kdf import KdfCeiling
@@ -42,7 +42,7 @@ _header_writes = threading.Lock()
 
 
 def ceiling(state: State) -> KdfCeiling:
-    settings = state.settings
+    settings = state.settings.luks
     return KdfCeiling(
         memory_kib=settings.luks_max_pbkdf_memory_kib,
         time=settings.luks_max_pbkdf_time,
@@ -55,14 +55,13 @@ async def run_kdf(request: Request, state: State, work: Callable[[], T]) -> T:
     """``work`` on a thread once one of the PBKDF places is free."""
     limiter = getattr(request.app.state, "luks_limiter", None)
     if limiter is None:
-        limiter = anyio.CapacityLimiter(state.settings.luks_pbkdf_workers)
+        limiter = anyio.CapacityLimiter(state.settings.luks.luks_pbkdf_workers)
         request.app.state.luks_limiter = limiter
     return await anyio.to_thread.run_sync(work, limiter=limiter)
 
 
 def device(control: Control, name: str) -> Disk:
-    if name not in control.device_sizes:
-        raise DeviceNotFound(f"device {name} not found")
+    control.catalog.get(name)  # DeviceNotFound, as every device route says it
     return control.devices.get(name)
 
 
