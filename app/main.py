@@ -19,7 +19,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from app.api import docs, manual, problems
 from app.api.bodylimit import ControlBodyLimit
 from app.api.ownership import OwnerRouting
-from app.api.routes import benchmarks, ceiling, data, devices, engines, health, volumes
+from app.api.routes import benchmarks, ceiling, data, devices, engines, health, luks, volumes
 from app.api.schemas import Problem, TableIn
 from app.bench.jobs import BenchmarkJobs
 from app.cluster import ClusterNode
@@ -366,6 +366,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         app.include_router(ceiling.router)
     app.include_router(health.router)
     app.include_router(devices.router)
+    app.include_router(luks.router)
     app.include_router(volumes.router)
     app.include_router(benchmarks.router)
     app.include_router(engines.router)

@@ -103,6 +103,49 @@ OPERATIONS: dict[tuple[str, str], dict[str, Any]] = {
         "summary": "Delete a backing device",
         "description": "Removes the file. 409 while a volume maps the device.",
     },
+    ("post", "/v1/devices/{name}/luks"): {
+        "summary": "Format a device as LUKS (cryptsetup luksFormat)",
+        "description": "A new random volume key, sealed in keyslot 0 by the passphrase (or "
+        "the base64 bytes of a key file). Defaults are cryptsetup's: LUKS2, aes-xts-plain64, "
+        "512-bit key, argon2id (LUKS1: pbkdf2), 16 MiB of header before the data. PBKDF costs "
+        "above the service's REQCRYPT_LUKS_MAX_PBKDF_* ceiling are refused (422), as is a "
+        "device a volume maps (409). The answer is the new header's dump.",
+        "examples": body(
+            ("LUKS2, 4 KiB sectors", {"passphrase": "correct horse", "sector_size": 4096}),
+            (
+                "LUKS1 for qemu, cheap PBKDF2",
+                {
+                    "type": "luks1",
+                    "passphrase": "correct horse",
+                    "pbkdf": {"type": "pbkdf2", "hash": "sha256", "iterations": 100000},
+                },
+            ),
+        ),
+    },
+    ("get", "/v1/devices/{name}/luks"): {
+        "summary": "Show a device's LUKS header (cryptsetup luksDump)",
+        "description": "Version, UUID, label, cipher, sector size, data offset and length, "
+        "keyslots with their PBKDF parameters, the digest and tokens; never key material or "
+        "salts. `header_copy` says `secondary` when the primary LUKS2 copy is corrupt. 404 "
+        "when the device holds no LUKS header, 422 when it holds one reqcrypt refuses.",
+    },
+    ("post", "/v1/devices/{name}/luks/keyslots"): {
+        "summary": "Add a passphrase (cryptsetup luksAddKey)",
+        "description": "`passphrase` (or `key_file`) opens an existing keyslot; the lowest "
+        "free keyslot then also opens with `new_passphrase`. A wrong passphrase is 403.",
+        "examples": body(
+            ("second passphrase", {"passphrase": "correct horse", "new_passphrase": "battery"}),
+        ),
+    },
+    ("delete", "/v1/devices/{name}/luks/keyslots/{slot}"): {
+        "summary": "Remove a keyslot (cryptsetup luksKillSlot)",
+        "description": "`passphrase` must open another keyslot (403 otherwise). The last "
+        "keyslot goes only with `force`: the data is then unreadable for good (409 without).",
+        "examples": body(
+            ("with another slot's passphrase", {"passphrase": "battery"}),
+            ("the last slot", {"force": True}),
+        ),
+    },
     ("get", "/v1/volumes"): {
         "summary": "List volumes (dmsetup ls)",
         "description": "Every volume with its state, size, dispatch mode, engine and "
@@ -113,9 +156,12 @@ OPERATIONS: dict[tuple[str, str], dict[str, Any]] = {
         "description": "`table` is dmsetup's table text: `<start> <length> <target> <args…>` "
         "per line, in 512-byte sectors. Targets: crypt, linear, zero, error. "
         "`dispatch_mode` is `bio` (every bio alone) or `request` (bios merged in the plug "
-        "window); `engine` names a crypto engine model.",
+        "window); `engine` names a crypto engine model. Instead of `table`, `luks` opens a "
+        "LUKS device (cryptsetup open): the table is derived from its header and the "
+        "passphrase, which is never stored; a wrong one is 403.",
         "examples": body(
             ("aes-xts-plain64", {"name": "secret", "table": XTS_TABLE}),
+            ("LUKS", {"name": "secret", "luks": {"device": "sda2", "passphrase": "correct horse"}}),
             (
                 "cbc-essiv, bio mode, engine model",
                 {

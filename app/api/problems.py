@@ -14,6 +14,7 @@ from starlette.routing import Match
 
 from app import errors
 from app.io.status import IoStatus, status_of
+from app.luks.errors import NoKeyAvailable
 
 log = logging.getLogger("reqcrypt.api")
 
@@ -36,6 +37,8 @@ HTTP_STATUS: dict[IoStatus, int] = {
 
 
 def status_for(exc: errors.ReqcryptError) -> int:
+    if isinstance(exc, NoKeyAvailable):  # a LUKS passphrase refused: no I/O path meets it
+        return 403
     return HTTP_STATUS[status_of(exc)]
 
 
