@@ -15,6 +15,7 @@ from app.commands.dev import dev_app
 from app.commands.engines import engines
 from app.commands.io import io_app
 from app.commands.iostat import iostat
+from app.commands.trace import trace
 from app.config import Settings, describe
 from app.dmsetup import dmsetup_app
 
@@ -141,6 +142,7 @@ cli.add_typer(dev_app, name="dev")
 cli.add_typer(dmsetup_app, name="dmsetup")
 cli.add_typer(io_app, name="io")
 cli.command()(iostat)
+cli.command()(trace)
 cli.command()(engines)
 cli.add_typer(bench_app, name="bench")
 

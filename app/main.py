@@ -21,7 +21,7 @@ from app.api.admission import VolumeAdmission
 from app.api.bodylimit import ControlBodyLimit
 from app.api.executor import IoExecutor
 from app.api.ownership import CONNECT_SECONDS, OwnerRouting
-from app.api.routes import benchmarks, ceiling, data, devices, engines, health, volumes
+from app.api.routes import benchmarks, ceiling, data, devices, engines, health, trace, volumes
 from app.api.schemas import Problem, TableIn
 from app.bench.jobs import BenchmarkJobs
 from app.cluster import ClusterNode
@@ -383,6 +383,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(health.router)
     app.include_router(devices.router)
     app.include_router(volumes.router)
+    app.include_router(trace.router)
     app.include_router(benchmarks.router)
     app.include_router(engines.router)
     docs.install(app)
