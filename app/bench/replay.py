@@ -11,7 +11,8 @@ merges are the ones the volume would make. Time is modelled apart from it, on
 a virtual clock: a request holds one of ``queue_depth`` tags from dispatch to
 completion; a write is encrypted (CPU IVs, then the engine, one request at a
 time) and then written; a read is read, then decrypted; the device serves one
-I/O at a time (``DeviceModel.io_ns``). The plug is flushed when its window ends
+I/O at a time (``DeviceModel.io_ns``; writes through its write buffer, if it has
+one, drained over the device's idle time). The plug is flushed when its window ends
 (``plug_window_us`` after it opened) or by the queue's own thresholds.
 
 Open loop submits each bio at its trace time (rebased to zero); closed loop
@@ -249,6 +250,9 @@ class _Timeline:
     engine_calls: int = 0
     bulk_calls: int = 0
     unit_calls: int = 0
+    buffered: float = 0.0
+    burst_bytes: float = 0.0
+    sustained_bytes: float = 0.0
 
 
 @dataclass(slots=True)
@@ -277,6 +281,20 @@ class _Run:
             self.error = self.error or error
             raise
 
+    def _write_ns(self, nbytes: int, idle_ns: float) -> float:
+        """A write on the device model, its write buffer drained over the idle time
+        before it (as ``DeviceTimer`` does in the service)."""
+        device, line = self.device, self.timeline
+        if device.write_buffer_bytes is None:
+            return device.io_ns("write", nbytes)
+        drained = idle_ns * (device.write_sustained_bytes_per_s or 0.0) / 1e9
+        line.buffered = max(0.0, line.buffered - drained)
+        burst = min(float(nbytes), max(0.0, device.write_buffer_bytes - line.buffered))
+        line.buffered = min(float(device.write_buffer_bytes), line.buffered + nbytes)
+        line.burst_bytes += burst
+        line.sustained_bytes += nbytes - burst
+        return device.write_ns(nbytes, burst)
+
     def _model(self, rq: Request) -> None:
         """Model the request's time; it completes at once on the wall clock."""
         self.requests.append(rq)
@@ -298,10 +316,9 @@ class _Run:
         line.engine_calls += len(plan.calls)
         line.bulk_calls += plan.bulk_calls
         line.unit_calls += plan.unit_calls
-        storage = self.device.io_ns("read" if rq.op is Op.READ else "write", nbytes)
         line.crypto_ns += cpu + crypto
-        line.storage_ns += storage
         if rq.op is Op.READ:
+            storage = self.device.io_ns("read", nbytes)
             device_start = max(start, line.device_free)
             line.device_free = device_start + storage
             engine_start = max(line.device_free + cpu, line.engine_free)
@@ -310,7 +327,9 @@ class _Run:
             engine_start = max(start + cpu, line.engine_free)
             line.engine_free = engine_start + crypto
             device_start = max(line.engine_free, line.device_free)
+            storage = self._write_ns(nbytes, device_start - line.device_free)
             line.device_free = end = device_start + storage
+        line.storage_ns += storage
         heapq.heappush(line.tags, end)
         for bio in rq.bios:
             root = bio
@@ -454,6 +473,12 @@ def _replay_mode(
         "crypto_ms": line.crypto_ns / 1e6,
         "storage_ms": line.storage_ns / 1e6,
         "device_ios": requests,
+        "write_regime": "+".join(
+            regime
+            for regime, nbytes in (("burst", line.burst_bytes), ("sustained", line.sustained_bytes))
+            if nbytes > 0
+        )
+        or None,
         "modelled_basis": "replay",
     }
 

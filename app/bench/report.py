@@ -54,6 +54,7 @@ CSV_COLUMNS = (
     "crypto_ms",
     "storage_ms",
     "device_ios",
+    "write_regime",
     "modelled_basis",
 )
 

@@ -203,3 +203,13 @@ def test_bench_replay_command_prints_the_report_and_writes_csv(tmp_path):
     assert "1 bad lines" in result.output
     assert "line 65: not an event" in result.output
     assert len(csv_file.read_text().splitlines()) == 5  # header and four cells
+
+
+def test_long_write_stream_runs_past_the_card_buffer_into_the_sustained_regime():
+    short = parse_trace(_sequential_writes(64, nr_sectors=2048))  # 64 MiB
+    long = parse_trace(_sequential_writes(128, nr_sectors=2048))  # 128 MiB
+    short_cell = replay(short, OMAP_AES_AM335X, SDCARD_BBB, CBC)["cells"][1]
+    long_cell = replay(long, OMAP_AES_AM335X, SDCARD_BBB, CBC)["cells"][1]
+    assert short_cell["write_regime"] == "burst"
+    assert long_cell["write_regime"] == "burst+sustained"
+    assert long_cell["modelled_mb_s"] < short_cell["modelled_mb_s"]
