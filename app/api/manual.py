@@ -362,7 +362,11 @@ OPERATIONS: dict[tuple[str, str], dict[str, Any]] = {
     },
     ("post", "/v1/device-models"): {
         "summary": "Add a device timing model",
-        "description": "Reads and writes cost `latency + bytes / bytes_per_s`; flushes `flush_ns`.",
+        "description": "Reads and writes cost `latency + bytes / bytes_per_s`; flushes "
+        "`flush_ns`. With a write buffer, a write stream from idle takes its first "
+        "`write_buffer_bytes` at `write_bytes_per_s` (the burst) and the rest at "
+        "`write_sustained_bytes_per_s`; idle time drains the buffer. Both or neither, the "
+        "sustained rate at most the burst rate (422 otherwise).",
         "examples": body(
             (
                 "an SD card",
@@ -374,7 +378,20 @@ OPERATIONS: dict[tuple[str, str], dict[str, Any]] = {
                     "write_bytes_per_s": 8.9e6,
                     "flush_ns": 2000000,
                 },
-            )
+            ),
+            (
+                "an SSD with an SLC write cache",
+                {
+                    "name": "ssd-slc",
+                    "read_latency_ns": 80000,
+                    "read_bytes_per_s": 500e6,
+                    "write_latency_ns": 30000,
+                    "write_bytes_per_s": 450e6,
+                    "write_buffer_bytes": 8589934592,
+                    "write_sustained_bytes_per_s": 120e6,
+                    "queue_depth": 32,
+                },
+            ),
         ),
     },
     ("get", "/v1/device-models/{name}"): {
