@@ -5,8 +5,11 @@ from __future__ import annotations
 import csv
 import io
 
+import anyio
 import httpx
 import pytest
+
+from tests.factories import make_device, make_volume, xts_table
 
 pytestmark = pytest.mark.anyio
 
@@ -55,3 +58,62 @@ async def test_replay_with_unknown_engine_is_404(client: httpx.AsyncClient):
         "/v1/benchmarks", json={"replay": {"trace": IOLOG, "engine": "nope"}}
     )
     assert response.status_code == 404
+
+
+BOUNDARY = "replay-boundary"
+
+
+def multipart(parts: list[tuple[int, bytes]]) -> bytes:
+    body = b""
+    for offset, data in parts:
+        body += (
+            (
+                f"--{BOUNDARY}\r\nContent-Range: bytes {offset}-{offset + len(data) - 1}/*\r\n\r\n"
+            ).encode()
+            + data
+            + b"\r\n"
+        )
+    return body + f"--{BOUNDARY}--\r\n".encode()
+
+
+async def test_a_trace_the_service_recorded_replays_to_the_same_merges(
+    client: httpx.AsyncClient,
+):
+    await make_device(client, size=1 << 20)
+    await make_volume(client, table=xts_table(sectors=2048))
+    batches = [
+        [(i * 4096, b"a" * 4096) for i in range(24)],  # back merges
+        [(i * 4096, b"b" * 4096) for i in reversed(range(40, 48))],  # front merges
+        [(100 * 4096, b"c" * 4096), (102 * 4096, b"c" * 4096), (101 * 4096, b"c" * 4096)],
+    ]
+    text = ""
+
+    async def trace() -> None:
+        nonlocal text
+        text = (await client.get("/v1/volumes/vol/trace", params={"seconds": 2})).text
+
+    async with anyio.create_task_group() as group:
+        group.start_soon(trace)
+        await anyio.sleep(0.3)
+        assert (await client.post("/v1/volumes/vol/stats/reset")).status_code == 204
+        for parts in batches:
+            response = await client.put(
+                "/v1/volumes/vol/data",
+                content=multipart(parts),
+                headers={"Content-Type": f"multipart/byteranges; boundary={BOUNDARY}"},
+            )
+            assert response.status_code == 204, response.text
+            await anyio.sleep(0.05)  # separate submissions, far past the plug window
+        ranges = ",".join(f"{i * 4096}-{i * 4096 + 4095}" for i in range(200, 216))
+        response = await client.get("/v1/volumes/vol/data", headers={"Range": f"bytes={ranges}"})
+        assert response.status_code == 206
+    stats = (await client.get("/v1/volumes/vol/status")).json()["stats"]
+    response = await client.post("/v1/benchmarks", json={"replay": {"trace": text}})
+    assert response.status_code == 202, response.text
+    run = (await client.get(f"/v1/benchmarks/{response.json()['id']}")).json()
+    replayed = next(cell for cell in run["cells"] if cell["dispatch_mode"] == "request")
+    assert stats["front_merges"] > 0
+    assert stats["request_merges"] > 0
+    for counter in ("back_merges", "front_merges", "request_merges"):
+        assert replayed[counter] == stats[counter], counter
+    assert replayed["bios"] == 24 + 8 + 3 + 16
