@@ -40,7 +40,7 @@ from app.blk.bio import Bio
 from app.blk.limits import QueueLimits
 from app.blk.queue import BlockQueue
 from app.blk.request import Request
-from app.blk.trace import parse_blkparse
+from app.blk.trace import BadLines, parse_blkparse
 from app.engine.cost import plan_cost
 from app.engine.model import DeviceModel, EngineProfile, ModelSpec
 from app.engine.planner import plan_calls
@@ -81,13 +81,7 @@ class ParsedTrace:
     format: str
     bios: list[TraceBio] = field(default_factory=list)
     skipped: int = 0
-    bad_lines: int = 0
-    bad_examples: list[tuple[int, str]] = field(default_factory=list)
-
-    def bad(self, number: int, text: str) -> None:
-        self.bad_lines += 1
-        if len(self.bad_examples) < 5:
-            self.bad_examples.append((number, text[:120]))
+    bad: BadLines = field(default_factory=BadLines)
 
     def add(self, time_ns: int, op: Op, offset_sectors: int, nr_sectors: int) -> None:
         if len(self.bios) >= MAX_TRACE_BIOS:
@@ -102,8 +96,8 @@ class ParsedTrace:
             "format": self.format,
             "bios": len(self.bios),
             "skipped": self.skipped,
-            "bad_lines": self.bad_lines,
-            "bad_examples": [{"line": n, "text": text} for n, text in self.bad_examples],
+            "bad_lines": self.bad.count,
+            "bad_examples": [{"line": n, "text": text} for n, text in self.bad.examples],
         }
 
 
@@ -123,7 +117,7 @@ def _op_of(flags: str) -> Op | None:
 
 def _parse_blkparse(lines: Sequence[str]) -> ParsedTrace:
     parsed = parse_blkparse(lines)
-    trace = ParsedTrace("blkparse", bad_lines=parsed.bad_lines, bad_examples=parsed.bad_examples)
+    trace = ParsedTrace("blkparse", bad=parsed.bad)
     queued = sorted(
         (record for record in parsed.records if record.action == "Q"),
         key=lambda record: record.time_ns,
@@ -135,7 +129,7 @@ def _parse_blkparse(lines: Sequence[str]) -> ParsedTrace:
         if record.sector is None or record.nr_sectors == 0 or op is None:
             trace.skipped += 1
         elif record.nr_sectors * SECTOR_SIZE > MAX_BIO_BYTES:
-            trace.bad(record.line, f"bio of {record.nr_sectors} sectors")
+            trace.bad.add(record.line, f"bio of {record.nr_sectors} sectors")
         else:
             trace.add(record.time_ns - first, op, record.sector, record.nr_sectors)
     return trace
@@ -152,7 +146,7 @@ def _parse_iolog(lines: Sequence[str], version: int) -> ParsedTrace:
         words = text.split()
         if version == 3:
             if len(words) < 3 or not words[0].isdigit():
-                trace.bad(number, text)
+                trace.bad.add(number, text)
                 continue
             stamp = int(words[0]) * 1_000_000
             first = stamp if first is None else first
@@ -161,7 +155,7 @@ def _parse_iolog(lines: Sequence[str], version: int) -> ParsedTrace:
         if len(words) == 2 and words[1] in _FIO_OTHER:
             continue
         if len(words) != 4 or not words[2].isdigit() or not words[3].isdigit():
-            trace.bad(number, text)
+            trace.bad.add(number, text)
             continue
         action, offset, length = words[1], int(words[2]), int(words[3])
         if action == "wait" and version == 2:
@@ -169,9 +163,9 @@ def _parse_iolog(lines: Sequence[str], version: int) -> ParsedTrace:
         elif action in _FIO_OTHER:
             continue
         elif action not in _FIO_OPS or length <= 0 or length > MAX_BIO_BYTES:
-            trace.bad(number, text)
+            trace.bad.add(number, text)
         elif offset % SECTOR_SIZE or length % SECTOR_SIZE:
-            trace.bad(number, f"{text} (not whole 512-byte sectors)")
+            trace.bad.add(number, f"{text} (not whole 512-byte sectors)")
         else:
             trace.add(now_ns, _FIO_OPS[action], offset // SECTOR_SIZE, length // SECTOR_SIZE)
     trace.bios.sort(key=lambda bio: bio.time_ns)
@@ -502,7 +496,7 @@ def replay(
     config.validate()
     if not trace.bios:
         raise InvalidInput(
-            f"the trace has no read or write bios ({trace.bad_lines} bad lines, "
+            f"the trace has no read or write bios ({trace.bad.count} bad lines, "
             f"{trace.skipped} other events)"
         )
     unsupported = profile.capabilities.unsupported_reason(

@@ -41,6 +41,7 @@ from app.vocab import Op
 
 __all__ = [
     "DM_MAJOR",
+    "BadLines",
     "Event",
     "Record",
     "Summary",
@@ -189,17 +190,24 @@ class Record:
 
 
 @dataclass(slots=True)
+class BadLines:
+    """Lines a reader could not take: how many, and the first few to show (line, text)."""
+
+    count: int = 0
+    examples: list[tuple[int, str]] = field(default_factory=list)
+
+    def add(self, number: int, text: str) -> None:
+        self.count += 1
+        if len(self.examples) < 5:
+            self.examples.append((number, text[:120]))
+
+
+@dataclass(slots=True)
 class TraceParse:
     """Records read and the lines that were neither events nor blkparse's summary."""
 
     records: list[Record] = field(default_factory=list)
-    bad_lines: int = 0
-    bad_examples: list[tuple[int, str]] = field(default_factory=list)
-
-    def bad(self, number: int, text: str) -> None:
-        self.bad_lines += 1
-        if len(self.bad_examples) < 5:
-            self.bad_examples.append((number, text[:120]))
+    bad: BadLines = field(default_factory=BadLines)
 
 
 _EVENT = re.compile(
@@ -224,7 +232,7 @@ def parse_blkparse(lines: Iterable[str]) -> TraceParse:
         match = _EVENT.match(text)
         if match is None:
             if not in_summary:
-                parsed.bad(number, text)
+                parsed.bad.add(number, text)
             continue
         in_summary = False
         seconds, fraction, pid, action, flags, rest = match.groups()

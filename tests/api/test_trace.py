@@ -34,7 +34,7 @@ async def test_trace_streams_blkparse_events_of_the_volumes_io(client: httpx.Asy
         )
         assert response.status_code == 204
     parsed = parse_blkparse(text.splitlines())
-    assert parsed.bad_lines == 0
+    assert parsed.bad.count == 0
     assert {"Q", "G", "I", "D", "C"} <= {record.action for record in parsed.records}
     assert any(
         record.action == "m" and record.rest.startswith("crypt encrypt 0 + 16 calls=")

@@ -39,8 +39,8 @@ def test_blkparse_takes_q_events_skips_the_rest_and_counts_bad_lines():
         (Op.READ, 4096, 256),
     ]
     assert trace.bios[2].time_ns == 500_000
-    assert trace.bad_lines == 1
-    assert trace.bad_examples == [(7, "garbage here")]
+    assert trace.bad.count == 1
+    assert trace.bad.examples == [(7, "garbage here")]
     assert trace.skipped == 5  # G, M, C, the flush and the discard
 
 
@@ -55,7 +55,7 @@ def test_fio_iolog_v2_waits_advance_time():
         (0, Op.WRITE, 0, 8),
         (1_500_000, Op.READ, 16, 8),
     ]
-    assert trace.bad_lines == 1
+    assert trace.bad.count == 1
 
 
 def test_fio_iolog_v3_timestamps_are_milliseconds():
@@ -65,7 +65,7 @@ def test_fio_iolog_v3_timestamps_are_milliseconds():
     )
     trace = parse_trace(text)
     assert [(b.time_ns, b.op) for b in trace.bios] == [(0, Op.WRITE), (3_000_000, Op.READ)]
-    assert trace.bad_lines == 0
+    assert trace.bad.count == 0
 
 
 def test_unknown_fio_version_is_refused():

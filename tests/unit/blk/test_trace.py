@@ -29,13 +29,17 @@ def make_queue(dispatch=None, **options):
     )
 
 
-def traced(queue, bios):
-    listener = queue.listen()
+def run(queue, bios):
     for bio in bios:
         queue.submit_bio(bio)
     queue.finish_plug()
     for bio in bios:
         bio.wait(5)
+
+
+def traced(queue, bios):
+    listener = queue.listen()
+    run(queue, bios)
     queue.unlisten(listener)
     return listener.drain()
 
@@ -113,12 +117,7 @@ def test_no_event_is_built_while_nobody_listens(monkeypatch):
 
     monkeypatch.setattr(trace_module, "Event", CountingEvent)
     _, queue = make_queue()
-    bios = [write_bio(8 * i, 8) for i in range(4)]
-    for bio in bios:
-        queue.submit_bio(bio)
-    queue.finish_plug()
-    for bio in bios:
-        bio.wait(5)
+    run(queue, [write_bio(8 * i, 8) for i in range(4)])
     assert built == []
     assert queue.tracer is None
     traced(queue, [write_bio(64, 8)])
@@ -129,12 +128,7 @@ def test_no_event_is_built_while_nobody_listens(monkeypatch):
 def test_full_buffer_drops_and_counts_instead_of_blocking():
     _, queue = make_queue()
     listener = queue.listen(capacity=3)
-    bios = [write_bio(16 * i, 8) for i in range(4)]
-    for bio in bios:
-        queue.submit_bio(bio)
-    queue.finish_plug()
-    for bio in bios:
-        bio.wait(5)
+    run(queue, [write_bio(16 * i, 8) for i in range(4)])
     assert len(listener.drain()) == 3
     assert listener.dropped > 0
 
@@ -156,7 +150,7 @@ def test_own_trace_parses_back_and_trailer_is_not_a_bad_line():
     _, queue = make_queue()
     events = traced(queue, [write_bio(0, 8), write_bio(8, 8)])
     parsed = parse_blkparse(_blkparse_text(events))
-    assert parsed.bad_lines == 0
+    assert parsed.bad.count == 0
     assert [(r.action, r.sector or 0, r.nr_sectors) for r in parsed.records] == actions(events)
 
 
@@ -179,8 +173,8 @@ Events (8,0): 7 entries
 Skips: 0 forward (0 -   0.0%)
 """
     parsed = parse_blkparse(text.splitlines())
-    assert parsed.bad_lines == 1
-    assert parsed.bad_examples == [(4, "not an event")]
+    assert parsed.bad.count == 1
+    assert parsed.bad.examples == [(4, "not an event")]
     assert [r.action for r in parsed.records] == ["Q", "G", "P", "I", "U", "D", "C"]
     summary = summarize(parsed.records)
     assert summary.phases["Q2C"] == [pytest.approx(0.000424577)]
