@@ -17,7 +17,7 @@ from app.blk.trace import (
 )
 from app.errors import TargetIOError, Unavailable
 
-from .helpers import RecordingDevice, write_bio
+from .helpers import RecordingDevice, run, write_bio
 
 LONG_WINDOW_US = 10_000_000
 
@@ -27,14 +27,6 @@ def make_queue(dispatch=None, **options):
     return device, BlockQueue(
         dispatch or device.dispatch, limits=device.limits, plug_window_us=LONG_WINDOW_US, **options
     )
-
-
-def run(queue, bios):
-    for bio in bios:
-        queue.submit_bio(bio)
-    queue.finish_plug()
-    for bio in bios:
-        bio.wait(5)
 
 
 def traced(queue, bios):
