@@ -248,11 +248,23 @@ class BlockQueue:
 
     # ----------------------------------------------------------------- trace
 
-    def listen(self, capacity: int | None = None) -> TraceBuffer:
-        """A new trace listener (blktrace); raises Unavailable past MAX_TRACE_LISTENERS."""
-        buffer = TraceBuffer() if capacity is None else TraceBuffer(capacity)
+    def listen(self, capacity: int | None = None, expires: float | None = None) -> TraceBuffer:
+        """A new trace listener (blktrace); raises Unavailable past MAX_TRACE_LISTENERS.
+
+        ``expires`` (``time.monotonic()``) lets a listener whose reader vanished without
+        ``unlisten`` be dropped by the next ``listen``.
+        """
+        buffer = (
+            TraceBuffer(expires=expires) if capacity is None else TraceBuffer(capacity, expires)
+        )
+        now = time.monotonic()
         with self._lock:
             current = self.tracer.buffers if self.tracer is not None else ()
+            current = tuple(
+                listener
+                for listener in current
+                if listener.expires is None or listener.expires > now
+            )
             if len(current) >= MAX_TRACE_LISTENERS:
                 raise Unavailable(
                     f"{len(current)} traces already run on this volume; at most "

@@ -85,8 +85,9 @@ class Event:
 class TraceBuffer:
     """One listener's events, at most ``capacity``; the rest are counted in ``dropped``."""
 
-    def __init__(self, capacity: int = DEFAULT_CAPACITY) -> None:
+    def __init__(self, capacity: int = DEFAULT_CAPACITY, expires: float | None = None) -> None:
         self.capacity = capacity
+        self.expires = expires
         self.dropped = 0
         self.delivered = 0
         self._events: deque[Event] = deque()

@@ -12,13 +12,14 @@ from fastapi.responses import StreamingResponse
 
 from app.api.deps import AdminDep, ControlDep
 from app.api.problems import responses
-from app.blk.trace import format_event, format_trailer
+from app.blk.trace import Event, format_event, format_trailer
 
 router = APIRouter(prefix="/v1/volumes", tags=["volumes"], responses=responses(401, 403))
 
 MAX_TRACE_SECONDS = 300
 #: How often the stream hands what the listener gathered to the client.
 _POLL_SECONDS = 0.1
+_EXPIRY_GRACE_SECONDS = 30
 
 _EXAMPLE = (
     "253,0    0        1     0.000000000  4711  Q   W 2048 + 8 [reqcrypt]\n"
@@ -62,27 +63,28 @@ async def trace_volume(
     ``Skips`` line; I/O never waits for the trace. At most four traces per volume.
     """
     queue = control.volume(name).queue
-    listener = queue.listen()
+    # Expires by itself should the stream never start (a client gone before it).
+    listener = queue.listen(expires=time.monotonic() + seconds + _EXPIRY_GRACE_SECONDS)
     start_ns = time.perf_counter_ns()
+    seq = 0
+
+    def render(events: list[Event]) -> str:
+        nonlocal seq
+        lines = []
+        for event in events:
+            seq += 1
+            lines.append(format_event(event, seq, start_ns) + "\n")
+        return "".join(lines)
 
     async def stream() -> AsyncIterator[str]:
-        seq = 0
         try:
             deadline = anyio.current_time() + seconds
             while (left := deadline - anyio.current_time()) > 0:
                 await anyio.sleep(min(_POLL_SECONDS, left))
-                lines = []
-                for event in listener.drain():
-                    seq += 1
-                    lines.append(format_event(event, seq, start_ns) + "\n")
-                if lines:
-                    yield "".join(lines)
+                if chunk := render(listener.drain()):
+                    yield chunk
         finally:
             queue.unlisten(listener)
-        lines = [
-            format_event(event, seq + i, start_ns) + "\n"
-            for i, event in enumerate(listener.drain(), 1)
-        ]
-        yield "".join(lines) + format_trailer(listener.delivered, listener.dropped)
+        yield render(listener.drain()) + format_trailer(listener.delivered, listener.dropped)
 
     return StreamingResponse(stream(), media_type="text/plain; charset=utf-8")

@@ -191,3 +191,12 @@ def test_trace_buffer_drain_orders_by_time():
     buffer.push(Event(10, "Q", "W", 0, 8, 2))
     assert [event.time_ns for event in buffer.drain()] == [10, 20]
     assert buffer.delivered == 2
+
+
+def test_an_expired_listener_gives_its_place_to_a_new_one():
+    _, queue = make_queue()
+    gone = [queue.listen(expires=0.0) for _ in range(MAX_TRACE_LISTENERS)]
+    fresh = queue.listen()
+    assert queue.tracer is not None
+    assert queue.tracer.buffers == (fresh,)
+    assert all(listener not in queue.tracer.buffers for listener in gone)
