@@ -427,7 +427,7 @@ def _replay_mode(
     requests = len(run.requests)
 
     def avg_kib(sizes: list[int]) -> float:
-        return sum(sizes) / len(sizes) / 1024 if sizes else 0.0
+        return round(sum(sizes) / len(sizes) / 1024, 1) if sizes else 0.0
 
     return {
         "dispatch_mode": mode,
@@ -444,12 +444,12 @@ def _replay_mode(
         "loop": config.loop,
         "bytes": total,
         "measured_mb_s": None,
-        "modelled_mb_s": total / elapsed * 1e3 if elapsed > 0 else None,
-        "iops": len(bios) / elapsed * 1e9 if elapsed > 0 else None,
-        "p50_ms": _percentile(latencies, 0.50) / 1e6,
-        "p90_ms": _percentile(latencies, 0.90) / 1e6,
-        "p99_ms": _percentile(latencies, 0.99) / 1e6,
-        "max_ms": max(latencies, default=0.0) / 1e6,
+        "modelled_mb_s": round(total / elapsed * 1e3, 3) if elapsed > 0 else None,
+        "iops": round(len(bios) / elapsed * 1e9, 1) if elapsed > 0 else None,
+        "p50_ms": round(_percentile(latencies, 0.50) / 1e6, 4),
+        "p90_ms": round(_percentile(latencies, 0.90) / 1e6, 4),
+        "p99_ms": round(_percentile(latencies, 0.99) / 1e6, 4),
+        "max_ms": round(max(latencies, default=0.0) / 1e6, 4),
         "bios": len(bios),
         "requests": requests,
         "merges": stats["back_merges"] + stats["front_merges"] + stats["request_merges"],
@@ -459,13 +459,13 @@ def _replay_mode(
         "engine_calls": line.engine_calls,
         "bulk_calls": line.bulk_calls,
         "unit_calls": line.unit_calls,
-        "engine_calls_per_bio": line.engine_calls / len(bios) if bios else 0.0,
+        "engine_calls_per_bio": round(line.engine_calls / len(bios), 4) if bios else 0.0,
         "avg_request_kib": avg_kib([size for sizes in by_op.values() for size in sizes]),
         "rareq_sz": avg_kib(by_op[Op.READ]),
         "wareq_sz": avg_kib(by_op[Op.WRITE]),
-        "modelled_ms": elapsed / 1e6,
-        "crypto_ms": line.crypto_ns / 1e6,
-        "storage_ms": line.storage_ns / 1e6,
+        "modelled_ms": round(elapsed / 1e6, 3),
+        "crypto_ms": round(line.crypto_ns / 1e6, 3),
+        "storage_ms": round(line.storage_ns / 1e6, 3),
         "device_ios": requests,
         "write_regime": "+".join(
             regime
