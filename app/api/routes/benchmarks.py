@@ -12,7 +12,6 @@ from app.api.problems import responses
 from app.bench import replay, report
 from app.bench.jobs import BenchmarkJobs
 from app.bench.spec import JobSpec
-from app.errors import InvalidInput
 from app.integers import JsonInt, integral_float
 from app.vocab import DATA_UNIT_SIZES, MAX_QUEUE_DEPTH, DispatchMode, ElevatorName
 
@@ -125,15 +124,20 @@ class ReplayIn(BaseModel):
 class BenchmarkCreate(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
 
-    replay: ReplayIn | None = Field(
-        default=None, description="replay a trace (nothing else may be given with it)"
-    )
-
     volume: str | None = None
     volume_template: VolumeTemplateIn | None = None
     engine: str | None = None
     workload: WorkloadIn = Field(default_factory=WorkloadIn)
     sweep: SweepIn = Field(default_factory=SweepIn)
+    label: str = ""
+
+
+class ReplayCreate(BaseModel):
+    """A trace replayed against a modelled volume: a body of its own, nothing else beside it."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    replay: ReplayIn
     label: str = ""
 
 
@@ -146,7 +150,7 @@ class BenchmarkStarted(BaseModel):
     "", status_code=202, response_model=BenchmarkStarted, responses=responses(404, 409, 422, 503)
 )
 def start_benchmark(
-    body: BenchmarkCreate, jobs: JobsDep, _: AdminDep, response: Response
+    body: BenchmarkCreate | ReplayCreate, jobs: JobsDep, _: AdminDep, response: Response
 ) -> BenchmarkStarted:
     """Start a job on the background runner; poll ``GET /v1/benchmarks/{id}``.
 
@@ -155,8 +159,8 @@ def start_benchmark(
     with ``replay`` (a blkparse text or fio iolog, nothing else beside it) is
     modelled at once: the answer names a run already done.
     """
-    if body.replay is not None:
-        run_id = _replay(body, body.replay, jobs)
+    if isinstance(body, ReplayCreate):
+        run_id = _replay(body, jobs)
         response.headers["Location"] = f"/v1/benchmarks/{run_id}"
         return BenchmarkStarted(id=run_id, state="done")
     spec = JobSpec.from_dict(body.model_dump(exclude_none=True))
@@ -165,10 +169,9 @@ def start_benchmark(
     return BenchmarkStarted(id=run_id, state="queued")
 
 
-def _replay(body: BenchmarkCreate, given: ReplayIn, jobs: BenchmarkJobs) -> str:
+def _replay(body: ReplayCreate, jobs: BenchmarkJobs) -> str:
     """A replay is modelled, not run: computed here and recorded done."""
-    if body.model_fields_set - {"replay", "label"}:
-        raise InvalidInput("a replay takes no volume, template, engine, workload or sweep")
+    given = body.replay
     config = replay.ReplayConfig(
         cipher=given.cipher,
         sector_size=given.sector_size,
