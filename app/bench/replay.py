@@ -378,8 +378,8 @@ def _drive(run: _Run, bios: Sequence[TraceBio]) -> BlockQueue:
                     close_plug(max(issue, plug_opened + window))
                 issue = max(issue, run.completed[waited])
         last_issue = issue
-        if plug_opened is not None and issue >= plug_opened + window:
-            close_plug(plug_opened + window)
+        if plug_opened is not None and issue > plug_opened + window:
+            close_plug(plug_opened + window)  # bios of one instant share a plug, even at 0 µs
         sector, nr_sectors = _aligned(traced, unit)
         bio = Bio(traced.op, sector, nr_sectors, [zeros[: nr_sectors * SECTOR_SIZE]])
         run.bio_index[id(bio)] = index

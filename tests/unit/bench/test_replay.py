@@ -213,3 +213,9 @@ def test_long_write_stream_runs_past_the_card_buffer_into_the_sustained_regime()
     assert short_cell["write_regime"] == "burst"
     assert long_cell["write_regime"] == "burst+sustained"
     assert long_cell["modelled_mb_s"] < short_cell["modelled_mb_s"]
+
+
+def test_bios_of_one_instant_share_a_plug_even_with_no_window():
+    together = parse_trace(_sequential_writes(8))  # one timestamp, as a batch records
+    cell = replay(together, SOFTWARE, NONE_DEVICE, ReplayConfig(plug_window_us=0))["cells"][1]
+    assert cell["requests"] == 1
