@@ -9,6 +9,8 @@ from pathlib import Path
 from typing import Literal
 
 from pydantic import (
+    BaseModel,
+    ConfigDict,
     Field,
     SecretStr,
     ValidationError,
@@ -32,6 +34,47 @@ def is_loopback(host: str) -> bool:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
         return False
+
+
+class SettingsView(BaseModel):
+    """The settings one part of the service reads, taken from ``Settings`` by field name:
+    each part gets its own typed view instead of a hand copy of the fields it needs."""
+
+    model_config = ConfigDict(frozen=True, from_attributes=True)
+
+
+class ControlSettings(SettingsView):
+    """What the control plane holds at most (REQCRYPT_MAX_*), checked before anything is
+    written, and the queue defaults of the volumes it builds."""
+
+    max_devices: int
+    max_volumes: int
+    max_device_bytes: int
+    max_total_device_bytes: int
+    max_table_lines: int
+    max_table_line_length: int
+    plug_window_us: int
+    suspend_wait_seconds: float
+
+
+class ClusterSettings(SettingsView):
+    """This process as one node of a cluster sharing the database (REQCRYPT_NODE_ID)."""
+
+    node_id: str
+    advertised_url: str
+    lease_seconds: float
+    renew_interval: float
+    cluster_data_path: Literal["redirect", "proxy"]
+
+
+class NbdSettings(SettingsView):
+    """The NBD listener (REQCRYPT_NBD_*): its port and, off loopback, mutual TLS."""
+
+    host: str
+    nbd_port: int
+    nbd_tls_cert: Path | None
+    nbd_tls_key: Path | None
+    nbd_tls_ca: Path | None
 
 
 class Settings(BaseSettings):
@@ -232,6 +275,20 @@ class Settings(BaseSettings):
                 "REQCRYPT_LEASE_RENEW_SECONDS must be shorter than REQCRYPT_LEASE_SECONDS"
             )
         return self
+
+    @property
+    def control(self) -> ControlSettings:
+        return ControlSettings.model_validate(self)
+
+    @property
+    def cluster(self) -> ClusterSettings | None:
+        """None: one node, no leases."""
+        return None if self.node_id is None else ClusterSettings.model_validate(self)
+
+    @property
+    def nbd(self) -> NbdSettings | None:
+        """None: no NBD listener."""
+        return None if self.nbd_port is None else NbdSettings.model_validate(self)
 
     @property
     def renew_interval(self) -> float:

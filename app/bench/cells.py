@@ -187,7 +187,7 @@ class CellRunner:
         params = _crypt_params(volume)
         if params is None or params.device.kind != "device":
             return "none"
-        return self.control.device_models.get(params.device.name) or "none"
+        return self.control.catalog.model_of(params.device.name) or "none"
 
     def _measure(
         self,

@@ -308,7 +308,7 @@ def http(
 ) -> None:
     """Run a workload over HTTP against a running service (client-side figures, measured).
 
-    httpx saturates near 1.6k requests/s (DESIGN.md): for small blocks and
+    httpx saturates near 1.6k requests/s (docs/benchmarks.md): for small blocks and
     ``--no-batch`` this measures the client as much as the service.
     """
     from app.bench.runner import HttpTarget, run_workload

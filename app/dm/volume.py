@@ -8,7 +8,7 @@ half (byte ranges to bios to targets) is ``app.dm.datapath.DataPath``.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
@@ -60,6 +60,12 @@ def wipe_replaced_keys(old: Table, *kept_by: Table | None) -> None:
             and id(params.key) not in kept
         ):
             params.key.wipe()
+
+
+def queue_depth(device_depths: Iterable[int]) -> int:
+    """A volume's tags: the fewest of any modelled device it maps (a device model's queue
+    depth bounds what may be in flight to it), the default when it maps none."""
+    return min(device_depths, default=DEFAULT_QUEUE_DEPTH)
 
 
 def missing_key(table: Table) -> int | None:
@@ -286,8 +292,7 @@ class Volume(DataPath):
             for target in targets:
                 target.wipe()
             raise
-        depth = min(depths, default=DEFAULT_QUEUE_DEPTH)
-        return LiveMap(table, targets, table.logical_block_size, depth)
+        return LiveMap(table, targets, table.logical_block_size, queue_depth(depths))
 
     def _target(self, line: TableLine, resolve: DeviceResolver) -> Target:
         params = line.target
