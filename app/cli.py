@@ -22,6 +22,7 @@ from app.commands.engines import engines
 from app.commands.io import io_app
 from app.commands.iostat import iostat
 from app.commands.luks import luks_app
+from app.commands.trace import trace
 from app.commands.vol import vol_app
 from app.config import Settings, describe
 from app.dmsetup import dmsetup_app
@@ -259,6 +260,7 @@ cli.add_typer(io_app, name="io")
 cli.add_typer(vol_app, name="vol")
 cli.add_typer(luks_app, name="luks")
 cli.command()(iostat)
+cli.command()(trace)
 cli.command()(engines)
 cli.add_typer(bench_app, name="bench")
 

@@ -19,7 +19,17 @@ from sqlalchemy.orm import Session, sessionmaker
 from app.api import docs, manual, problems
 from app.api.bodylimit import ControlBodyLimit
 from app.api.ownership import OwnerRouting
-from app.api.routes import benchmarks, ceiling, data, devices, engines, health, luks, volumes
+from app.api.routes import (
+    benchmarks,
+    ceiling,
+    data,
+    devices,
+    engines,
+    health,
+    luks,
+    trace,
+    volumes,
+)
 from app.api.schemas import Problem, TableIn
 from app.bench.jobs import BenchmarkJobs
 from app.cluster import ClusterNode
@@ -368,6 +378,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(devices.router)
     app.include_router(luks.router)
     app.include_router(volumes.router)
+    app.include_router(trace.router)
     app.include_router(benchmarks.router)
     app.include_router(engines.router)
     docs.install(app)

@@ -250,6 +250,17 @@ OPERATIONS: dict[tuple[str, str], dict[str, Any]] = {
         "description": "Counters and averages start again from zero; in-flight requests "
         "stay counted.",
     },
+    ("get", "/v1/volumes/{name}/trace"): {
+        "summary": "Trace the block layer (blktrace, blkparse's text)",
+        "description": "Streams the volume's block-layer events for `seconds` as `blktrace "
+        "-d DEV -o - | blkparse -i -` prints them: Q (bio queued), M/F (back/front merge), "
+        "G (new request), P/U (plug opened/flushed), I (into the elevator), D (dispatched), "
+        "C (completed, with its status) and `m` lines for the crypt engine calls (calls, "
+        "bulk or per-unit, data units, IV mode). Admin token only. A listener holds a "
+        "bounded buffer: events a slow reader misses are dropped, never waited for, and "
+        "counted in the closing `Skips:` line. At most four traces per volume (503). "
+        "`reqcrypt trace NAME --summary` turns it into btt's latencies and merge ratio.",
+    },
     ("get", "/v1/volumes/{name}/data"): {
         "summary": "Read bytes (Range)",
         "headers": [RANGE, IF_MATCH, IF_NONE_MATCH, IF_RANGE],
@@ -325,6 +336,35 @@ OPERATIONS: dict[tuple[str, str], dict[str, Any]] = {
                 "an existing volume",
                 {"volume": "secret", "workload": {"rw": "randwrite", "bs": "4k", "iodepth": 8}},
             ),
+            (
+                "replay a blkparse trace",
+                {
+                    "label": "my database's disk",
+                    "replay": {
+                        "trace": "  8,16   1        1     0.000000000  2233  Q  WS 4096 + 8 "
+                        "[postgres]\n  8,16   1        2     0.000004100  2233  Q  WS 4104 + 8 "
+                        "[postgres]\n  8,16   0        3     0.000950000  2240  Q   R 81920 + 256 "
+                        "[postgres]\n",
+                        "cipher": "aes-cbc-plain64",
+                        "engine": "omap-aes-am335x",
+                        "device_model": "sdcard-bbb",
+                    },
+                },
+            ),
+            (
+                "replay a fio iolog in closed loop",
+                {
+                    "replay": {
+                        "trace": "fio version 3 iolog\n0 /dev/sdb add\n0 /dev/sdb open\n"
+                        "1 /dev/sdb write 0 4096\n1 /dev/sdb write 4096 4096\n"
+                        "2 /dev/sdb read 1048576 65536\n3 /dev/sdb close\n",
+                        "cipher": "aes-xts-plain64",
+                        "engine": "software",
+                        "loop": "closed",
+                        "iodepth": 8,
+                    }
+                },
+            ),
         ),
     },
     ("get", "/v1/benchmarks/{run_id}"): {"summary": "A benchmark run"},
@@ -368,7 +408,11 @@ OPERATIONS: dict[tuple[str, str], dict[str, Any]] = {
     },
     ("post", "/v1/device-models"): {
         "summary": "Add a device timing model",
-        "description": "Reads and writes cost `latency + bytes / bytes_per_s`; flushes `flush_ns`.",
+        "description": "Reads and writes cost `latency + bytes / bytes_per_s`; flushes "
+        "`flush_ns`. With a write buffer, a write stream from idle takes its first "
+        "`write_buffer_bytes` at `write_bytes_per_s` (the burst) and the rest at "
+        "`write_sustained_bytes_per_s`; idle time drains the buffer. Both or neither, the "
+        "sustained rate at most the burst rate (422 otherwise).",
         "examples": body(
             (
                 "an SD card",
@@ -380,7 +424,20 @@ OPERATIONS: dict[tuple[str, str], dict[str, Any]] = {
                     "write_bytes_per_s": 8.9e6,
                     "flush_ns": 2000000,
                 },
-            )
+            ),
+            (
+                "an SSD with an SLC write cache",
+                {
+                    "name": "ssd-slc",
+                    "read_latency_ns": 80000,
+                    "read_bytes_per_s": 500e6,
+                    "write_latency_ns": 30000,
+                    "write_bytes_per_s": 450e6,
+                    "write_buffer_bytes": 8589934592,
+                    "write_sustained_bytes_per_s": 120e6,
+                    "queue_depth": 32,
+                },
+            ),
         ),
     },
     ("get", "/v1/device-models/{name}"): {

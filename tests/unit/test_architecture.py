@@ -89,7 +89,8 @@ ALLOWED: dict[str, set[str]] = {
         "storage",
     },
     "sizes": {"errors"},
-    "commands": {"config", "errors", "sizes"},
+    # `trace --summary` reads blkparse text with app.blk.trace (pure text, no queue)
+    "commands": {"blk", "config", "errors", "sizes"},
     "dmsetup": {"commands", "config"},
     "cli": {"bench", "commands", "config", "db", "dmsetup", "keyfiles", "main"},
 }
