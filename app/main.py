@@ -27,7 +27,7 @@ from app.bench.jobs import BenchmarkJobs
 from app.cluster import ClusterNode
 from app.config import Settings, get_settings
 from app.control import Control, ControlLimits, Membership
-from app.db import migrate
+from app.db import keycheck, migrate
 from app.db.leases import Leases
 from app.db.queries import SqlRegistryStore
 from app.db.session import make_engine, make_sessionmaker
@@ -36,7 +36,9 @@ from app.keyfiles import (
     MasterKeyError,
     admin_token_path,
     commit_pending_master_key,
+    key_check_value,
     load_admin_token,
+    not_the_recorded_key,
     settle_master_key,
     write_pending_master_key,
 )
@@ -104,8 +106,15 @@ def ceph_cluster(settings: Settings) -> CephCluster | None:
 
 
 def open_master_key(settings: Settings, sessions: sessionmaker[Session]) -> bytes:
-    """The master key, checked against the stored keys (``keyfiles.MasterKeyError`` if wrong)."""
-    return settle_master_key(settings, lambda key: master_key_unwraps(sessions, key))
+    """The master key, checked against the database's check value (recorded here by the
+    first node to start) or, on a database without one, the stored keys."""
+    recorded = keycheck.recorded(sessions)
+    key = settle_master_key(settings, lambda key: master_key_unwraps(sessions, key), recorded)
+    if recorded is None:
+        value = key_check_value(key)
+        if keycheck.record(sessions, value) != value:  # another node's first start won
+            raise not_the_recorded_key(settings)
+    return key
 
 
 def _migrated_engine(settings: Settings) -> Engine:
@@ -141,7 +150,7 @@ def rotate_master_key(settings: Settings) -> int:
         sessions = make_sessionmaker(db_engine)
         old_key = open_master_key(settings, sessions)
         new_key = write_pending_master_key(settings)
-        count = rewrap_keys(sessions, old_key, new_key)
+        count = rewrap_keys(sessions, old_key, new_key, key_check_value(new_key))
         commit_pending_master_key(settings)
         return count
     finally:
