@@ -57,6 +57,7 @@ def serve(
     """Migrate the database (unless REQCRYPT_MIGRATE_ON_START=false) and serve the API."""
     import uvicorn
 
+    from app.db.checks import DatabaseRefused
     from app.keyfiles import MasterKeyError, ServiceRunning, admin_token_path, data_dir_lock
     from app.main import check_master_key, create_app
 
@@ -97,7 +98,7 @@ def serve(
                 proxy_headers=False,
                 timeout_keep_alive=settings.keep_alive_seconds,
             )
-    except (MasterKeyError, ServiceRunning) as error:
+    except (DatabaseRefused, MasterKeyError, ServiceRunning) as error:
         typer.echo(f"reqcrypt: {error}", err=True)
         raise typer.Exit(1) from None
 
@@ -108,6 +109,7 @@ def rotate_master_key() -> None:
 
     Crash-safe: an interrupted rotation is finished or undone at the next start.
     """
+    from app.db.checks import DatabaseRefused
     from app.keyfiles import MasterKeyError, ServiceRunning, data_dir_lock
     from app.main import rotate_master_key as rotate
 
@@ -115,7 +117,7 @@ def rotate_master_key() -> None:
     try:
         with data_dir_lock(settings, exclusive=True):
             count = rotate(settings)
-    except (MasterKeyError, ServiceRunning) as error:
+    except (DatabaseRefused, MasterKeyError, ServiceRunning) as error:
         typer.echo(f"reqcrypt: {error}", err=True)
         raise typer.Exit(1) from None
     typer.echo(
@@ -130,9 +132,15 @@ def migrate(
 ) -> None:
     """Upgrade the database to REVISION (default: head)."""
     from app.db import migrate as migrations
+    from app.db.checks import DatabaseRefused, check_server
 
     settings = load_settings()
     settings.data_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        check_server(settings.resolved_database_url)
+    except DatabaseRefused as error:
+        typer.echo(f"reqcrypt: {error}", err=True)
+        raise typer.Exit(1) from None
     migrations.upgrade(settings.resolved_database_url, revision)
     typer.echo(f"reqcrypt: database at {revision}")
 

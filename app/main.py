@@ -27,7 +27,7 @@ from app.bench.jobs import BenchmarkJobs
 from app.cluster import ClusterNode
 from app.config import Settings, get_settings
 from app.control import Control, ControlLimits, Membership
-from app.db import keycheck, migrate
+from app.db import checks, keycheck, migrate
 from app.db.leases import Leases
 from app.db.queries import SqlRegistryStore
 from app.db.session import make_engine, make_sessionmaker
@@ -118,15 +118,26 @@ def open_master_key(settings: Settings, sessions: sessionmaker[Session]) -> byte
 
 
 def _migrated_engine(settings: Settings) -> Engine:
+    """The database engine once the server and schema are checked (``checks.DatabaseRefused``
+    if not usable) and, unless ``migrate_on_start`` is off, migrated to head. Off, a
+    database behind the code is served as it is and ``/readyz`` answers 503."""
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     url = settings.resolved_database_url
-    if settings.migrate_on_start:
-        migrate.upgrade(url)
-    return make_engine(url)
+    checks.check_server(url)
+    db_engine = make_engine(url)
+    try:
+        checks.check_revision(db_engine, url)
+        if settings.migrate_on_start:
+            migrate.upgrade(url)
+    except BaseException:
+        db_engine.dispose()
+        raise
+    return db_engine
 
 
 def check_master_key(settings: Settings) -> None:
-    """``serve``'s check before it binds a port: the database is migrated and the key fits."""
+    """``serve``'s check before it binds a port: the database is usable, migrated, and the
+    key fits."""
     db_engine = _migrated_engine(settings)
     try:
         open_master_key(settings, make_sessionmaker(db_engine))
@@ -158,11 +169,7 @@ def rotate_master_key(settings: Settings) -> int:
 
 
 def build_state(settings: Settings, registry: CollectorRegistry) -> State:
-    settings.data_dir.mkdir(parents=True, exist_ok=True)
-    url = settings.resolved_database_url
-    if settings.migrate_on_start:
-        migrate.upgrade(url)
-    db_engine = make_engine(url)
+    db_engine = _migrated_engine(settings)
     admin_token: str | None = None
     if settings.auth == "enabled":
         admin_token, created = load_admin_token(settings)
