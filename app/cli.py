@@ -59,7 +59,7 @@ def serve(
 
     from app.db.checks import DatabaseRefused
     from app.keyfiles import MasterKeyError, ServiceRunning, admin_token_path, data_dir_lock
-    from app.main import check_master_key, create_app
+    from app.main import check_master_key, create_app, http_protocol
 
     if workers != 1:
         raise typer.BadParameter(
@@ -97,6 +97,7 @@ def serve(
                 log_level=settings.log_level,
                 proxy_headers=False,
                 timeout_keep_alive=settings.keep_alive_seconds,
+                http=http_protocol(settings),
             )
     except (DatabaseRefused, MasterKeyError, ServiceRunning) as error:
         typer.echo(f"reqcrypt: {error}", err=True)

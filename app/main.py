@@ -19,6 +19,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from app.api import docs, manual, problems
 from app.api.admission import VolumeAdmission
 from app.api.bodylimit import ControlBodyLimit
+from app.api.connections import BoundedHeadProtocol, bounded_head_protocol
 from app.api.executor import IoExecutor
 from app.api.ownership import CONNECT_SECONDS, OwnerRouting
 from app.api.routes import benchmarks, ceiling, data, devices, engines, health, volumes
@@ -91,6 +92,11 @@ def forward_timeout(settings: Settings) -> httpx.Timeout:
         settings.suspend_wait_seconds + 2 * settings.lease_seconds + 30,
         connect=CONNECT_SECONDS,
     )
+
+
+def http_protocol(settings: Settings) -> type[BoundedHeadProtocol]:
+    """What ``serve`` runs uvicorn with: its protocol plus a bounded request head."""
+    return bounded_head_protocol(settings.head_timeout_seconds)
 
 
 def ceph_cluster(settings: Settings) -> CephCluster | None:
