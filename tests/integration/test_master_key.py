@@ -239,7 +239,7 @@ async def test_the_cli_rotates_and_reports_how_many_keys(
 
 def replace_key_file(settings: Settings, key_hex: str) -> Path:
     path = settings.resolved_master_key_file
-    path.unlink()
+    path.unlink(missing_ok=True)
     path.write_text(key_hex)
     path.chmod(0o600)
     return path
@@ -264,30 +264,27 @@ async def test_the_first_start_records_a_check_value_of_the_key_never_the_key(
     assert key not in value
 
 
-def second_node(settings: Settings, tmp_path: Path) -> Settings:
+@pytest.fixture
+def node_b(key_settings: Settings, tmp_path: Path) -> Settings:
     """Another node's settings: the same database and devices, its own master key file."""
-    (tmp_path / "node-b").mkdir(exist_ok=True)
-    return settings.model_copy(update={"master_key_file": tmp_path / "node-b" / "master.key"})
+    (tmp_path / "node-b").mkdir()
+    return key_settings.model_copy(update={"master_key_file": tmp_path / "node-b" / "master.key"})
 
 
 async def test_a_second_node_with_another_generated_key_refuses_to_start(
-    key_settings: Settings, tmp_path: Path
+    key_settings: Settings, node_b: Settings
 ) -> None:
     await populate(key_settings)
-    node_b = second_node(key_settings, tmp_path)
-    node_b.resolved_master_key_file.write_text(os.urandom(32).hex())
-    node_b.resolved_master_key_file.chmod(0o600)
-    path = node_b.resolved_master_key_file
+    path = replace_key_file(node_b, os.urandom(32).hex())
     with pytest.raises(MasterKeyError, match=f"master key in {path} is not the one recorded"):
         build_state(node_b, CollectorRegistry())
     await assert_intact(key_settings)
 
 
 async def test_a_node_without_a_key_on_a_database_with_one_generates_none(
-    key_settings: Settings, tmp_path: Path
+    key_settings: Settings, node_b: Settings
 ) -> None:
     await populate(key_settings)
-    node_b = second_node(key_settings, tmp_path)
     path = node_b.resolved_master_key_file
     with pytest.raises(MasterKeyError, match=f"{path} does not exist and the database has"):
         build_state(node_b, CollectorRegistry())
@@ -295,19 +292,17 @@ async def test_a_node_without_a_key_on_a_database_with_one_generates_none(
 
 
 async def test_a_second_node_given_the_clusters_key_starts(
-    key_settings: Settings, tmp_path: Path
+    key_settings: Settings, node_b: Settings
 ) -> None:
     await populate(key_settings)
-    node_b = second_node(key_settings, tmp_path)
     shutil.copy2(key_settings.resolved_master_key_file, node_b.resolved_master_key_file)
     await assert_intact(node_b)
 
 
 async def test_rotation_with_the_nodes_stopped_needs_the_new_key_on_every_node(
-    key_settings: Settings, tmp_path: Path
+    key_settings: Settings, node_b: Settings
 ) -> None:
     await populate(key_settings)
-    node_b = second_node(key_settings, tmp_path)
     shutil.copy2(key_settings.resolved_master_key_file, node_b.resolved_master_key_file)
     await assert_intact(node_b)  # both nodes stopped from here
 
