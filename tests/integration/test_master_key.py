@@ -434,3 +434,27 @@ async def test_a_sigkilled_rotation_leaves_one_master_key_that_unwraps_everythin
     await assert_intact(key_settings)
     assert key_file(key_settings) == (old if survivor == "old" else new)
     assert not pending.exists()
+
+
+async def test_serve_of_a_second_node_with_its_own_data_directory_exits_with_one_line(
+    key_settings: Settings, tmp_path: Path
+) -> None:
+    await populate(key_settings)
+    data_dir = tmp_path / "node-b-data"
+    env = {
+        **os.environ,
+        "REQCRYPT_DATA_DIR": str(data_dir),
+        "REQCRYPT_DATABASE_URL": key_settings.resolved_database_url,
+        "REQCRYPT_ADMIN_TOKEN": ADMIN_TOKEN,
+        "REQCRYPT_PORT": str(free_port()),
+    }
+    reqcrypt = str(Path(sys.executable).with_name("reqcrypt"))
+    done = subprocess.run(
+        [reqcrypt, "serve"], env=env, capture_output=True, text=True, timeout=60, check=False
+    )
+    assert done.returncode == 1
+    assert done.stderr.strip().splitlines() == [
+        f"reqcrypt: {data_dir / 'master.key'} does not exist and the database has a master key "
+        "recorded: supply the cluster's master key (that file or REQCRYPT_MASTER_KEY)"
+    ]
+    assert not (data_dir / "master.key").exists()
