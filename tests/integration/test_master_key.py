@@ -27,8 +27,7 @@ from app.main import build_state, rotate_master_key
 from app.repository import master_key_unwraps
 from tests.conftest import ADMIN_TOKEN
 from tests.factories import CBC_KEY, XTS_KEY, xts_table
-from tests.integration.conftest import running
-from tests.integration.test_deployment import free_port
+from tests.integration.conftest import running, serve_refused
 
 pytestmark = pytest.mark.anyio
 
@@ -358,23 +357,10 @@ def test_serve_with_a_wrong_master_key_exits_with_one_line_and_binds_nothing(
 
     anyio.run(populate, settings)
     path = replace_key_file(settings, "33" * 32)
-    port = free_port()
-    env = {
-        **os.environ,
-        "REQCRYPT_DATA_DIR": str(data_dir),
-        "REQCRYPT_ADMIN_TOKEN": ADMIN_TOKEN,
-        "REQCRYPT_PORT": str(port),
-    }
-    reqcrypt = str(Path(sys.executable).with_name("reqcrypt"))
-    done = subprocess.run(
-        [reqcrypt, "serve"], env=env, capture_output=True, text=True, timeout=60, check=False
-    )
-    assert done.returncode == 1
-    assert done.stderr.strip().splitlines() == [
+    assert serve_refused(data_dir) == [
         f"reqcrypt: the master key in {path} is not the one recorded in the database: "
         "supply the cluster's master key"
     ]
-    assert "Uvicorn running" not in done.stdout + done.stderr
 
 
 KILLED_ROTATION = textwrap.dedent(
@@ -441,19 +427,7 @@ async def test_serve_of_a_second_node_with_its_own_data_directory_exits_with_one
 ) -> None:
     await populate(key_settings)
     data_dir = tmp_path / "node-b-data"
-    env = {
-        **os.environ,
-        "REQCRYPT_DATA_DIR": str(data_dir),
-        "REQCRYPT_DATABASE_URL": key_settings.resolved_database_url,
-        "REQCRYPT_ADMIN_TOKEN": ADMIN_TOKEN,
-        "REQCRYPT_PORT": str(free_port()),
-    }
-    reqcrypt = str(Path(sys.executable).with_name("reqcrypt"))
-    done = subprocess.run(
-        [reqcrypt, "serve"], env=env, capture_output=True, text=True, timeout=60, check=False
-    )
-    assert done.returncode == 1
-    assert done.stderr.strip().splitlines() == [
+    assert serve_refused(data_dir, key_settings.resolved_database_url) == [
         f"reqcrypt: {data_dir / 'master.key'} does not exist and the database has a master key "
         "recorded: supply the cluster's master key (that file or REQCRYPT_MASTER_KEY)"
     ]
