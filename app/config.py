@@ -9,6 +9,8 @@ from pathlib import Path
 from typing import Literal
 
 from pydantic import (
+    BaseModel,
+    ConfigDict,
     Field,
     SecretStr,
     ValidationError,
@@ -32,6 +34,50 @@ def is_loopback(host: str) -> bool:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
         return False
+
+
+class SettingsView(BaseModel):
+    """The settings one part of the service reads, taken from ``Settings`` by field name:
+    each part gets its own typed view instead of a hand copy of the fields it needs."""
+
+    model_config = ConfigDict(frozen=True, from_attributes=True)
+
+
+class ControlSettings(SettingsView):
+    """What the control plane holds at most (REQCRYPT_MAX_*), checked before anything is
+    written, and the queue defaults of the volumes it builds."""
+
+    max_devices: int
+    max_volumes: int
+    max_device_bytes: int
+    max_total_device_bytes: int
+    max_table_lines: int
+    max_table_line_length: int
+    plug_window_us: int
+    suspend_wait_seconds: float
+
+
+class ClusterSettings(SettingsView):
+    """This process as one node of a cluster sharing the database (REQCRYPT_NODE_ID)."""
+
+    node_id: str
+    advertised_url: str
+    lease_seconds: float
+    renew_interval: float
+    cluster_data_path: Literal["redirect", "proxy"]
+
+
+class NbdSettings(SettingsView):
+    """The NBD listener (REQCRYPT_NBD_*): its port, a connection's bounds on requests in
+    flight and, off loopback, mutual TLS."""
+
+    host: str
+    nbd_port: int
+    nbd_max_in_flight: int
+    nbd_max_in_flight_bytes: int
+    nbd_tls_cert: Path | None
+    nbd_tls_key: Path | None
+    nbd_tls_ca: Path | None
 
 
 class Settings(BaseSettings):
@@ -84,7 +130,8 @@ class Settings(BaseSettings):
     max_volume_ios: int = Field(
         default=256,
         ge=1,
-        description="HTTP I/Os in flight on one volume; more are answered 503 with Retry-After",
+        description="I/Os in flight on one volume, HTTP and NBD alike; past it HTTP is "
+        "answered 503 with Retry-After and NBD requests wait",
     )
     body_timeout_seconds: float = Field(
         default=30.0,
@@ -117,6 +164,12 @@ class Settings(BaseSettings):
     plug_window_us: int = Field(default=50, ge=0, le=1_000_000)
     nbd_port: int | None = Field(
         default=None, ge=0, le=65535, description="serve exported volumes over NBD; unset: off"
+    )
+    nbd_max_in_flight: int = Field(
+        default=256, ge=1, description="requests one NBD connection may have in flight"
+    )
+    nbd_max_in_flight_bytes: int = Field(
+        default=64 << 20, ge=1, description="payload bytes one NBD connection may have in flight"
     )
     nbd_tls_cert: Path | None = Field(default=None, description="PEM server certificate chain")
     nbd_tls_key: Path | None = Field(default=None, description="PEM private key of nbd_tls_cert")
@@ -239,6 +292,20 @@ class Settings(BaseSettings):
                 "REQCRYPT_LEASE_RENEW_SECONDS must be shorter than REQCRYPT_LEASE_SECONDS"
             )
         return self
+
+    @property
+    def control(self) -> ControlSettings:
+        return ControlSettings.model_validate(self)
+
+    @property
+    def cluster(self) -> ClusterSettings | None:
+        """None: one node, no leases."""
+        return None if self.node_id is None else ClusterSettings.model_validate(self)
+
+    @property
+    def nbd(self) -> NbdSettings | None:
+        """None: no NBD listener."""
+        return None if self.nbd_port is None else NbdSettings.model_validate(self)
 
     @property
     def renew_interval(self) -> float:

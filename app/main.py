@@ -17,22 +17,25 @@ from sqlalchemy import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
 from app.api import docs, manual, problems
-from app.api.admission import VolumeAdmission
 from app.api.bodylimit import ControlBodyLimit
 from app.api.connections import BoundedHeadProtocol, bounded_head_protocol
-from app.api.executor import IoExecutor
-from app.api.ownership import CONNECT_SECONDS, OwnerRouting
+from app.api.ownership import OwnerRouting
 from app.api.routes import benchmarks, ceiling, data, devices, engines, health, volumes
 from app.api.schemas import Problem, TableIn
 from app.bench.jobs import BenchmarkJobs
 from app.cluster import ClusterNode
+from app.cluster.relay import CONNECT_SECONDS
+from app.cluster.serving import ServingSet
 from app.config import Settings, get_settings
-from app.control import Control, ControlLimits, Membership
+from app.control import Control
 from app.db import checks, keycheck, migrate
 from app.db.leases import Leases
 from app.db.queries import SqlRegistryStore
+from app.db.records import Records, master_key_unwraps, rewrap_keys
 from app.db.session import make_engine, make_sessionmaker
 from app.engine.registry import EngineRegistry
+from app.io.admission import VolumeAdmission
+from app.io.executor import IoExecutor
 from app.keyfiles import (
     MasterKeyError,
     admin_token_path,
@@ -51,7 +54,6 @@ from app.metrics import (
     VolumeCollector,
 )
 from app.nbd.server import NbdServer, make_tls_context
-from app.repository import Records, master_key_unwraps, rewrap_keys
 from app.state import State
 from app.storage.rbd import CephCluster
 from app.storage.registry import DeviceRegistry
@@ -71,22 +73,11 @@ in the data directory as `admin.token`. Errors are `application/problem+json`
 """
 
 
-def control_limits(settings: Settings) -> ControlLimits:
-    return ControlLimits(
-        max_devices=settings.max_devices,
-        max_volumes=settings.max_volumes,
-        max_device_bytes=settings.max_device_bytes,
-        max_total_device_bytes=settings.max_total_device_bytes,
-        max_table_lines=settings.max_table_lines,
-        max_table_line_length=settings.max_table_line_length,
-    )
-
-
 def forward_timeout(settings: Settings) -> httpx.Timeout:
     """A forwarded control call: connecting is quick or hopeless; the answer may take a
     draining suspend (``suspend_wait_seconds``) or a move (that, then up to two leases
     for the target to take over). The owner's heartbeat ends the wait much sooner when
-    the owner freezes or dies (``app.api.ownership``): this is only the backstop for an
+    the owner freezes or dies (``app.cluster.relay``): this is only the backstop for an
     owner that heartbeats yet never answers."""
     return httpx.Timeout(
         settings.suspend_wait_seconds + 2 * settings.lease_seconds + 30,
@@ -123,7 +114,7 @@ def open_master_key(settings: Settings, sessions: sessionmaker[Session]) -> byte
     return key
 
 
-def _migrated_engine(settings: Settings) -> Engine:
+def migrated_engine(settings: Settings) -> Engine:
     """The database engine once the server and schema are checked (``checks.DatabaseRefused``
     if not usable) and, unless ``migrate_on_start`` is off, migrated to head. Off, a
     database behind the code is served as it is and ``/readyz`` answers 503."""
@@ -144,7 +135,7 @@ def _migrated_engine(settings: Settings) -> Engine:
 def check_master_key(settings: Settings) -> None:
     """``serve``'s check before it binds a port: the database is usable, migrated, and the
     key fits."""
-    db_engine = _migrated_engine(settings)
+    db_engine = migrated_engine(settings)
     try:
         open_master_key(settings, make_sessionmaker(db_engine))
     finally:
@@ -162,7 +153,7 @@ def rotate_master_key(settings: Settings) -> int:
         raise MasterKeyError(
             "the master key comes from REQCRYPT_MASTER_KEY: rotate it where that variable is set"
         )
-    db_engine = _migrated_engine(settings)
+    db_engine = migrated_engine(settings)
     try:
         sessions = make_sessionmaker(db_engine)
         old_key = open_master_key(settings, sessions)
@@ -175,7 +166,7 @@ def rotate_master_key(settings: Settings) -> int:
 
 
 def build_state(settings: Settings, registry: CollectorRegistry) -> State:
-    db_engine = _migrated_engine(settings)
+    db_engine = migrated_engine(settings)
     admin_token: str | None = None
     if settings.auth == "enabled":
         admin_token, created = load_admin_token(settings)
@@ -190,34 +181,23 @@ def build_state(settings: Settings, registry: CollectorRegistry) -> State:
         raise
     engines = EngineRegistry(SqlRegistryStore(sessions), pacing=settings.pacing)
     engines.load()
-    membership = None
-    if settings.node_id is not None:
-        membership = Membership(settings.node_id, settings.advertised_url, settings.lease_seconds)
-    control = Control(
-        Records(sessions, master_key),
-        DeviceRegistry(
-            settings.devices_dir,
-            ceph_cluster(settings),
-            rbd_prefix=settings.rbd_image_prefix,
-            rbd_aio=settings.rbd_aio,
-        ),
-        engines,
-        plug_window_us=settings.plug_window_us,
-        suspend_wait_seconds=settings.suspend_wait_seconds,
-        limits=control_limits(settings),
-        membership=membership,
+    devices = DeviceRegistry(
+        settings.devices_dir,
+        ceph_cluster(settings),
+        rbd_prefix=settings.rbd_image_prefix,
+        rbd_aio=settings.rbd_aio,
     )
+    cluster_settings = settings.cluster
+    serving = None
+    if cluster_settings is not None:
+        leases = Leases(sessions, cluster_settings.node_id, cluster_settings.lease_seconds)
+        serving = ServingSet(leases, devices)
+    control = Control(Records(sessions, master_key), devices, engines, settings.control, serving)
     control.restore()
     registry.register(VolumeCollector(control))
     cluster = None
-    if membership is not None:
-        cluster = ClusterNode(
-            control,
-            Leases(sessions, membership.node, settings.lease_seconds),
-            url=membership.url,
-            lease_seconds=settings.lease_seconds,
-            renew_interval=settings.renew_interval,
-        )
+    if cluster_settings is not None and serving is not None:
+        cluster = ClusterNode(control, serving, cluster_settings)
         registry.register(ClusterCollector(cluster))
     benchmarks_runner = BenchmarkJobs(
         sessions,
@@ -244,15 +224,22 @@ def build_state(settings: Settings, registry: CollectorRegistry) -> State:
 
 
 async def start_nbd(state: State) -> NbdServer:
-    settings = state.settings
-    assert settings.nbd_port is not None
+    settings = state.settings.nbd
+    assert settings is not None
     tls = None
     if settings.nbd_tls_cert and settings.nbd_tls_key and settings.nbd_tls_ca:
         tls = make_tls_context(
             str(settings.nbd_tls_cert), str(settings.nbd_tls_key), str(settings.nbd_tls_ca)
         )
     server = NbdServer(
-        state.control, state.io_executor, host=settings.host, port=settings.nbd_port, tls=tls
+        state.control,
+        state.io_executor,
+        state.admission,
+        host=settings.host,
+        port=settings.nbd_port,
+        tls=tls,
+        max_in_flight=settings.nbd_max_in_flight,
+        max_in_flight_bytes=settings.nbd_max_in_flight_bytes,
     )
     await server.start()
     state.registry.register(NbdCollector(server))

@@ -208,7 +208,7 @@ class ClusterCollector(Collector):
 
     def collect(self) -> Iterator[Metric]:
         node = self.cluster.node
-        control = self.cluster.control
+        serving = self.cluster.serving
         now = time.monotonic()
         owned = GaugeMetricFamily(
             "reqcrypt_node_volumes_owned", "volumes this node serves under a lease", labels=["node"]
@@ -228,20 +228,19 @@ class ClusterCollector(Collector):
             "the lease's epoch (takeovers)",
             labels=["volume", "node"],
         )
-        holdings = dict(control.held)
+        holdings = sorted(dict(serving.held).values(), key=lambda holding: holding.volume.name)
         owned.add_metric([node], len(holdings))
-        pending.add_metric([node], len(self.cluster.pending))
-        for name, volume in sorted(control.volumes.items()):
-            holding = holdings.get(volume.uuid)
-            if holding is not None:
-                remaining.add_metric([name, node], max(0.0, holding.deadline - now))
-                epoch.add_metric([name, node], holding.lease.epoch)
+        pending.add_metric([node], len(serving.pending))
+        for holding in holdings:
+            name = holding.volume.name
+            remaining.add_metric([name, node], max(0.0, holding.deadline - now))
+            epoch.add_metric([name, node], holding.lease.epoch)
         ready = GaugeMetricFamily(
             "reqcrypt_node_ready",
             "1: placement may choose this node; 0: its Ceph client is blocklisted (reconnecting)",
             labels=["node"],
         )
-        ready.add_metric([node], 0 if self.cluster.fenced else 1)
+        ready.add_metric([node], 0 if self.cluster.blocklisted else 1)
         yield from (owned, pending, remaining, epoch, ready)
         stats = self.cluster.stats
         for key, help_text in (

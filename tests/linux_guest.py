@@ -1,6 +1,6 @@
 """A Linux guest under qemu for benchmarks that need a real kernel as the block client.
 
-It reuses what ``/work/shared/tools/dmcrypt-oracle`` caches (``setup`` there, as root): a
+It reuses what dmcrypt-oracle caches (its ``setup``, as root): a
 stock Debian kernel and an initramfs with a static busybox, GNU dd (``/usr/local/bin/gdd``,
 for ``iflag=direct``/``oflag=direct`` and its throughput line) and the virtio modules. We
 append a small cpio of our own holding ``/guest/init`` and the caller's shell script, and
@@ -22,8 +22,20 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-ORACLE = Path("/work/shared/tools/dmcrypt-oracle")
-CACHE = Path(os.environ.get("DMCRYPT_ORACLE_CACHE", "/root/.cache/dmcrypt-oracle"))
+REPO = Path(__file__).resolve().parents[1]
+ORACLE = (
+    Path(os.environ["DMCRYPT_ORACLE"]).parent
+    if os.environ.get("DMCRYPT_ORACLE")
+    else REPO.parent / "shared" / "tools" / "dmcrypt-oracle"
+)
+"""The oracle's directory: beside the repository (``../shared``), or where
+``DMCRYPT_ORACLE`` (its executable, as for scripts/make-kernel-fixtures) says."""
+CACHE = Path(
+    os.environ.get("DMCRYPT_ORACLE_CACHE")
+    or Path("~root").expanduser() / ".cache" / "dmcrypt-oracle"
+)
+"""Where the oracle's ``setup`` caches the kernel: the oracle's own default (under root's
+home: it runs as root), or ``DMCRYPT_ORACLE_CACHE`` as for the oracle."""
 SETUP_HINT = (
     f"the Linux guest needs qemu-system-x86_64 and dmcrypt-oracle's cached kernel and "
     f"initramfs in {CACHE}: run `sudo {ORACLE}/setup` (Debian packages qemu-system-x86, "

@@ -75,6 +75,7 @@ class Leases:
     def __init__(self, sessions: sessionmaker[Session], node: str, lease_seconds: float) -> None:
         self.sessions = sessions
         self.node = node
+        self.lease_seconds = lease_seconds
         self.span = timedelta(seconds=lease_seconds)
 
     def heartbeat(self, url: str, *, ready: bool = True) -> None:
@@ -183,6 +184,7 @@ class Leases:
         return texts
 
     def owner_of(self, name: str) -> Owner | None:
+        """Who owns volume ``name`` now (None: no such volume): the one owner lookup."""
         owners = self._owners(Volume.name == name)
         return owners[0] if owners else None
 

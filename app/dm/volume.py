@@ -8,9 +8,8 @@ half (byte ranges to bios to targets) is ``app.dm.datapath.DataPath``.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Literal
 
 from app.blk.limits import QueueLimits
 from app.blk.tuning import Tuning
@@ -38,7 +37,7 @@ from app.dm.targets import (
 from app.dm.timed import TimedDevice
 from app.engine.base import Engine
 from app.errors import InvalidInput, InvalidState, KeyNotSet
-from app.vocab import DEFAULT_QUEUE_DEPTH, SECTOR_SIZE, DispatchMode, ElevatorName
+from app.vocab import DEFAULT_QUEUE_DEPTH, SECTOR_SIZE, DispatchMode, ElevatorName, VolumeState
 
 DeviceResolver = Callable[[DeviceRef], BlockDevice]
 
@@ -62,6 +61,12 @@ def wipe_replaced_keys(old: Table, *kept_by: Table | None) -> None:
             params.key.wipe()
 
 
+def queue_depth(device_depths: Iterable[int]) -> int:
+    """A volume's tags: the fewest of any modelled device it maps (a device model's queue
+    depth bounds what may be in flight to it), the default when it maps none."""
+    return min(device_depths, default=DEFAULT_QUEUE_DEPTH)
+
+
 def missing_key(table: Table) -> int | None:
     """1-based index of the first crypt line whose key was wiped, if any."""
     for index, line in enumerate(table.lines, start=1):
@@ -79,7 +84,7 @@ def missing_key(table: Table) -> int | None:
 class VolumeInfo:
     name: str
     uuid: str
-    state: Literal["active", "suspended"]
+    state: VolumeState
     event_nr: int
     dispatch_mode: DispatchMode
     engine: str
@@ -286,8 +291,7 @@ class Volume(DataPath):
             for target in targets:
                 target.wipe()
             raise
-        depth = min(depths, default=DEFAULT_QUEUE_DEPTH)
-        return LiveMap(table, targets, table.logical_block_size, depth)
+        return LiveMap(table, targets, table.logical_block_size, queue_depth(depths))
 
     def _target(self, line: TableLine, resolve: DeviceResolver) -> Target:
         params = line.target

@@ -3,7 +3,8 @@
 The hardware numbers are ``app.engine.fit`` results rounded to four figures;
 ``tests/unit/engine/test_fit.py`` refits and fails if they drift. The
 ``software`` engine is measured, not modelled: its cost model only serves
-``predict_workload`` and holds the per-call and bulk figures of DESIGN.md.
+``predict_workload`` and holds figures measured on a 2-core EPYC: about 4.5 µs per
+OpenSSL call whatever the mode, and about 1.6 GB/s on the vectorized bulk path.
 """
 
 from __future__ import annotations

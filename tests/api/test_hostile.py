@@ -206,7 +206,6 @@ async def test_malformed_key_messages_are_refused_without_echoing_the_key(
         ("discard", {"offset": 512, "length": 2**70}),
         ("discard", {"offset": 2**63 - 512, "length": 2**63}),
         ("write-zeroes", {"offset": 1 << 20, "length": 512}),
-        ("write-zeroes", {"offset": 511, "length": 512}),
         ("write-zeroes", {"offset": 0, "length": 10**40}),
         ("write-zeroes", {"offset": 0.5, "length": 512}),
         ("write-zeroes", {"offset": "0", "length": 512}),

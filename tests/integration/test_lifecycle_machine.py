@@ -25,12 +25,11 @@ from app.config import Settings
 from app.control import Control
 from app.db import migrate
 from app.db.queries import SqlRegistryStore
+from app.db.records import Records
 from app.db.session import make_engine, make_sessionmaker
 from app.dm.table import format_table, parse_table
 from app.engine.registry import EngineRegistry
 from app.errors import AlreadyExists, InvalidInput, InvalidState, KeyNotSet, VolumeBusy
-from app.main import control_limits
-from app.repository import Records
 from app.storage.registry import DeviceRegistry
 from tests.conftest import POSTGRES_ADMIN_DSN
 
@@ -120,9 +119,7 @@ class Lifecycle(RuleBasedStateMachine):
             Records(sessions, MASTER),
             DeviceRegistry(self.data_dir / "devices"),
             EngineRegistry(SqlRegistryStore(sessions)),
-            plug_window_us=0,
-            suspend_wait_seconds=0.05,
-            limits=control_limits(Settings()),
+            Settings(plug_window_us=0, suspend_wait_seconds=0.05).control,
         )
         control.restore()
         return control

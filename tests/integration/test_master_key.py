@@ -16,15 +16,15 @@ import pytest
 from prometheus_client import CollectorRegistry
 from typer.testing import CliRunner
 
+import app.db.records
 import app.main
-import app.repository
 from app.cli import cli
 from app.config import Settings
 from app.db import keycheck, migrate
+from app.db.records import master_key_unwraps
 from app.db.session import make_engine, make_sessionmaker
 from app.keyfiles import MasterKeyError, data_dir_lock, key_check_value, pending_master_key_path
 from app.main import build_state, rotate_master_key
-from app.repository import master_key_unwraps
 from tests.conftest import ADMIN_TOKEN
 from tests.factories import CBC_KEY, XTS_KEY, xts_table
 from tests.integration.conftest import running, serve_refused
@@ -138,7 +138,7 @@ async def test_a_crash_inside_the_transaction_leaves_every_key_under_the_old_mas
 ) -> None:
     await populate(key_settings)
     old = key_file(key_settings)
-    real_wrap = app.repository.wrap_key
+    real_wrap = app.db.records.wrap_key
     calls = []
 
     def wrap_then_die(*args: object) -> bytes:
@@ -147,7 +147,7 @@ async def test_a_crash_inside_the_transaction_leaves_every_key_under_the_old_mas
             raise Crash
         return real_wrap(*args)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(app.repository, "wrap_key", wrap_then_die)
+    monkeypatch.setattr(app.db.records, "wrap_key", wrap_then_die)
     with pytest.raises(Crash):
         rotate_master_key(key_settings)
     monkeypatch.undo()
@@ -366,7 +366,7 @@ def test_serve_with_a_wrong_master_key_exits_with_one_line_and_binds_nothing(
 KILLED_ROTATION = textwrap.dedent(
     """
     import os, signal, sys
-    import app.main, app.repository
+    import app.main, app.db.records
 
     def die(*_):
         os.kill(os.getpid(), signal.SIGKILL)
@@ -375,7 +375,7 @@ KILLED_ROTATION = textwrap.dedent(
     if point == "before-transaction":
         app.main.rewrap_keys = die
     elif point == "inside-transaction":
-        real_wrap, calls = app.repository.wrap_key, []
+        real_wrap, calls = app.db.records.wrap_key, []
 
         def wrap(*args):
             calls.append(args)
@@ -383,7 +383,7 @@ KILLED_ROTATION = textwrap.dedent(
                 die()
             return real_wrap(*args)
 
-        app.repository.wrap_key = wrap
+        app.db.records.wrap_key = wrap
     elif point == "after-commit":
         app.main.commit_pending_master_key = die
     sys.argv = ["reqcrypt", "rotate-master-key"]

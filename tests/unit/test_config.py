@@ -89,3 +89,31 @@ def test_a_node_advertises_its_host_and_port_unless_told() -> None:
     assert told.advertised_url == "http://a.example:80"
     with pytest.raises(ValueError, match="LEASE_RENEW_SECONDS"):
         Settings(node_id="a", database_url=url, lease_seconds=2, lease_renew_seconds=3)
+
+
+def test_each_part_reads_its_settings_through_a_typed_view() -> None:
+    settings = Settings(max_volumes=3, plug_window_us=7, suspend_wait_seconds=0.5)
+    assert settings.control.max_volumes == 3
+    assert settings.control.plug_window_us == 7
+    assert settings.control.suspend_wait_seconds == 0.5
+
+
+def test_only_a_cluster_node_has_cluster_settings() -> None:
+    assert Settings().cluster is None
+    node = Settings(
+        node_id="a", database_url="postgresql://db/reqcrypt", lease_seconds=9, port=8001
+    ).cluster
+    assert node is not None
+    assert (node.node_id, node.advertised_url, node.lease_seconds, node.renew_interval) == (
+        "a",
+        "http://127.0.0.1:8001",
+        9,
+        3,
+    )
+
+
+def test_only_an_nbd_listener_has_nbd_settings() -> None:
+    assert Settings().nbd is None
+    nbd = Settings(nbd_port=10809).nbd
+    assert nbd is not None
+    assert (nbd.host, nbd.nbd_port, nbd.nbd_tls_ca) == ("127.0.0.1", 10809, None)

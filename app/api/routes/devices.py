@@ -25,7 +25,7 @@ def list_devices(control: ControlDep, _: RoleDep) -> list[DeviceOut]:
     """The devices present now: one deleted while the list is built (a benchmark's
     temporary device) is left out rather than failing the list."""
     devices = []
-    for name in sorted(control.device_sizes):
+    for name in control.device_names():
         try:
             devices.append(DeviceOut(**control.device_info(name)))
         except DeviceNotFound:

@@ -16,7 +16,6 @@ from pydantic import ValidationError
 from starlette.exceptions import HTTPException
 
 from app.api.deps import AdminDep, ControlDep, RoleDep, StateDep, admin_only
-from app.api.ownership import FORWARDED_BY
 from app.api.problems import responses
 from app.api.schemas import (
     MessageIn,
@@ -32,7 +31,8 @@ from app.api.schemas import (
     VolumeOut,
     VolumePatch,
 )
-from app.control import Control
+from app.cluster import ClusterNode
+from app.cluster.relay import FORWARDED_BY
 from app.db.leases import Owner
 from app.dm.table import DeviceRef, format_table
 from app.dm.volume import Volume, VolumeInfo
@@ -44,13 +44,13 @@ from app.vocab import SECTOR_SIZE, TABLE_PATTERN
 router = APIRouter(prefix="/v1/volumes", tags=["volumes"], responses=responses(401, 403))
 
 
-def owner_out(volume: Volume, control: Control) -> OwnerOut | None:
-    holding = control.held.get(volume.uuid)
-    if control.membership is None or holding is None:
+def owner_out(volume: Volume, cluster: ClusterNode | None) -> OwnerOut | None:
+    holding = None if cluster is None else cluster.serving.holding(volume.uuid)
+    if cluster is None or holding is None:
         return None
     return OwnerOut(
-        node=control.membership.node,
-        url=control.membership.url,
+        node=cluster.node,
+        url=cluster.url,
         lease_epoch=holding.lease.epoch,
         lease_expires_at=holding.lease.expires_at,
         lease_remaining_seconds=round(max(0.0, holding.deadline - time.monotonic()), 3),
@@ -78,6 +78,7 @@ def info_out(
     nbd_export: bool,
     nbd_connections: list[NbdConnectionOut],
     owner: OwnerOut | None,
+    suspend_wait_seconds: float,
 ) -> VolumeOut:
     tables: list[Any] = (["LIVE"] if info.has_live else []) + (
         ["INACTIVE"] if info.has_inactive else []
@@ -101,11 +102,12 @@ def info_out(
         logical_block_size=info.limits.logical_block_size,
         nbd_export=nbd_export,
         nbd_connections=nbd_connections,
+        suspend_wait_seconds=suspend_wait_seconds,
         owner=owner,
     )
 
 
-def volume_out(volume: Volume, control: Control, nbd: NbdServer | None = None) -> VolumeOut:
+def volume_out(volume: Volume, state: State, nbd: NbdServer | None = None) -> VolumeOut:
     info = volume.info()
     targets = [
         TargetOut(
@@ -119,14 +121,15 @@ def volume_out(volume: Volume, control: Control, nbd: NbdServer | None = None) -
     return info_out(
         info,
         targets,
-        open_count=control.stacking.open_count(info.name),
+        open_count=state.control.stacking.open_count(info.name),
         nbd_export=volume.nbd_export,
         nbd_connections=[
             NbdConnectionOut(**connection) for connection in nbd.connections_of(volume)
         ]
         if nbd is not None
         else [],
-        owner=owner_out(volume, control),
+        owner=owner_out(volume, state.cluster),
+        suspend_wait_seconds=state.settings.suspend_wait_seconds,
     )
 
 
@@ -138,12 +141,12 @@ def cluster_volumes(state: State) -> list[VolumeOut]:
     assert state.cluster is not None
     control = state.control
     owners = state.cluster.leases.owners()
-    recorded = control.recorded_volumes()
+    recorded = control.recorded.all()
     listed = []
     for record in recorded:
         volume = control.volumes.get(record.info.name)
-        if volume is not None and volume.uuid in control.held:
-            listed.append(volume_out(volume, control, state.nbd))
+        if volume is not None and state.cluster.serving.serves(volume.uuid):
+            listed.append(volume_out(volume, state, state.nbd))
             continue
         mapper = DeviceRef("volume", record.info.name, "").key
         listed.append(
@@ -157,6 +160,7 @@ def cluster_volumes(state: State) -> list[VolumeOut]:
                 nbd_export=record.nbd_export,
                 nbd_connections=[],
                 owner=recorded_owner_out(owners.get(record.info.uuid)),
+                suspend_wait_seconds=state.settings.suspend_wait_seconds,
             )
         )
     return listed
@@ -187,11 +191,11 @@ async def table_text(request: Request) -> str:
 
 
 @router.post("", status_code=201, response_model=VolumeOut, responses=responses(404, 409, 422))
-def create_volume(body: VolumeCreate, control: ControlDep, _: AdminDep) -> VolumeOut:
-    volume = control.create_volume(
+def create_volume(body: VolumeCreate, state: StateDep, _: AdminDep) -> VolumeOut:
+    volume = state.control.create_volume(
         body.name, body.table, engine=body.engine, tuning=body.tuning(), nbd_export=body.nbd_export
     )
-    return volume_out(volume, control)
+    return volume_out(volume, state)
 
 
 @router.get("", response_model=list[VolumeOut])
@@ -205,21 +209,21 @@ def list_volumes(state: StateDep, _: RoleDep) -> list[VolumeOut]:
     for name in sorted(control.volumes):
         volume = control.volumes.get(name)
         if volume is not None:
-            listed.append(volume_out(volume, control))
+            listed.append(volume_out(volume, state))
     return listed
 
 
 @router.get("/{name}", response_model=VolumeOut, responses=responses(404))
 def get_volume(name: str, state: StateDep, _: RoleDep) -> VolumeOut:
-    return volume_out(state.control.volume(name), state.control, state.nbd)
+    return volume_out(state.control.volume(name), state, state.nbd)
 
 
 @router.patch("/{name}", response_model=VolumeOut, responses=responses(404, 422))
-def patch_volume(name: str, body: VolumePatch, control: ControlDep, _: AdminDep) -> VolumeOut:
-    control.retune(name, engine=body.engine, patch=body.patch())
+def patch_volume(name: str, body: VolumePatch, state: StateDep, _: AdminDep) -> VolumeOut:
+    state.control.retune(name, engine=body.engine, patch=body.patch())
     if body.nbd_export is not None:
-        control.set_nbd_export(name, body.nbd_export)
-    return volume_out(control.volume(name), control)
+        state.control.set_nbd_export(name, body.nbd_export)
+    return volume_out(state.control.volume(name), state)
 
 
 @router.delete("/{name}", status_code=204, responses=responses(404, 409))
@@ -277,16 +281,16 @@ def clear_table(name: str, control: ControlDep, _: AdminDep) -> Response:
 
 @router.post("/{name}/suspend", response_model=VolumeOut, responses=responses(404, 503))
 def suspend_volume(
-    name: str, control: ControlDep, _: AdminDep, body: SuspendIn | None = None
+    name: str, state: StateDep, _: AdminDep, body: SuspendIn | None = None
 ) -> VolumeOut:
-    control.suspend(name, noflush=body.noflush if body else False)
-    return volume_out(control.volume(name), control)
+    state.control.suspend(name, noflush=body.noflush if body else False)
+    return volume_out(state.control.volume(name), state)
 
 
 @router.post("/{name}/resume", response_model=VolumeOut, responses=responses(404, 409))
-def resume_volume(name: str, control: ControlDep, _: AdminDep) -> VolumeOut:
-    control.resume(name)
-    return volume_out(control.volume(name), control)
+def resume_volume(name: str, state: StateDep, _: AdminDep) -> VolumeOut:
+    state.control.resume(name)
+    return volume_out(state.control.volume(name), state)
 
 
 @router.post("/{name}/message", status_code=204, responses=responses(404, 409, 422))
@@ -296,9 +300,9 @@ def message_volume(name: str, body: MessageIn, control: ControlDep, _: AdminDep)
 
 
 @router.post("/{name}/rename", response_model=VolumeOut, responses=responses(404, 409, 422))
-def rename_volume(name: str, body: RenameIn, control: ControlDep, _: AdminDep) -> VolumeOut:
-    control.rename(name, body.new_name)
-    return volume_out(control.volume(body.new_name), control)
+def rename_volume(name: str, body: RenameIn, state: StateDep, _: AdminDep) -> VolumeOut:
+    state.control.rename(name, body.new_name)
+    return volume_out(state.control.volume(body.new_name), state)
 
 
 @router.post("/{name}/move", response_model=VolumeOut, responses=responses(404, 409, 422, 503))
@@ -312,7 +316,7 @@ def move_volume(name: str, body: MoveIn, request: Request, state: StateDep, _: A
         raise InvalidState("move needs a cluster: this node runs without REQCRYPT_NODE_ID")
     target = next((n for n in state.cluster.live_nodes() if n.node == body.node), None)
     if not state.cluster.move(name, body.node) or target is None:
-        return volume_out(state.control.volume(name), state.control, state.nbd)
+        return volume_out(state.control.volume(name), state, state.nbd)
     return wait_served(target.url, name, request.headers.get("authorization"), state)
 
 

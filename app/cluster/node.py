@@ -1,4 +1,5 @@
-"""One node of a cluster: several ``reqcrypt serve`` sharing PostgreSQL and the devices.
+"""The lease loop of one cluster node: several ``reqcrypt serve`` sharing PostgreSQL and
+the devices.
 
 Each volume is served by exactly one node, the holder of its lease
 (``app.db.leases``). A background thread ticks every ``renew_interval``
@@ -6,7 +7,7 @@ Each volume is served by exactly one node, the holder of its lease
 
 1. heartbeats (the ``nodes`` row other nodes place volumes and redirect by);
 2. renews every lease it holds in one statement; a volume whose lease was not
-   renewed is dropped at once without writing (``Control.renewed``), and every
+   renewed is dropped at once without writing (``ServingSet.renewed``), and every
    I/O on a volume is refused past the local deadline of its last renewal even
    if this thread is late (``DataPath.lease_deadline``) — a node frozen past its
    lease therefore never writes again for it;
@@ -16,17 +17,15 @@ Each volume is served by exactly one node, the holder of its lease
    previous owner) keeps the lease *pending*: renewed, retried every tick, the
    volume unserved (503) until the old owner notices and lets go.
 
-A stacked volume (its table maps ``/dev/mapper/<lower>``) can only be served by
-the node serving its lower volume, so a *stack* (``StackingGraph.stack_of``) lives
-on one node: a scan takes free leases bottom-up, adopting an upper volume right
-after its lower, and never takes an upper whose lower this node does not serve (it
-waits for the node that takes the lower); a move hands over the whole stack; a
-clean stop drops top-down.
+A whole stack lives on one node (``app.cluster.placement``): a scan takes free
+leases bottom-up, adopting an upper volume right after its lower, and never takes an
+upper whose lower this node does not serve (it waits for the node that takes the
+lower); a move hands over the whole stack; a clean stop drops top-down.
 
 A node whose Ceph client was blocklisted (another node broke one of its image
 locks; it learns so at the first I/O the OSDs refuse, or at ``/readyz``) can write
-to no image through that connection. Its next tick *fences* it: every volume
-mapping an RBD device is fenced and its lease released at once (the other nodes
+to no image through that connection. Its next tick gives up every volume
+mapping an RBD device: its I/O stops and its lease is released at once (the other nodes
 take them within a tick; nothing is flushed — nothing could be), the heartbeat
 says not ready (no placement, no move here) and the scan skips RBD volumes. A
 thread of its own drops those volumes, then opens a new Ceph connection (a new
@@ -49,10 +48,13 @@ import threading
 import time
 from dataclasses import dataclass
 
+from app.cluster.placement import Claimable, least_loaded, takeover_order
+from app.cluster.serving import ServingSet
+from app.config import ClusterSettings
 from app.control import Control
-from app.db.leases import Lease, Leases, NodeLoad
-from app.dm.stacking import stacking_order
-from app.dm.table import Table, parse_table
+from app.db.leases import Lease, NodeLoad
+from app.dm.table import parse_table
+from app.dm.volume import Volume
 from app.errors import DeviceClaimed, InvalidInput, ReqcryptError
 
 log = logging.getLogger("reqcrypt.cluster")
@@ -74,25 +76,14 @@ class ClusterStats:
 
 
 class ClusterNode:
-    def __init__(
-        self,
-        control: Control,
-        leases: Leases,
-        *,
-        url: str,
-        lease_seconds: float,
-        renew_interval: float,
-    ) -> None:
+    def __init__(self, control: Control, serving: ServingSet, settings: ClusterSettings) -> None:
         self.control = control
-        self.leases = leases
-        self.node = leases.node
-        self.url = url
-        self.lease_seconds = lease_seconds
-        self.renew_interval = renew_interval
-        self.pending: dict[str, Lease] = {}
-        """uuid: leases taken whose devices a live previous holder still claims."""
-        self.leaving: set[str] = set()
-        """uuid: volumes being moved away (dropped here, not yet handed over)."""
+        self.serving = serving
+        self.leases = serving.leases
+        self.node = serving.node
+        self.url = settings.advertised_url
+        self.lease_seconds = settings.lease_seconds
+        self.renew_interval = settings.renew_interval
         self.stats = ClusterStats()
         self.last_heartbeat: float | None = None
         self.announced_ready = False
@@ -101,9 +92,6 @@ class ClusterNode:
         self._thread: threading.Thread | None = None
         self._tick_lock = threading.Lock()
         self._reconnecting: threading.Thread | None = None
-        self.released: dict[str, float] = {}
-        """uuid: until when (``time.monotonic()``) this node leaves a lease it released
-        when fenced to the other nodes."""
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -124,16 +112,16 @@ class ClusterNode:
         except Exception:
             log.exception("could not mark this node as stopping")
         with self._tick_lock:
-            for name in reversed(self.control.stacking.bottom_up()):
+            for name in reversed(self.control.bottom_up()):
                 try:
-                    lease = self.control.drop(name, graceful=True)
+                    lease = self.drop(name, graceful=True)
                     if lease is not None:
                         self.leases.release(lease.uuid, lease.epoch)
                 except Exception:
                     log.exception("could not hand volume %s back cleanly", name)
-            for lease in self.pending.values():
+            for lease in self.serving.pending.values():
                 self.leases.release(lease.uuid, lease.epoch)
-            self.pending.clear()
+            self.serving.pending.clear()
 
     def _run(self) -> None:
         while not self._stop.wait(self.renew_interval):
@@ -143,49 +131,57 @@ class ClusterNode:
                 self.stats.tick_failures += 1
                 log.exception("lease tick failed")
 
+    def drop(self, name: str, *, graceful: bool) -> Lease | None:
+        """Stop serving a volume (``Control.stop_serving``); returns the lease it held
+        (None: already lost)."""
+        holding = self.serving.holding(self.control.volume(name).uuid)
+        self.control.stop_serving(name, graceful=graceful)
+        return None if holding is None else holding.lease
+
     # ------------------------------------------------------------------ tick
 
     @property
-    def fenced(self) -> bool:
+    def blocklisted(self) -> bool:
         """The Ceph client is blocklisted and not yet replaced: RBD devices are unusable."""
-        ceph = self.control.devices.ceph
-        return ceph is not None and ceph.blocklisted
+        return self.control.catalog.ceph_blocklisted()
 
     def tick(self) -> None:
         with self._tick_lock:
             started = time.monotonic()
-            fenced = self.fenced
-            self.leases.heartbeat(self.url, ready=not fenced)
+            blocklisted = self.blocklisted
+            self.leases.heartbeat(self.url, ready=not blocklisted)
             self.last_heartbeat = started
-            self.announced_ready = not fenced
-            if fenced:
+            self.announced_ready = not blocklisted
+            if blocklisted:
                 self._give_up_rbd()
             self._renew(started)
-            self._take(started, rbd=not fenced)
+            self._take(started, rbd=not blocklisted)
 
     def _give_up_rbd(self) -> None:
         """Release the leases of every volume on an RBD device now, and reconnect (in a
         thread: the drops wait for the control lock) unless that is under way."""
         if self._reconnecting is not None and self._reconnecting.is_alive():
             return
-        dropped = self.control.fence_rbd()
-        for name, lease in dropped:
+        catalog = self.control.catalog
+        given_up = self.control.reaching(catalog.on_rbd(catalog.names()))
+        for volume in given_up:
+            lease = self.serving.let_go(volume)
             if lease is not None:
                 self.leases.release(lease.uuid, lease.epoch)
-                self.released[lease.uuid] = time.monotonic() + self.lease_seconds
+                self.serving.released[lease.uuid] = time.monotonic() + self.lease_seconds
                 self.stats.rbd_fenced += 1
-                log.warning("volume %s: Ceph client blocklisted; lease released", name)
+                log.warning("volume %s: Ceph client blocklisted; lease released", volume.name)
         self._reconnecting = threading.Thread(
             target=self._reconnect,
-            args=([name for name, _ in dropped],),
+            args=(given_up,),
             name="reqcrypt-reconnect",
             daemon=True,
         )
         self._reconnecting.start()
 
-    def _reconnect(self, names: list[str]) -> None:
-        for name in names:
-            self._drop_lost(name)
+    def _reconnect(self, volumes: list[Volume]) -> None:
+        for volume in volumes:
+            self._drop_lost(volume.name)
         try:
             self.control.reconnect_ceph()
         except ReqcryptError as error:
@@ -198,12 +194,9 @@ class ClusterNode:
         log.info("new Ceph connection: RBD volumes may be taken again")
 
     def _renew(self, started: float) -> None:
-        held = {uuid: holding.lease.epoch for uuid, holding in self.control.held.items()}
-        held.update({uuid: lease.epoch for uuid, lease in self.pending.items()})
-        renewed = self.leases.renew(held)
-        deadline = started + self.lease_seconds
-        lost = self.control.renewed(held, renewed, deadline)
-        self.pending = {uuid: renewed[uuid] for uuid in self.pending if uuid in renewed}
+        asked = self.serving.asked()
+        renewed = self.leases.renew(asked)
+        lost = self.serving.renewed(asked, renewed, started + self.lease_seconds)
         for volume in lost:
             self.stats.leases_lost += 1
             log.warning("lost the lease on volume %s: fenced, dropping it", volume.name)
@@ -214,79 +207,69 @@ class ClusterNode:
 
     def _drop_lost(self, name: str) -> None:
         with contextlib.suppress(ReqcryptError):  # already gone (removed meanwhile)
-            self.control.drop(name, graceful=False)
+            self.control.stop_serving(name, graceful=False)
 
     def _take(self, started: float, *, rbd: bool) -> None:
         """Adopt under the control lock, and only when it is free: a lifecycle call holding
         it for seconds delays a takeover by a tick, never the next renewal. Without
-        ``rbd`` (fenced), volumes on RBD devices are left to the other nodes."""
+        ``rbd`` (blocklisted), volumes on RBD devices are left to the other nodes."""
         with self.control.lock_unless_busy() as locked:
             if locked:
                 self._take_locked(started + self.lease_seconds, rbd=rbd)
 
     def _take_locked(self, deadline: float, *, rbd: bool) -> None:
+        serving = self.serving
         now = time.monotonic()
-        self.released = {uuid: until for uuid, until in self.released.items() if until > now}
-        for uuid, name, lowers, handed in self._claimable_bottom_up():
-            if not lowers <= self.control.volumes.keys():
+        serving.released = {uuid: until for uuid, until in serving.released.items() if until > now}
+        for claim in self._claimable_bottom_up():
+            uuid, name = claim.uuid, claim.name
+            if not all(self.control.serves(lower) for lower in claim.lowers):
                 continue  # its lower volume is pending here: not before it is served
-            if uuid in self.released and not handed:  # a move to this node is taken at once
+            if uuid in serving.released and not claim.handed:  # a move here is taken at once
                 continue
-            if not rbd and uuid not in self.pending and self.control.maps_rbd(uuid):
+            if (
+                not rbd
+                and uuid not in serving.pending
+                and self.control.catalog.on_rbd(self.control.recorded_devices(uuid))
+            ):
                 continue
-            lease = self.pending.get(uuid)
+            lease = serving.pending.get(uuid)
             if lease is None:
                 lease = self.leases.take(uuid)
                 if lease is None:
                     continue  # another node was quicker
                 self.stats.takeovers += 1
             try:
-                self.control.adopt(lease, deadline, take_over=True)
+                volume = self.control.adopt(uuid, take_over=True)
             except DeviceClaimed:
                 self.stats.claims_blocked += 1
-                if uuid not in self.pending:
+                if uuid not in serving.pending:
                     log.warning("volume %s: lease taken, its device still claimed; retrying", name)
-                self.pending[uuid] = lease
+                serving.pending[uuid] = lease
                 continue
             except ReqcryptError as error:
                 log.warning("volume %s: cannot adopt (%s); lease released", name, error.detail)
-                self.pending.pop(uuid, None)
+                serving.pending.pop(uuid, None)
                 self.leases.release(uuid, lease.epoch)
                 continue
-            self.pending.pop(uuid, None)
+            serving.hold(volume, lease, deadline)
+            serving.pending.pop(uuid, None)
             log.info("volume %s: serving (epoch %d)", name, lease.epoch)
 
-    def _claimable_bottom_up(self) -> list[tuple[str, str, set[str], bool]]:
-        """The leases to take now (uuid, name, the volumes its tables map, handed to us),
-        each after the volumes it maps, leaving out a stacked volume whose lower volume
-        this node neither serves nor takes first."""
-        handed: dict[str, bool] = {}
-        claimable = {}
-        for uuid, name, mine in self.leases.claimable():
-            if uuid not in self.control.held and uuid not in self.leaving:
-                claimable[uuid] = name
-                handed[uuid] = mine
+    def _claimable_bottom_up(self) -> list[Claimable]:
+        claimable = {
+            uuid: (name, handed)
+            for uuid, name, handed in self.leases.claimable()
+            if not self.serving.serves(uuid) and uuid not in self.serving.leaving
+        }
         if not claimable:
             return []
         texts = self.leases.tables_of(list(claimable))
-        tables: dict[str, list[Table]] = {name: [] for name in self.control.volumes}
-        uuids = {}
-        for uuid, name in claimable.items():
-            tables[name] = [parse_table(text) for text in texts[uuid]]
-            uuids[name] = uuid
-        order, stranded = stacking_order(tables)
+        tables = {uuid: [parse_table(text) for text in texts[uuid]] for uuid in claimable}
+        order, stranded = takeover_order(claimable, tables, self.control.served())
         if stranded:
             log.debug("waiting for the lower volumes of %s", ", ".join(stranded))
-        return [
-            (
-                uuids[name],
-                name,
-                set().union(*(table.volume_names() for table in tables[name])),
-                handed[uuids[name]],
-            )
-            for name in order
-            if name in uuids
-        ]
+        return order
 
     # ------------------------------------------------------------------ placement
 
@@ -294,9 +277,8 @@ class ClusterNode:
         return self.leases.live_nodes()
 
     def place(self) -> NodeLoad | None:
-        """The live and ready node owning the fewest volumes (ties: by name); None: none."""
-        nodes = self.live_nodes()
-        return min(nodes, key=lambda node: (node.volumes, node.node), default=None)
+        """The live and ready node owning the fewest volumes; None: none."""
+        return least_loaded(self.live_nodes())
 
     def move(self, name: str, target: str) -> bool:
         """Hand a volume this node serves to ``target`` with its whole stack: drain, flush
@@ -308,17 +290,17 @@ class ClusterNode:
         if target not in {node.node for node in self.live_nodes()}:
             raise InvalidInput(f"node {target} is not a live node of the cluster")
         self.control.volume(name)
-        stack = self.control.stacking.stack_of(name)
+        stack = self.control.stack_of(name)
         uuids = {self.control.volume(member).uuid for member in stack}
-        self.leaving.update(uuids)  # still ours in SQL until handed over: do not take back
+        self.serving.leaving.update(uuids)  # still ours in SQL until handed over: not taken back
         try:
-            leases = {member: self.control.drop(member, graceful=True) for member in stack[::-1]}
+            leases = {member: self.drop(member, graceful=True) for member in stack[::-1]}
             for member in stack:  # lower volumes first: the target adopts them bottom-up
                 lease = leases[member]
                 if lease is None or not self.leases.hand_over(lease.uuid, lease.epoch, target):
                     log.warning("volume %s: lease expired during the move; it fails over", member)
         finally:
-            self.leaving.difference_update(uuids)
+            self.serving.leaving.difference_update(uuids)
         return True
 
     def heartbeat_age(self) -> float | None:

@@ -4,26 +4,16 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy import Engine
 
 from app.blk.tuning import TuningPatch
-from app.config import Settings
 from app.control import Control
-from app.db import migrate
-from app.db.queries import SqlRegistryStore
-from app.db.session import make_engine, make_sessionmaker
+from app.db.records import Records, RecordsTx
 from app.dm.table import format_table
-from app.engine.registry import EngineRegistry
-from app.main import control_limits
-from app.repository import Records, RecordsTx
-from app.storage.registry import DeviceRegistry
 
 KEY = bytes(range(64)).hex()
-MASTER = bytes(32)
 
 
 class CommitFails(Records):
@@ -39,32 +29,9 @@ class CommitFails(Records):
                 raise ConnectionError("the database went away at commit")
 
 
-@pytest.fixture
-def db(tmp_path: Path) -> Iterator[Engine]:
-    url = f"sqlite:///{tmp_path / 'control.db'}"
-    migrate.upgrade(url)
-    engine = make_engine(url)
-    yield engine
-    engine.dispose()
-
-
-def make_control(db: Engine, data_dir: Path) -> Control:
-    sessions = make_sessionmaker(db)
-    control = Control(
-        CommitFails(sessions, MASTER),
-        DeviceRegistry(data_dir / "devices"),
-        EngineRegistry(SqlRegistryStore(sessions)),
-        plug_window_us=0,
-        suspend_wait_seconds=0.05,
-        limits=control_limits(Settings()),
-    )
-    control.restore()
-    return control
-
-
 def snapshot(control: Control) -> dict[str, Any]:
     return {
-        "devices": sorted(control.device_sizes),
+        "devices": control.device_names(),
         "volumes": {
             name: (
                 volume.name,
@@ -96,9 +63,9 @@ OPERATIONS: dict[str, Callable[[Control], object]] = {
 
 @pytest.mark.parametrize("operation", sorted(OPERATIONS))
 def test_a_failed_commit_leaves_memory_and_sql_as_they_were(
-    operation: str, db: Engine, tmp_path: Path
+    operation: str, make_control: Callable[..., Control]
 ) -> None:
-    control = make_control(db, tmp_path)
+    control = make_control(CommitFails)
     control.create_device("pv", 1 << 20, None)
     control.create_device("unused", 1 << 20, None)
     control.create_volume("lower", f"0 2048 crypt aes-xts-plain64 {KEY} 0 pv 0")
@@ -114,4 +81,4 @@ def test_a_failed_commit_leaves_memory_and_sql_as_they_were(
         OPERATIONS[operation](control)
     assert snapshot(control) == before
     control.close()
-    assert snapshot(make_control(db, tmp_path)) == before
+    assert snapshot(make_control()) == before

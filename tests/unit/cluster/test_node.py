@@ -11,17 +11,18 @@ import pytest
 from sqlalchemy import select
 
 from app.cluster import ClusterNode
+from app.cluster.serving import ServingSet
 from app.config import Settings
-from app.control import Control, Membership
+from app.control import Control
+from app.control.catalog import CatalogedDevice
 from app.db import migrate
 from app.db.leases import Leases
 from app.db.models import Volume
 from app.db.queries import SqlRegistryStore
+from app.db.records import Records
 from app.db.session import make_engine, make_sessionmaker
 from app.engine.registry import EngineRegistry
 from app.errors import Unavailable
-from app.main import control_limits
-from app.repository import Records
 from app.storage.registry import DeviceRegistry, Placement
 from tests.factories import xts_table
 
@@ -58,23 +59,30 @@ def node(postgres_url: str, tmp_path: Path) -> Iterator[tuple[ClusterNode, Any]]
     ceph = UnreachableCeph()
     devices = DeviceRegistry(tmp_path / "devices")
     devices.ceph = ceph  # type: ignore[assignment]
+    settings = Settings(
+        database_url=postgres_url,
+        node_id="a",
+        node_url="http://a",
+        lease_seconds=LEASE,
+        lease_renew_seconds=1,
+        plug_window_us=0,
+        suspend_wait_seconds=0.5,
+    )
+    serving = ServingSet(Leases(sessions, "a", LEASE), devices)
     control = Control(
         Records(sessions, bytes(32)),
         devices,
         EngineRegistry(SqlRegistryStore(sessions)),
-        plug_window_us=0,
-        suspend_wait_seconds=0.5,
-        limits=control_limits(Settings()),
-        membership=Membership("a", "http://a", LEASE),
+        settings.control,
+        serving,
     )
     for device in ("pf", "pr"):
         control.create_device(device, SIZE, None)
-    control.device_placements["pr"] = Placement("rbd", "rbd", "reqcrypt-pr")
+    control.catalog.add(CatalogedDevice("pr", SIZE, None, Placement("rbd", "rbd", "reqcrypt-pr")))
     control.create_volume("f", xts_table("pf", SIZE // 512))
     control.create_volume("r", xts_table("pr", SIZE // 512))
-    cluster = ClusterNode(
-        control, Leases(sessions, "a", LEASE), url="http://a", lease_seconds=LEASE, renew_interval=1
-    )
+    assert settings.cluster is not None
+    cluster = ClusterNode(control, serving, settings.cluster)
     cluster.tick()
     yield cluster, ceph
     control.close()
@@ -96,7 +104,7 @@ def test_a_blocklisted_node_releases_its_rbd_volumes_and_keeps_its_file_volumes(
     assert owners(cluster) == {"f": "a", "r": None}  # r free for another node at once
     assert cluster._reconnecting is not None
     cluster._reconnecting.join(timeout=30)
-    assert sorted(cluster.control.volumes) == ["f"]
+    assert sorted(cluster.control.served()) == ["f"]
     assert ceph.attempts == 1
 
 
@@ -109,7 +117,7 @@ def test_a_fenced_node_is_no_placement_target_and_takes_no_rbd_volume(
     cluster.tick()
     assert cluster._reconnecting is not None
     cluster._reconnecting.join(timeout=30)
-    cluster.released.clear()  # past the lease it leaves r to the others: still fenced
+    cluster.serving.released.clear()  # past the lease it leaves r to the others: still fenced
     cluster.tick()  # r is free, and this node could take it: it must not
     assert cluster.live_nodes() == []
     assert cluster.place() is None

@@ -25,11 +25,9 @@ from app.blk.tuning import Tuning
 from app.crypto.keys import KeyUnwrapError, unwrap_key, wrap_key
 from app.db import keycheck, leases, models
 from app.dm.table import CryptParams, Table, format_table, parse_table
-from app.errors import VolumeNotFound
+from app.vocab import StoreKind, VolumeState
 
 Slot = Literal["live", "inactive"]
-Lease = leases.Lease
-VolumeState = Literal["active", "suspended"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,7 +35,7 @@ class StoredDevice:
     name: str
     size_bytes: int
     model: str | None
-    store: Literal["file", "rbd"] = "file"
+    store: StoreKind = "file"
     pool: str | None = None
     image: str | None = None
 
@@ -253,16 +251,6 @@ class RecordsTx:
 
     def set_nbd_export(self, name: str, nbd_export: bool) -> None:
         self._volume_row(name).nbd_export = nbd_export
-
-    def owner_node(self, name: str) -> str | None:
-        """The node holding volume ``name``'s lease (None: none); VolumeNotFound if none
-        such exists."""
-        row = self.session.execute(
-            select(models.Volume.owner_node).where(models.Volume.name == name)
-        ).one_or_none()
-        if row is None:
-            raise VolumeNotFound(f"volume {name} not found")
-        return row[0]
 
     def hold_lease(self, uuid: str, node: str, epoch: int) -> bool:
         return leases.hold(self.session, uuid, node, epoch)
