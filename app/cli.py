@@ -183,8 +183,9 @@ def serve(
     """Migrate the database (unless REQCRYPT_MIGRATE_ON_START=false) and serve the API."""
     import uvicorn
 
+    from app.db.checks import DatabaseRefused
     from app.keyfiles import MasterKeyError, ServiceRunning, admin_token_path, data_dir_lock
-    from app.main import check_master_key, create_app
+    from app.main import check_master_key, create_app, http_protocol
 
     if workers != 1:
         raise typer.BadParameter(
@@ -211,8 +212,9 @@ def serve(
                 log_level=settings.log_level,
                 proxy_headers=False,
                 timeout_keep_alive=settings.keep_alive_seconds,
+                http=http_protocol(settings),
             )
-    except (MasterKeyError, ServiceRunning) as error:
+    except (DatabaseRefused, MasterKeyError, ServiceRunning) as error:
         typer.echo(f"reqcrypt: {error}", err=True)
         raise typer.Exit(1) from None
 
@@ -223,6 +225,7 @@ def rotate_master_key() -> None:
 
     Crash-safe: an interrupted rotation is finished or undone at the next start.
     """
+    from app.db.checks import DatabaseRefused
     from app.keyfiles import MasterKeyError, ServiceRunning, data_dir_lock
     from app.main import rotate_master_key as rotate
 
@@ -230,7 +233,7 @@ def rotate_master_key() -> None:
     try:
         with data_dir_lock(settings, exclusive=True):
             count = rotate(settings)
-    except (MasterKeyError, ServiceRunning) as error:
+    except (DatabaseRefused, MasterKeyError, ServiceRunning) as error:
         typer.echo(f"reqcrypt: {error}", err=True)
         raise typer.Exit(1) from None
     typer.echo(
@@ -247,9 +250,15 @@ def migrate(
 ) -> None:
     """Upgrade the database to REVISION (default: head)."""
     from app.db import migrate as migrations
+    from app.db.checks import DatabaseRefused, check_server
 
     settings = load_settings()
     settings.data_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        check_server(settings.resolved_database_url)
+    except DatabaseRefused as error:
+        typer.echo(f"reqcrypt: {error}", err=True)
+        raise typer.Exit(1) from None
     migrations.upgrade(settings.resolved_database_url, revision)
     typer.echo(f"reqcrypt: database at {revision}")
 

@@ -164,6 +164,13 @@ class Settings(BaseSettings):
     keep_alive_seconds: int = Field(
         default=5, ge=1, description="an idle keep-alive connection closes after this long"
     )
+    head_timeout_seconds: float = Field(
+        default=10.0,
+        gt=0,
+        le=3600,
+        description="a request's line and headers must arrive within this long of the "
+        "connection or of their first byte (else 408; a connection that sent nothing closes)",
+    )
     suspend_wait_seconds: float = Field(default=30.0, ge=0)
     plug_window_us: int = Field(default=50, ge=0, le=1_000_000)
     nbd_port: int | None = Field(

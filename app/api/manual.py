@@ -58,6 +58,25 @@ CONTENT_RANGE = header(
 )
 
 
+RETRY_AFTER = {
+    "Retry-After": {"description": "seconds to wait before retrying", "schema": {"type": "integer"}}
+}
+WAIT = {
+    "description": "I/O to a suspended volume waits for its resume up to "
+    "REQCRYPT_SUSPEND_WAIT_SECONDS (default 30 s) before this answer, with Retry-After: "
+    "that wait in seconds (at least 1). Also at once, with Retry-After: 1, when "
+    "REQCRYPT_MAX_VOLUME_IOS I/Os are in flight on the volume, or when a cluster's owner "
+    "of the volume cannot be reached. Set a client timeout above the suspend wait.",
+    "headers": RETRY_AFTER,
+}
+STALE = "If-Match names another ETag than the volume's current one: it changed since"
+OUTSIDE = (
+    "the range lies outside the volume; Content-Range: bytes */SIZE gives its size "
+    "(a property of the volume, not of the request)"
+)
+DATA_RESPONSES: dict[str, Any] = {"503": WAIT, "416": OUTSIDE}
+
+
 def body(*examples: tuple[str, Any], media: str = "application/json") -> dict[str, Any]:
     return {
         media: {"examples": {name: {"summary": name, "value": value} for name, value in examples}}
@@ -264,10 +283,12 @@ OPERATIONS: dict[tuple[str, str], dict[str, Any]] = {
     ("get", "/v1/volumes/{name}/data"): {
         "summary": "Read bytes (Range)",
         "headers": [RANGE, IF_MATCH, IF_NONE_MATCH, IF_RANGE],
+        "responses": {**DATA_RESPONSES, "412": STALE},
     },
     ("head", "/v1/volumes/{name}/data"): {
         "summary": "Size, ETag and Content-Range without the bytes",
         "headers": [RANGE, IF_MATCH, IF_NONE_MATCH, IF_RANGE],
+        "responses": {**DATA_RESPONSES, "412": STALE},
     },
     ("put", "/v1/volumes/{name}/data"): {
         "summary": "Write bytes (Content-Range), or a batch (multipart/byteranges)",
@@ -277,6 +298,7 @@ OPERATIONS: dict[tuple[str, str], dict[str, Any]] = {
         "Content-Range; the whole body is checked before anything is written, then the "
         "parts enter the queue together.",
         "headers": [IF_MATCH],
+        "responses": {**DATA_RESPONSES, "412": STALE},
         "examples": {
             "application/octet-stream": {
                 "examples": {
@@ -300,14 +322,24 @@ OPERATIONS: dict[tuple[str, str], dict[str, Any]] = {
     },
     ("post", "/v1/volumes/{name}/flush"): {
         "summary": "Flush (REQ_PREFLUSH)",
+        "responses": {"503": WAIT},
     },
     ("post", "/v1/volumes/{name}/discard"): {
         "summary": "Discard a range",
         "examples": body(("first MiB", {"offset": 0, "length": 1 << 20})),
+        "responses": {
+            **DATA_RESPONSES,
+            "409": "a crypt target of the table has no allow_discards",
+            "422": "offset and length must be whole logical blocks of this volume",
+        },
     },
     ("post", "/v1/volumes/{name}/write-zeroes"): {
         "summary": "Write zeroes to a range",
         "examples": body(("first MiB", {"offset": 0, "length": 1 << 20})),
+        "responses": {
+            **DATA_RESPONSES,
+            "422": "offset and length must be whole logical blocks of this volume",
+        },
     },
     ("get", "/v1/benchmarks"): {
         "summary": "List benchmark runs",
@@ -555,9 +587,10 @@ def apply(schema: dict[str, Any], problem: dict[str, Any]) -> None:
                 content = operation.setdefault("requestBody", {}).setdefault("content", {})
                 for media, examples in entry["examples"].items():
                     content.setdefault(media, {}).update(examples)
-            for status, description in entry.get("responses", {}).items():
+            for status, answer in entry.get("responses", {}).items():
+                answer = answer if isinstance(answer, dict) else {"description": answer}
                 operation["responses"][status] = {
-                    "description": description,
+                    **answer,
                     "content": {"application/problem+json": problem},
                 }
     links(schema)

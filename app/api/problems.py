@@ -142,11 +142,13 @@ async def _unhandled(request: Request, exc: Exception) -> JSONResponse:
         type(exc).__name__,
         exc_info=exc,
     )
+    # Starlette re-raises after sending this, and uvicorn then closes the connection:
+    # say so, or a keep-alive client sends its next request into a closed socket.
     return problem(
         500,
         f"internal error; quote request id {request_id} when reporting it",
         instance=request.url.path,
-        headers={"X-Request-ID": request_id},
+        headers={"X-Request-ID": request_id, "Connection": "close"},
     )
 
 

@@ -21,6 +21,7 @@ from pydantic import (
     BeforeValidator,
     ConfigDict,
     Field,
+    JsonValue,
     PlainSerializer,
     TypeAdapter,
     ValidationError,
@@ -206,6 +207,20 @@ class Capabilities(_Schema):
     """
 
     _kind: ClassVar[str] = "capabilities"
+    __pydantic_config__: ClassVar[ConfigDict] = ConfigDict(
+        extra="forbid",
+        revalidate_instances="always",
+        # The rule ``_check`` enforces, stated for clients: a keyed IV mode needs keyed_iv.
+        json_schema_extra={
+            "if": {
+                "properties": {
+                    "bulk_ivmodes": {"contains": {"enum": list[JsonValue](sorted(KEYED_IV_MODES))}}
+                },
+                "required": ["bulk_ivmodes"],
+            },
+            "then": {"properties": {"keyed_iv": {"const": True}}, "required": ["keyed_iv"]},
+        },
+    )
 
     ciphers: Annotated[Names | None, Field(description="null: every cipher")] = frozenset({"aes"})
     chainmodes: Annotated[Names | None, Field(description="null: every chain mode")] = frozenset(

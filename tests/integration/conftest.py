@@ -3,6 +3,9 @@ run in process against SQLite or the real PostgreSQL, for tests that restart it.
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -13,6 +16,7 @@ import pytest
 from app.config import Settings
 from app.main import create_app
 from tests.conftest import ADMIN_TOKEN, asgi_client
+from tests.integration.test_deployment import free_port
 from tests.integration.test_e2e_data import Server
 
 
@@ -35,6 +39,25 @@ async def running(settings: Settings) -> AsyncIterator[httpx.AsyncClient]:
         asgi_client(application, ADMIN_TOKEN) as client,
     ):
         yield client
+
+
+def serve_refused(data_dir: Path, database_url: str | None = None) -> list[str]:
+    """``reqcrypt serve`` expected to stop before it serves: its stderr lines (exit 1)."""
+    env = {
+        **os.environ,
+        "REQCRYPT_DATA_DIR": str(data_dir),
+        "REQCRYPT_ADMIN_TOKEN": ADMIN_TOKEN,
+        "REQCRYPT_PORT": str(free_port()),
+    }
+    if database_url is not None:
+        env["REQCRYPT_DATABASE_URL"] = database_url
+    reqcrypt = str(Path(sys.executable).with_name("reqcrypt"))
+    done = subprocess.run(
+        [reqcrypt, "serve"], env=env, capture_output=True, text=True, timeout=60, check=False
+    )
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "Uvicorn running" not in done.stdout + done.stderr
+    return done.stderr.strip().splitlines()
 
 
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
