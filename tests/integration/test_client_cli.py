@@ -12,6 +12,7 @@ import pty
 import random
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -296,30 +297,35 @@ def test_shell_completion_completes_commands() -> None:
 
 
 def _trace_while_writing(server: Server, name: str, *options: str) -> str:
-    tracer = subprocess.Popen(
-        [REQCRYPT, "trace", name, "--seconds", "2", *options],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        env=environment(server),
-    )
-    try:
-        with admin(server) as client:
-            block = 0
-            while tracer.poll() is None:  # writing for as long as the trace runs
-                offset = block % 1024 * 8192
-                response = client.put(
-                    f"/v1/volumes/{name}/data",
-                    content=b"t" * 8192,
-                    headers={"Content-Range": f"bytes {offset}-{offset + 8191}/*"},
-                )
-                assert response.status_code == 204
-                block += 1
-                time.sleep(0.02)
-        out, err = tracer.communicate(timeout=60)
-    finally:
-        tracer.kill()
-    assert tracer.returncode == 0, err.decode()
-    return out.decode()
+    # Into a file, not a pipe: a trace longer than the pipe's buffer would block the tracer.
+    with tempfile.TemporaryFile() as out:
+        tracer = subprocess.Popen(
+            [REQCRYPT, "trace", name, "--seconds", "2", *options],
+            stdout=out,
+            stderr=subprocess.PIPE,
+            env=environment(server),
+        )
+        try:
+            with admin(server) as client:
+                block = 0
+                deadline = time.monotonic() + 60
+                while tracer.poll() is None:  # writing for as long as the trace runs
+                    assert time.monotonic() < deadline, "reqcrypt trace --seconds 2 did not end"
+                    offset = block % 1024 * 8192
+                    response = client.put(
+                        f"/v1/volumes/{name}/data",
+                        content=b"t" * 8192,
+                        headers={"Content-Range": f"bytes {offset}-{offset + 8191}/*"},
+                    )
+                    assert response.status_code == 204
+                    block += 1
+                    time.sleep(0.02)
+            _, err = tracer.communicate(timeout=60)
+        finally:
+            tracer.kill()
+        assert tracer.returncode == 0, err.decode()
+        out.seek(0)
+        return out.read().decode()
 
 
 def test_trace_prints_blkparse_lines_and_btt_summary(server: Server) -> None:

@@ -111,9 +111,9 @@ class ReplayIn(BaseModel):
     device_model: str = Field(default="none", max_length=64, examples=["sdcard-bbb"])
     engine: str = Field(default="software", max_length=64, examples=["omap-aes-am335x"])
     elevator: ElevatorName = "none"
-    queue_depth: JsonInt | None = Field(
-        default=None, ge=1, le=MAX_QUEUE_DEPTH, description="device tags; null: the model's"
-    )
+    queue_depth: (
+        Annotated[int, Field(ge=1, le=MAX_QUEUE_DEPTH), BeforeValidator(integral_float)] | None
+    ) = Field(default=None, description="device tags; null: the model's")
     plug_window_us: JsonInt = Field(default=50, ge=0, le=1_000_000)
     loop: Literal["open", "closed"] = Field(
         default="open", description="open: at the trace's times; closed: iodepth bios in flight"
