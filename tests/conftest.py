@@ -15,7 +15,7 @@ from fastapi import FastAPI
 
 from app.config import Settings
 from app.main import create_app
-from tests import ceph
+from tests.support import ceph
 
 ADMIN_TOKEN = "admin-token-for-tests-0123456789"
 IO_TOKEN = "io-token-for-tests-0123456789abc"

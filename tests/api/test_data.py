@@ -11,8 +11,8 @@ import pytest
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 
 from app.config import Settings
-from tests import ceph
-from tests.factories import XTS_KEY, make_volume, xts_table
+from tests.support import ceph
+from tests.support.factories import XTS_KEY, make_volume, xts_table
 
 pytestmark = pytest.mark.anyio
 SIZE = 2048 * 512

@@ -5,7 +5,7 @@ from fastapi import FastAPI
 
 from app.api.schemas import DeviceCreate
 from app.storage.registry import Placement
-from tests.factories import make_device, make_volume
+from tests.support.factories import make_device, make_volume
 
 pytestmark = pytest.mark.anyio
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.factories import make_device, make_volume
+from tests.support.factories import make_device, make_volume
 
 pytestmark = pytest.mark.anyio
 DOCS = Path(__file__).resolve().parents[2] / "docs"

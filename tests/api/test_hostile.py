@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from sqlalchemy import MetaData, select
 
 from app.config import Settings
-from tests.factories import XTS_KEY, make_device, make_volume, xts_table
+from tests.support.factories import XTS_KEY, make_device, make_volume, xts_table
 
 pytestmark = pytest.mark.anyio
 

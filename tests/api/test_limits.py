@@ -14,7 +14,7 @@ import pytest
 from fastapi import FastAPI
 
 from app.config import Settings
-from tests.factories import XTS_KEY, make_device, make_volume, xts_table
+from tests.support.factories import XTS_KEY, make_device, make_volume, xts_table
 
 pytestmark = pytest.mark.anyio
 

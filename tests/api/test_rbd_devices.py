@@ -12,10 +12,10 @@ import pytest
 
 from app.config import Settings
 from app.storage.rbd import CephCluster, RbdStore
-from tests import ceph
 from tests.conftest import ADMIN_TOKEN
-from tests.factories import make_volume, xts_table
 from tests.integration.conftest import running
+from tests.support import ceph
+from tests.support.factories import make_volume, xts_table
 
 pytestmark = [pytest.mark.anyio, pytest.mark.ceph]
 

@@ -17,7 +17,7 @@ from app.api import deps
 from app.config import Settings
 from app.main import create_app
 from tests.conftest import ADMIN_TOKEN, IO_TOKEN, asgi_client
-from tests.factories import make_device, make_volume
+from tests.support.factories import make_device, make_volume
 
 pytestmark = pytest.mark.anyio
 

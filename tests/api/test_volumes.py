@@ -3,7 +3,7 @@
 import httpx
 import pytest
 
-from tests.factories import CBC_KEY, XTS_KEY, make_device, make_volume, xts_table
+from tests.support.factories import CBC_KEY, XTS_KEY, make_device, make_volume, xts_table
 
 pytestmark = pytest.mark.anyio
 

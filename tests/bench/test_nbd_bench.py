@@ -20,9 +20,9 @@ import httpx
 import pytest
 
 from tests.bench.test_http_bench import cpu_seconds
-from tests.factories import XTS_KEY
 from tests.integration.test_deployment import free_port
 from tests.integration.test_e2e_data import Server
+from tests.support.factories import XTS_KEY
 
 pytestmark = pytest.mark.bench
 MIB = 1 << 20

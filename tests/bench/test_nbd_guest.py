@@ -25,10 +25,10 @@ import httpx
 import pytest
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 
-from tests.factories import XTS_KEY, xts_table
-from tests.linux_guest import Disk, GuestImage, GuestRun, GuestUnavailable, boot, find_image
-from tests.nbd.certs import make_pki
-from tests.nbd.servers import NbdServer, export, running
+from tests.support.certs import make_pki
+from tests.support.factories import XTS_KEY, xts_table
+from tests.support.linux_guest import Disk, GuestImage, GuestRun, GuestUnavailable, boot, find_image
+from tests.support.nbd_servers import NbdServer, export, running
 from tests.unit.crypto.test_kernel_fixtures import CASES, stream
 
 pytestmark = pytest.mark.bench

@@ -20,11 +20,11 @@ from typing import Any
 
 import pytest
 
-from tests import ceph
 from tests.bench.test_nbd_bench import make_export
-from tests.factories import XTS_KEY
 from tests.integration.test_deployment import free_port
 from tests.integration.test_e2e_data import Server
+from tests.support import ceph
+from tests.support.factories import XTS_KEY
 
 pytestmark = [pytest.mark.bench, pytest.mark.ceph]
 MIB = 1 << 20

@@ -20,8 +20,8 @@ import pytest
 
 from tests.api.test_docs_guides import CLUSTER_METRIC
 from tests.conftest import fresh_postgres_database
-from tests.factories import XTS_KEY, xts_table
 from tests.integration.test_e2e_data import HEADERS, REQCRYPT, Server, pattern
+from tests.support.factories import XTS_KEY, xts_table
 
 pytestmark = [pytest.mark.e2e, pytest.mark.postgres]
 

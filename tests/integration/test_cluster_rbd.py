@@ -19,8 +19,6 @@ import httpx
 import pytest
 
 from app.storage.rbd import CephCluster, RbdStore
-from tests import ceph
-from tests.factories import xts_table
 from tests.integration.test_cluster import (
     SETTLE,
     Node,
@@ -32,6 +30,8 @@ from tests.integration.test_cluster import (
     write_flushed,
 )
 from tests.integration.test_e2e_data import pattern
+from tests.support import ceph
+from tests.support.factories import xts_table
 
 pytestmark = [pytest.mark.e2e, pytest.mark.postgres, pytest.mark.ceph]
 

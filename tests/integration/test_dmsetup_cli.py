@@ -10,8 +10,8 @@ from typer.testing import CliRunner
 
 from app.cli import cli
 from tests.conftest import ADMIN_TOKEN
-from tests.factories import XTS_KEY, xts_table
 from tests.integration.test_e2e_data import HEADERS, Server
+from tests.support.factories import XTS_KEY, xts_table
 
 pytestmark = pytest.mark.e2e
 

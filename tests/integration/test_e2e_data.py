@@ -13,8 +13,8 @@ import httpx
 import pytest
 
 from tests.conftest import ADMIN_TOKEN
-from tests.factories import xts_table
 from tests.integration.test_deployment import free_port, wait_ready
+from tests.support.factories import xts_table
 
 pytestmark = pytest.mark.e2e
 MIB = 1 << 20

@@ -23,9 +23,9 @@ from app.db.session import make_engine, make_sessionmaker
 from app.keyfiles import MasterKeyError, data_dir_lock, pending_master_key_path
 from app.main import build_state, rotate_master_key
 from tests.conftest import ADMIN_TOKEN
-from tests.factories import CBC_KEY, XTS_KEY, xts_table
 from tests.integration.conftest import running
 from tests.integration.test_deployment import free_port
+from tests.support.factories import CBC_KEY, XTS_KEY, xts_table
 
 pytestmark = pytest.mark.anyio
 

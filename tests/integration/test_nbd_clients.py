@@ -12,8 +12,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.factories import xts_table
-from tests.nbd.servers import NbdServer, export, running
+from tests.support.factories import xts_table
+from tests.support.nbd_servers import NbdServer, export, running
 from tests.unit.crypto.test_kernel_fixtures import CASES, stream
 
 pytestmark = pytest.mark.e2e

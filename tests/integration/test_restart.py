@@ -9,8 +9,8 @@ import pytest
 
 from app.config import Settings
 from tests.conftest import ADMIN_TOKEN
-from tests.factories import CBC_KEY, XTS_KEY, xts_table
 from tests.integration.conftest import running
+from tests.support.factories import CBC_KEY, XTS_KEY, xts_table
 
 pytestmark = pytest.mark.anyio
 

@@ -18,8 +18,8 @@ from collections.abc import Iterator
 import pytest
 
 from tests.conftest import ADMIN_TOKEN
-from tests.factories import xts_table
 from tests.integration.test_e2e_data import MIB, Server
+from tests.support.factories import xts_table
 
 pytestmark = pytest.mark.e2e
 

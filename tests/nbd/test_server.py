@@ -17,8 +17,8 @@ from app.main import create_app
 from app.nbd import protocol
 from app.nbd.protocol import Command, CommandFlag, Errno, Option, Reply, RequestHeader
 from tests.conftest import ADMIN_TOKEN, IO_TOKEN, asgi_client
-from tests.factories import make_device, make_volume, xts_table
-from tests.nbd.client import RawClient
+from tests.support.factories import make_device, make_volume, xts_table
+from tests.support.nbd_client import RawClient
 
 pytestmark = pytest.mark.anyio
 MIB = 1 << 20

@@ -24,7 +24,7 @@ from app.db.session import make_engine, make_sessionmaker
 from app.engine.registry import EngineRegistry
 from app.errors import Unavailable
 from app.storage.registry import DeviceRegistry, Placement
-from tests.factories import xts_table
+from tests.support.factories import xts_table
 
 pytestmark = pytest.mark.postgres
 

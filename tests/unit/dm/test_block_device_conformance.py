@@ -14,7 +14,7 @@ from app.engine.presets import DEVICE_MODELS
 from app.engine.registry import EngineRegistry
 from app.errors import RangeNotSatisfiable
 from app.storage.memory import MemoryStore
-from tests.conformance import SIZE, BlockDeviceTests, read
+from tests.support.conformance import SIZE, BlockDeviceTests, read
 
 KEY = bytes(range(64)).hex()
 

@@ -19,7 +19,7 @@ from app.storage.base import BackingStore, Wait
 from app.storage.memory import MemoryStore
 from app.storage.rbd import CephCluster, RbdStore
 from app.vocab import Op
-from tests import ceph
+from tests.support import ceph
 
 pytestmark = pytest.mark.ceph
 

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import httpx
 
-from tests.factories import xts_table
 from tests.integration.test_deployment import free_port
 from tests.integration.test_e2e_data import Server
+from tests.support.factories import xts_table
 
 
 class NbdServer(Server):
