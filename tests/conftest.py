@@ -3,25 +3,17 @@
 from __future__ import annotations
 
 import os
-import uuid
 from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 
 import httpx
-import psycopg
 import pytest
 from fastapi import FastAPI
 
 from app.config import Settings
-from app.main import create_app
 from tests.support import ceph
-
-ADMIN_TOKEN = "admin-token-for-tests-0123456789"
-IO_TOKEN = "io-token-for-tests-0123456789abc"
-POSTGRES_ADMIN_DSN = os.environ.get(
-    "REQCRYPT_TEST_POSTGRES", "postgresql://postgres@127.0.0.1:5432/test"
-)
+from tests.support.app import ADMIN_TOKEN, IO_TOKEN, asgi_client, make_settings, started
+from tests.support.database import copy_database, fresh_postgres_database, migrated_template
 
 
 @pytest.fixture
@@ -29,39 +21,31 @@ def anyio_backend() -> str:
     return "asyncio"
 
 
+@pytest.fixture(scope="session")
+def sqlite_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The session's migrated SQLite database (each xdist worker has its own temp dir)."""
+    return migrated_template(tmp_path_factory.mktemp("template"))
+
+
 @pytest.fixture
-def data_dir(tmp_path: Path) -> Path:
+def data_dir(tmp_path: Path, sqlite_template: Path) -> Path:
+    """The test's data directory, holding its own copy of the migrated SQLite database:
+    startup finds it at head instead of migrating an empty one."""
     path = tmp_path / "data"
     path.mkdir()
+    copy_database(sqlite_template, path)
     return path
 
 
 @pytest.fixture
 def settings(data_dir: Path) -> Settings:
-    return Settings(
-        data_dir=data_dir,
-        admin_token=ADMIN_TOKEN,  # type: ignore[arg-type]
-        io_token=IO_TOKEN,  # type: ignore[arg-type]
-        suspend_wait_seconds=2.0,
-    )
+    return make_settings(data_dir)
 
 
 @pytest.fixture
 async def app(settings: Settings) -> AsyncIterator[FastAPI]:
-    application = create_app(settings)
-    async with application.router.lifespan_context(application):
+    async with started(settings) as application:
         yield application
-
-
-@asynccontextmanager
-async def asgi_client(app: FastAPI, token: str | None) -> AsyncIterator[httpx.AsyncClient]:
-    """An httpx client calling ``app`` in process, with ``token`` as bearer if given."""
-    headers = {"Authorization": f"Bearer {token}"} if token else {}
-    transport = httpx.ASGITransport(app=app)
-    async with httpx.AsyncClient(
-        transport=transport, base_url="http://testserver", headers=headers
-    ) as http:
-        yield http
 
 
 @pytest.fixture
@@ -80,20 +64,6 @@ async def anon_client(app: FastAPI) -> AsyncIterator[httpx.AsyncClient]:
 async def io_client(app: FastAPI) -> AsyncIterator[httpx.AsyncClient]:
     async with asgi_client(app, IO_TOKEN) as http:
         yield http
-
-
-@contextmanager
-def fresh_postgres_database() -> Iterator[str]:
-    """A new database on the real PostgreSQL, dropped afterwards (its URL)."""
-    name = f"reqcrypt_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(POSTGRES_ADMIN_DSN, autocommit=True, connect_timeout=5) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
-    base = POSTGRES_ADMIN_DSN.rsplit("/", 1)[0]
-    try:
-        yield f"{base}/{name}"
-    finally:
-        with psycopg.connect(POSTGRES_ADMIN_DSN, autocommit=True) as conn:
-            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 @pytest.fixture(scope="session")

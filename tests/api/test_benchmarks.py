@@ -12,7 +12,7 @@ import pytest
 
 from app.engine.cost import ModelledWorkload, predict_workload
 from app.engine.model import DeviceModel, EngineProfile
-from tests.support.factories import CBC_KEY
+from tests.support.keys import CBC_KEY
 
 pytestmark = pytest.mark.anyio
 

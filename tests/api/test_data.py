@@ -12,7 +12,8 @@ from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 
 from app.config import Settings
 from tests.support import ceph
-from tests.support.factories import XTS_KEY, make_volume, xts_table
+from tests.support.factories import make_volume, xts_table
+from tests.support.keys import XTS_KEY
 
 pytestmark = pytest.mark.anyio
 SIZE = 2048 * 512

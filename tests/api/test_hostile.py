@@ -20,7 +20,8 @@ from hypothesis import strategies as st
 from sqlalchemy import MetaData, select
 
 from app.config import Settings
-from tests.support.factories import XTS_KEY, make_device, make_volume, xts_table
+from tests.support.factories import make_device, make_volume, xts_table
+from tests.support.keys import XTS_KEY
 
 pytestmark = pytest.mark.anyio
 

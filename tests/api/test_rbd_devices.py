@@ -12,9 +12,8 @@ import pytest
 
 from app.config import Settings
 from app.storage.rbd import CephCluster, RbdStore
-from tests.conftest import ADMIN_TOKEN
-from tests.integration.conftest import running
 from tests.support import ceph
+from tests.support.app import ADMIN_TOKEN, running
 from tests.support.factories import make_volume, xts_table
 
 pytestmark = [pytest.mark.anyio, pytest.mark.ceph]

@@ -3,7 +3,8 @@
 import httpx
 import pytest
 
-from tests.support.factories import CBC_KEY, XTS_KEY, make_device, make_volume, xts_table
+from tests.support.factories import make_device, make_volume, xts_table
+from tests.support.keys import CBC_KEY, XTS_KEY
 
 pytestmark = pytest.mark.anyio
 

@@ -27,8 +27,8 @@ from statistics import median
 import httpx
 import pytest
 
-from tests.conftest import ADMIN_TOKEN
-from tests.integration.test_e2e_data import Server
+from tests.support.app import ADMIN_TOKEN
+from tests.support.servers import Server, cpu_seconds
 
 pytestmark = pytest.mark.bench
 MIB = 1 << 20
@@ -59,25 +59,6 @@ WORKLOADS = {  # name: (method, bytes per I/O, pattern, connections, target shar
     "rand write 4 KiB": ("PUT", 4096, "rand", 16, None),
     "rand read 4 KiB": ("GET", 4096, "rand", 16, None),
 }
-
-
-TICKS = os.sysconf("SC_CLK_TCK")
-
-
-def cpu_seconds(pid: int) -> tuple[float, float]:
-    """(event loop thread, all other threads) user + system CPU seconds of ``pid``."""
-    loop = workers = 0.0
-    for task in Path(f"/proc/{pid}/task").iterdir():
-        try:
-            fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
-        except FileNotFoundError:  # a thread that just ended
-            continue
-        seconds = (int(fields[11]) + int(fields[12])) / TICKS
-        if task.name == str(pid):
-            loop += seconds
-        else:
-            workers += seconds
-    return loop, workers
 
 
 class Wrk:

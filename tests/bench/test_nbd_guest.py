@@ -26,10 +26,11 @@ import pytest
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 
 from tests.support.certs import make_pki
-from tests.support.factories import XTS_KEY, xts_table
+from tests.support.factories import xts_table
+from tests.support.keys import XTS_KEY
 from tests.support.linux_guest import Disk, GuestImage, GuestRun, GuestUnavailable, boot, find_image
 from tests.support.nbd_servers import NbdServer, export, running
-from tests.unit.crypto.test_kernel_fixtures import CASES, stream
+from tests.support.vectors import CASES, stream
 
 pytestmark = pytest.mark.bench
 

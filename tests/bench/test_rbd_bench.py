@@ -20,11 +20,11 @@ from typing import Any
 
 import pytest
 
-from tests.bench.test_nbd_bench import make_export
-from tests.integration.test_deployment import free_port
-from tests.integration.test_e2e_data import Server
 from tests.support import ceph
-from tests.support.factories import XTS_KEY
+from tests.support.keys import XTS_KEY
+from tests.support.nbd_servers import make_export
+from tests.support.ports import free_port
+from tests.support.servers import Server
 
 pytestmark = [pytest.mark.bench, pytest.mark.ceph]
 MIB = 1 << 20

@@ -21,8 +21,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.conftest import ADMIN_TOKEN, IO_TOKEN
-from tests.integration.test_deployment import free_port, wait_ready
+from tests.support.app import ADMIN_TOKEN, IO_TOKEN
+from tests.support.ports import free_port, wait_ready
 
 pytestmark = pytest.mark.e2e
 

@@ -21,21 +21,16 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 from app.blk.tuning import TuningPatch
-from app.config import Settings
 from app.control import Control
 from app.db import migrate
-from app.db.queries import SqlRegistryStore
-from app.db.records import Records
 from app.db.session import make_engine, make_sessionmaker
 from app.dm.table import format_table, parse_table
-from app.engine.registry import EngineRegistry
 from app.errors import AlreadyExists, InvalidInput, InvalidState, KeyNotSet, VolumeBusy
-from app.storage.registry import DeviceRegistry
-from tests.conftest import POSTGRES_ADMIN_DSN
+from tests.support.control import make_control
+from tests.support.database import POSTGRES_ADMIN_DSN
 
 KEY_A = bytes(range(64)).hex()
 KEY_B = bytes(range(64, 128)).hex()
-MASTER = bytes(32)
 
 
 def table(key: str, sectors: int) -> str:
@@ -115,14 +110,7 @@ class Lifecycle(RuleBasedStateMachine):
 
     def _control(self) -> Control:
         sessions = make_sessionmaker(self.db)
-        control = Control(
-            Records(sessions, MASTER),
-            DeviceRegistry(self.data_dir / "devices"),
-            EngineRegistry(SqlRegistryStore(sessions)),
-            Settings(plug_window_us=0, suspend_wait_seconds=0.05).control,
-        )
-        control.restore()
-        return control
+        return make_control(sessions, self.data_dir / "devices")
 
     def teardown(self) -> None:
         if hasattr(self, "control"):

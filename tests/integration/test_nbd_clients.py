@@ -14,7 +14,7 @@ import pytest
 
 from tests.support.factories import xts_table
 from tests.support.nbd_servers import NbdServer, export, running
-from tests.unit.crypto.test_kernel_fixtures import CASES, stream
+from tests.support.vectors import CASES, stream
 
 pytestmark = pytest.mark.e2e
 MIB = 1 << 20

@@ -17,9 +17,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.conftest import ADMIN_TOKEN
-from tests.integration.test_e2e_data import MIB, Server
+from tests.support.app import ADMIN_TOKEN
 from tests.support.factories import xts_table
+from tests.support.servers import MIB, Server
 
 pytestmark = pytest.mark.e2e
 

@@ -17,7 +17,7 @@ from pydantic import ValidationError
 from app.config import Settings
 from app.main import create_app
 from app.nbd.protocol import Command, Option, Reply
-from tests.conftest import ADMIN_TOKEN
+from tests.support.app import ADMIN_TOKEN
 from tests.support.certs import make_pki
 from tests.support.factories import make_device, make_volume, xts_table
 from tests.support.nbd_client import RawClient

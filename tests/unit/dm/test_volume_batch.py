@@ -7,32 +7,18 @@ from collections.abc import Iterator
 
 import pytest
 
-from app.dm.table import parse_table
 from app.dm.volume import Volume
-from app.engine.registry import EngineRegistry
 from app.errors import RangeNotSatisfiable
 from app.storage.memory import MemoryStore
+from tests.support.keys import XTS_KEY
+from tests.support.volumes import SECTORS, make_volume
 
-KEY = bytes(range(64)).hex()
-SECTORS = 2048
 SIZE = SECTORS * 512
-
-
-def make_volume(store: MemoryStore, table: str) -> Volume:
-    volume = Volume(
-        "v",
-        "uuid-1",
-        engine=EngineRegistry().engine("software"),
-        suspend_wait_seconds=0.2,
-    )
-    volume.load(parse_table(table))
-    volume.resume(lambda ref: store)
-    return volume
 
 
 @pytest.fixture
 def volume() -> Iterator[Volume]:
-    vol = make_volume(MemoryStore(SIZE), f"0 {SECTORS} crypt aes-xts-plain64 {KEY} 0 pv 0")
+    vol = make_volume(MemoryStore(SIZE), f"0 {SECTORS} crypt aes-xts-plain64 {XTS_KEY} 0 pv 0")
     yield vol
     vol.remove()
 
@@ -79,7 +65,9 @@ def test_unaligned_writes_in_a_batch_keep_their_neighbours(volume: Volume) -> No
 def test_a_failing_part_does_not_fail_the_others() -> None:
     store = MemoryStore(SIZE)
     half = SECTORS // 2
-    volume = make_volume(store, f"0 {half} crypt aes-xts-plain64 {KEY} 0 pv 0\n{half} {half} error")
+    volume = make_volume(
+        store, f"0 {half} crypt aes-xts-plain64 {XTS_KEY} 0 pv 0\n{half} {half} error"
+    )
     try:
         errors, _ = volume.write_batch(
             [(0, memoryview(b"1" * 4096)), (half * 512, memoryview(b"2" * 4096))]
