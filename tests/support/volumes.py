@@ -7,16 +7,16 @@ from collections.abc import Mapping
 
 from app.blk.tuning import Tuning
 from app.dm.table import parse_table
+from app.dm.targets.base import BlockDevice
 from app.dm.volume import Volume
 from app.engine.registry import EngineRegistry
-from app.storage.base import BackingStore
 from tests.support.keys import XTS_KEY
 
 SECTORS = 2048
 
 
 def make_volume(
-    devices: BackingStore | Mapping[str, object],
+    devices: BlockDevice | Mapping[str, BlockDevice],
     table: str | None = None,
     *,
     name: str = "v",
@@ -35,7 +35,7 @@ def make_volume(
     )
     volume.load(parse_table(table or f"0 {SECTORS} crypt aes-xts-plain64 {XTS_KEY} 0 pv 0"))
     if isinstance(devices, Mapping):
-        volume.resume(lambda ref: devices[ref.name])  # type: ignore[return-value]
+        volume.resume(lambda ref: devices[ref.name])
     else:
         volume.resume(lambda ref: devices)
     return volume
