@@ -1,5 +1,5 @@
 """Ranged reads and writes over HTTP (ASGI transport), on a file device and on an RBD
-image (the throwaway Ceph cluster of ``tests/ceph.py``): the data path is the same."""
+image (the throwaway Ceph cluster of ``tests/support/ceph.py``): the data path is the same."""
 
 import os
 import uuid

@@ -1,4 +1,4 @@
-"""Devices in RBD images, over HTTP, on the throwaway Ceph cluster of ``tests/ceph.py``."""
+"""Devices in RBD images, over HTTP, on the throwaway Ceph cluster of ``tests/support/ceph.py``."""
 
 from __future__ import annotations
 

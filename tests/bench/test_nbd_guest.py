@@ -1,6 +1,6 @@
 """A Linux guest uses a reqcrypt volume as a virtio disk through qemu's NBD client.
 
-qemu boots a stock Debian kernel (dmcrypt-oracle's cache, see tests/linux_guest.py) with
+qemu boots a stock Debian kernel (dmcrypt-oracle's cache, see tests/support/linux_guest.py) with
 ``-drive file=nbd://127.0.0.1:PORT/EXPORT,format=raw,cache=none`` on a virtio-blk device.
 In the guest GNU dd writes a known plaintext with O_DIRECT, in 512 B, 4 KiB and 1 MiB
 blocks at aligned and unaligned offsets, reads each piece back with O_DIRECT and prints
