@@ -27,7 +27,7 @@ from app.db.session import make_engine, make_sessionmaker
 from app.dm.table import format_table, parse_table
 from app.errors import AlreadyExists, InvalidInput, InvalidState, KeyNotSet, VolumeBusy
 from tests.support.control import make_control
-from tests.support.database import POSTGRES_ADMIN_DSN
+from tests.support.database import POSTGRES_ADMIN_DSN, copy_database
 
 KEY_A = bytes(range(64)).hex()
 KEY_B = bytes(range(64, 128)).hex()
@@ -37,11 +37,13 @@ def table(key: str, sectors: int) -> str:
     return f"0 {sectors} crypt aes-xts-plain64 {key} 0 pv 0"
 
 
-def fresh_database(backend: str) -> tuple[str, Path]:
-    """A new database and data directory for one example."""
+def fresh_database(backend: str, sqlite_template: Path | None) -> tuple[str, Path]:
+    """A new database and data directory for one example: on SQLite a copy of the
+    session's migrated template, so the example's migration finds it at head."""
     directory = Path(tempfile.mkdtemp())
     if backend == "sqlite":
-        return f"sqlite:///{directory / 'm.db'}", directory
+        assert sqlite_template is not None
+        return copy_database(sqlite_template, directory), directory
     name = f"reqcrypt_m_{uuid.uuid4().hex[:10]}"
     with psycopg.connect(POSTGRES_ADMIN_DSN, autocommit=True) as conn:
         conn.execute(f'CREATE DATABASE "{name}"')
@@ -85,10 +87,11 @@ class Lifecycle(RuleBasedStateMachine):
     """
 
     backend = "sqlite"
+    sqlite_template: Path | None = None
 
     @initialize()
     def start(self) -> None:
-        self.url, self.data_dir = fresh_database(self.backend)
+        self.url, self.data_dir = fresh_database(self.backend, self.sqlite_template)
         migrate.upgrade(self.url)
         self.db = make_engine(self.url)
         self.control = self._control()
@@ -317,11 +320,12 @@ class Lifecycle(RuleBasedStateMachine):
                 )
 
 
-def run_machine(backend: str, examples: int) -> None:
+def run_machine(backend: str, examples: int, sqlite_template: Path | None = None) -> None:
     class Machine(Lifecycle):
         pass
 
     Machine.backend = backend
+    Machine.sqlite_template = sqlite_template
     runner = Machine.TestCase()
     runner.settings = settings(
         max_examples=examples,
@@ -332,8 +336,8 @@ def run_machine(backend: str, examples: int) -> None:
     runner.runTest()
 
 
-def test_lifecycle_matches_the_model_across_restarts_on_sqlite() -> None:
-    run_machine("sqlite", 100)
+def test_lifecycle_matches_the_model_across_restarts_on_sqlite(sqlite_template: Path) -> None:
+    run_machine("sqlite", 100, sqlite_template)
 
 
 @pytest.mark.postgres
