@@ -13,7 +13,12 @@ from fastapi import FastAPI
 from app.config import Settings
 from tests.support import ceph
 from tests.support.app import ADMIN_TOKEN, IO_TOKEN, asgi_client, make_settings, started
-from tests.support.database import copy_database, fresh_postgres_database, migrated_template
+from tests.support.database import (
+    copy_database,
+    fresh_postgres_database,
+    migrated_postgres_template,
+    migrated_template,
+)
 
 
 @pytest.fixture
@@ -76,14 +81,32 @@ def ceph_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ceph.Clus
         cluster.stop()
 
 
-@pytest.fixture
-def postgres_url() -> Iterator[str]:
-    """A fresh database on the real PostgreSQL, dropped afterwards.
-
-    There is no skip: the PostgreSQL tests must run (``.ci/run`` starts the
-    server). Set REQCRYPT_SKIP_POSTGRES=1 to deselect them knowingly.
-    """
+def skip_without_postgres() -> None:
+    """There is no skip: the PostgreSQL tests must run (``.ci/run`` starts the server).
+    REQCRYPT_SKIP_POSTGRES=1 deselects them knowingly."""
     if os.environ.get("REQCRYPT_SKIP_POSTGRES") == "1":
         pytest.skip("REQCRYPT_SKIP_POSTGRES=1")
+
+
+@pytest.fixture
+def postgres_url() -> Iterator[str]:
+    """A fresh, empty database on the real PostgreSQL, dropped afterwards."""
+    skip_without_postgres()
     with fresh_postgres_database() as url:
+        yield url
+
+
+@pytest.fixture(scope="session")
+def postgres_template() -> Iterator[str]:
+    """The session's migrated PostgreSQL database (its name), copied by ``migrated_postgres_url``."""
+    skip_without_postgres()
+    with migrated_postgres_template() as name:
+        yield name
+
+
+@pytest.fixture
+def migrated_postgres_url(postgres_template: str) -> Iterator[str]:
+    """A fresh database on the real PostgreSQL already at head (a copy of the session's
+    template), dropped afterwards."""
+    with fresh_postgres_database(postgres_template) as url:
         yield url

@@ -26,5 +26,5 @@ def server(tmp_path: Path) -> Iterator[Server]:
 def database_url(request: pytest.FixtureRequest, tmp_path: Path, sqlite_template: Path) -> str:
     if request.param == "sqlite":
         return copy_database(sqlite_template, tmp_path)
-    url: str = request.getfixturevalue("postgres_url")
+    url: str = request.getfixturevalue("migrated_postgres_url")
     return url

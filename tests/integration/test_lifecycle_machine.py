@@ -37,16 +37,17 @@ def table(key: str, sectors: int) -> str:
     return f"0 {sectors} crypt aes-xts-plain64 {key} 0 pv 0"
 
 
-def fresh_database(backend: str, sqlite_template: Path | None) -> tuple[str, Path]:
-    """A new database and data directory for one example: on SQLite a copy of the
-    session's migrated template, so the example's migration finds it at head."""
+def fresh_database(backend: str, template: Path | str) -> tuple[str, Path]:
+    """A new database and data directory for one example, a copy of the session's
+    migrated template (a SQLite file, or a PostgreSQL database by name), so the
+    example's migration finds it at head."""
     directory = Path(tempfile.mkdtemp())
     if backend == "sqlite":
-        assert sqlite_template is not None
-        return copy_database(sqlite_template, directory), directory
+        assert isinstance(template, Path)
+        return copy_database(template, directory), directory
     name = f"reqcrypt_m_{uuid.uuid4().hex[:10]}"
     with psycopg.connect(POSTGRES_ADMIN_DSN, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
+        conn.execute(f'CREATE DATABASE "{name}" TEMPLATE "{template}"')
     return f"{POSTGRES_ADMIN_DSN.rsplit('/', 1)[0]}/{name}", directory
 
 
@@ -87,11 +88,11 @@ class Lifecycle(RuleBasedStateMachine):
     """
 
     backend = "sqlite"
-    sqlite_template: Path | None = None
+    template: Path | str = ""
 
     @initialize()
     def start(self) -> None:
-        self.url, self.data_dir = fresh_database(self.backend, self.sqlite_template)
+        self.url, self.data_dir = fresh_database(self.backend, self.template)
         migrate.upgrade(self.url)
         self.db = make_engine(self.url)
         self.control = self._control()
@@ -320,12 +321,12 @@ class Lifecycle(RuleBasedStateMachine):
                 )
 
 
-def run_machine(backend: str, examples: int, sqlite_template: Path | None = None) -> None:
+def run_machine(backend: str, examples: int, template: Path | str) -> None:
     class Machine(Lifecycle):
         pass
 
     Machine.backend = backend
-    Machine.sqlite_template = sqlite_template
+    Machine.template = template
     runner = Machine.TestCase()
     runner.settings = settings(
         max_examples=examples,
@@ -341,6 +342,5 @@ def test_lifecycle_matches_the_model_across_restarts_on_sqlite(sqlite_template: 
 
 
 @pytest.mark.postgres
-def test_lifecycle_matches_the_model_across_restarts_on_postgres(postgres_url: str) -> None:
-    del postgres_url  # proves the server is reachable; each example makes its own database
-    run_machine("postgres", 8)
+def test_lifecycle_matches_the_model_across_restarts_on_postgres(postgres_template: str) -> None:
+    run_machine("postgres", 8, postgres_template)

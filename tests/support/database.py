@@ -36,14 +36,25 @@ def copy_database(template: Path, directory: Path) -> str:
 
 
 @contextmanager
-def fresh_postgres_database() -> Iterator[str]:
-    """A new database on the real PostgreSQL, dropped afterwards (its URL)."""
+def fresh_postgres_database(template: str | None = None) -> Iterator[str]:
+    """A new database on the real PostgreSQL, dropped afterwards (its URL): empty, or a
+    copy of database ``template`` (which no connection may be using)."""
     name = f"reqcrypt_{uuid.uuid4().hex[:12]}"
+    copy = f' TEMPLATE "{template}"' if template else ""
     with psycopg.connect(POSTGRES_ADMIN_DSN, autocommit=True, connect_timeout=5) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
+        conn.execute(f'CREATE DATABASE "{name}"{copy}')
     base = POSTGRES_ADMIN_DSN.rsplit("/", 1)[0]
     try:
         yield f"{base}/{name}"
     finally:
         with psycopg.connect(POSTGRES_ADMIN_DSN, autocommit=True) as conn:
             conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@contextmanager
+def migrated_postgres_template() -> Iterator[str]:
+    """A database migrated to head on the real PostgreSQL, for ``fresh_postgres_database``
+    to copy (its name); dropped afterwards."""
+    with fresh_postgres_database() as url:
+        migrate.upgrade(url)
+        yield url.rsplit("/", 1)[1]

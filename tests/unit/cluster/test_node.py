@@ -14,7 +14,6 @@ from app.cluster import ClusterNode
 from app.cluster.serving import ServingSet
 from app.config import Settings
 from app.control.catalog import CatalogedDevice
-from app.db import migrate
 from app.db.leases import Leases
 from app.db.models import Volume
 from app.db.session import make_engine, make_sessionmaker
@@ -46,18 +45,17 @@ class UnreachableCeph:
 
 
 @pytest.fixture
-def node(postgres_url: str, tmp_path: Path) -> Iterator[tuple[ClusterNode, Any]]:
+def node(migrated_postgres_url: str, tmp_path: Path) -> Iterator[tuple[ClusterNode, Any]]:
     """Node a serving volume ``f`` on a file device and ``r`` on a device recorded as RBD
     (its bytes in a file here: only its placement matters to the node), and the fake
     Ceph connection."""
-    migrate.upgrade(postgres_url)
-    engine = make_engine(postgres_url)
+    engine = make_engine(migrated_postgres_url)
     sessions = make_sessionmaker(engine)
     ceph = UnreachableCeph()
     devices = DeviceRegistry(tmp_path / "devices")
     devices.ceph = ceph  # type: ignore[assignment]
     settings = Settings(
-        database_url=postgres_url,
+        database_url=migrated_postgres_url,
         node_id="a",
         node_url="http://a",
         lease_seconds=LEASE,
