@@ -49,3 +49,16 @@ def test_the_rule_sees_absolute_and_relative_imports_of_test_modules() -> None:
         "tests.unit.dm.test_volume",
         "tests.unit.dm.test_stacking",
     }
+
+
+def test_unit_test_packages_mirror_app() -> None:
+    """A unit test package is named after the ``app`` package it tests, so the tests of
+    a module are found where the module is."""
+    app = TESTS.parent / "app"
+    unit = TESTS / "unit"
+    strays = [
+        str(package.relative_to(unit))
+        for package in sorted(path.parent for path in unit.rglob("__init__.py"))
+        if package != unit and not (app / package.relative_to(unit)).is_dir()
+    ]
+    assert not strays, strays
