@@ -16,12 +16,12 @@
  * buffer, XORed in, encrypted in place, XORed again. Through pyca it was five
  * calls (tweak ECB, whiten, two data ECB, whiten), each a GIL round trip, over
  * 1 MiB buffers that left the cache between passes: 530 µs per MiB against 300.
- * On CPUs with VAES, AES-128/256-XTS runs on those instructions instead (below).
+ * On CPUs with AES instructions, AES-128/256-XTS runs on them instead (the paths below).
  *
- * cbc_encrypt: AES-CBC encryption of a request, data units in parallel lanes (VAES, else
- * AES-NI). OpenSSL encrypts one CBC chain at the latency of its rounds, about 1 GB/s here, and
- * the numpy column-by-column path reached 1.5-2 GB/s; a unit's chain is serial, units are not.
- * cbc_decrypt: the same for decryption on VAES, one pass instead of ECB then numpy XORs.
+ * cbc_encrypt: AES-CBC encryption of a request, data units in parallel lanes. OpenSSL encrypts
+ * one CBC chain at the latency of its rounds, about 1 GB/s here, and the numpy column-by-column
+ * path reached 1.5-2 GB/s; a unit's chain is serial, units are not.
+ * cbc_decrypt: the same for decryption, one pass instead of ECB then numpy XORs.
  *
  * gather: an HTTP body arrives in pieces of arbitrary length; the block layer
  * wants one contiguous buffer of whole data units.
@@ -220,21 +220,46 @@ static int xts_run(XtsJob *job, uint8_t *dst, const uint8_t *src, const uint8_t 
     return 0;
 }
 
+/* The ways the AES rounds can run, slowest first (see detect_paths). */
+typedef enum { PATH_OPENSSL, PATH_AESNI, PATH_AVX2, PATH_AVX512, PATH_COUNT } Path;
+
+static const char *const path_names[PATH_COUNT] = {"openssl", "aesni", "avx2", "avx512"};
+static const char *const path_needs[PATH_COUNT] = {
+    "", "aes and pclmulqdq",
+    "aes, pclmulqdq, avx2, vaes and vpclmulqdq, with ymm state enabled by the OS (XCR0)",
+    "aes, pclmulqdq, avx512f, avx512bw, vaes and vpclmulqdq, with zmm state enabled by the OS "
+    "(XCR0)"};
+
+/* Bit p set: this CPU can run path p. current_path is the one the calls take (set_path). */
+static unsigned runnable_paths;
+static Path current_path;
+
 #if defined(__x86_64__) && defined(__GNUC__)
 /*
- * AES-XTS with VAES (AVX-512): four blocks per instruction, four registers in
- * flight, the tweak sequence advanced four blocks at a time in registers. The
- * key schedule is FIPS-197's, computed with AES-NI; the rounds are the CPU's own
- * instructions. OpenSSL 3.0 (the system library here) has no VAES path for XTS,
- * and its per-call overhead dominates 512-byte data units: 238 µs per MiB
- * through its ECB, 325 through one EVP XTS call per unit, 100 here. Chosen at
- * run time (``VAES``); other CPUs take the OpenSSL path below.
+ * Paths: where the CPU has them, the AES rounds run on its own instructions instead of
+ * OpenSSL's ECB from C. The key schedule is FIPS-197's, computed with AES-NI. One .so runs on
+ * every x86-64 CPU: each kernel is compiled for its instruction set (target attributes) and
+ * chosen at run time from CPUID and XCR0 (the OS must save the registers it uses).
+ *
+ * - avx512: VAES on zmm, four blocks per instruction (AVX-512F/BW, VAES and VPCLMULQDQ: Intel
+ *   Ice Lake on, AMD Zen 4 on);
+ * - avx2: VAES on ymm, two blocks per instruction (AVX2, VAES and VPCLMULQDQ without AVX-512:
+ *   AMD Zen 3);
+ * - aesni: AES-NI on xmm, one block per instruction, eight in flight (AES-NI and PCLMULQDQ:
+ *   every x86-64 CPU with AES instructions);
+ * - openssl: OpenSSL's ECB from C for XTS; AES-CBC falls back to the Python bulk path.
+ *
+ * OpenSSL 3.0 (the system library here) has no VAES path for XTS, and its per-call overhead
+ * dominates 512-byte data units: 238 µs per MiB through its ECB, 325 through one EVP XTS call
+ * per unit, 100 on the avx512 path.
  */
-#define VAES_PATH 1
+#define X86_PATHS 1
+#include <cpuid.h>
 #include <immintrin.h>
 
-#define VAES_TARGET __attribute__((target("aes,avx2,avx512f,avx512bw,vaes")))
-#define AESNI_TARGET __attribute__((target("aes")))
+#define AVX512_TARGET __attribute__((target("aes,pclmul,avx2,avx512f,avx512bw,vaes,vpclmulqdq")))
+#define AVX2_TARGET __attribute__((target("aes,pclmul,avx2,vaes,vpclmulqdq")))
+#define AESNI_TARGET __attribute__((target("aes,pclmul")))
 
 typedef struct {
     __m128i enc[15], dec[15];
@@ -277,38 +302,17 @@ AESNI_TARGET static void aes_schedule(AesSchedule *s, const uint8_t *key, int ke
     s->dec[s->rounds] = s->enc[0];
 }
 
-/* Lane i of t times x^k[i] (k[i] <= 4, the same in both halves of a lane): IEEE 1619's
- * little-endian GF(2^128); the bits shifted out of the top are reduced by x^7 + x^2 + x + 1. */
-VAES_TARGET static inline __m512i mul_x_lanes(__m512i t, __m512i k)
-{
-    __m512i top = _mm512_srlv_epi64(t, _mm512_sub_epi64(_mm512_set1_epi64(64), k));
-    __m512i c = _mm512_bsrli_epi128(top, 8);
-    __m512i reduce = _mm512_xor_si512(_mm512_slli_epi64(c, 7), _mm512_slli_epi64(c, 2));
-    reduce = _mm512_xor_si512(reduce, _mm512_xor_si512(_mm512_slli_epi64(c, 1), c));
-    __m512i shifted = _mm512_xor_si512(_mm512_sllv_epi64(t, k), _mm512_bslli_epi128(top, 8));
-    return _mm512_xor_si512(shifted, reduce);
-}
-
-#define MUL_X4(t) mul_x_lanes(t, _mm512_set1_epi64(4))
-
-static inline __m128i mul_x_block(__m128i t)
-{
-    uint64_t q[2];
-    memcpy(q, &t, 16);
-    mul_x(&q[0], &q[1]);
-    memcpy(&t, q, 16);
-    return t;
-}
-
-#define ROUNDS4(op, opl, keys, rounds, a, b, c, d)                                             \
+/* All the rounds over n registers x[0..n) with round keys keys[0..rounds], round by round so
+ * the n blocks are in flight together. */
+#define ROUNDS(op, opl, xor, keys, rounds, x, n)                                               \
     do {                                                                                       \
-        a = _mm512_xor_si512(a, keys[0]); b = _mm512_xor_si512(b, keys[0]);                     \
-        c = _mm512_xor_si512(c, keys[0]); d = _mm512_xor_si512(d, keys[0]);                     \
-        for (int r = 1; r < rounds; r++) {                                                     \
-            a = op(a, keys[r]); b = op(b, keys[r]); c = op(c, keys[r]); d = op(d, keys[r]);     \
-        }                                                                                      \
-        a = opl(a, keys[rounds]); b = opl(b, keys[rounds]);                                     \
-        c = opl(c, keys[rounds]); d = opl(d, keys[rounds]);                                     \
+        for (int i_ = 0; i_ < (n); i_++)                                                       \
+            x[i_] = xor(x[i_], keys[0]);                                                       \
+        for (int r_ = 1; r_ < (rounds); r_++)                                                  \
+            for (int i_ = 0; i_ < (n); i_++)                                                   \
+                x[i_] = op(x[i_], keys[r_]);                                                   \
+        for (int i_ = 0; i_ < (n); i_++)                                                       \
+            x[i_] = opl(x[i_], keys[rounds]);                                                  \
     } while (0)
 
 AESNI_TARGET static inline __m128i aes_block(const __m128i *keys, int rounds, __m128i x, int encrypt)
@@ -319,12 +323,95 @@ AESNI_TARGET static inline __m128i aes_block(const __m128i *keys, int rounds, __
     return encrypt ? _mm_aesenclast_si128(x, keys[rounds]) : _mm_aesdeclast_si128(x, keys[rounds]);
 }
 
-#define GROUP 16 /* units whose first tweaks are encrypted together: 4 registers */
+/* t * x in GF(2^128), IEEE 1619 order, in a register: each 64-bit half shifted left, the bit
+ * out of the low half carried into the high half, the bit out of the top reduced by 0x87. */
+AESNI_TARGET static inline __m128i mul_x_block(__m128i t)
+{
+    __m128i tops = _mm_srai_epi32(_mm_shuffle_epi32(t, 0x13), 31);
+    return _mm_xor_si128(_mm_add_epi64(t, t), _mm_and_si128(tops, _mm_set_epi32(0, 1, 0, 0x87)));
+}
 
-/* AES-XTS of len bytes, whole units of unit_bytes (a multiple of 16); dst may be src. */
-VAES_TARGET static void xts_vaes(const AesSchedule *data, const AesSchedule *tweak, uint8_t *dst,
-                                 const uint8_t *src, const uint8_t *ivs, size_t len,
-                                 size_t unit_bytes, int encrypt)
+/* t * x^8: the tweak's bytes one place up, the byte shifted out of the top reduced by
+ * carry-less multiplication with 0x87 (x^128 = x^7 + x^2 + x + 1). Four instructions, and the
+ * registers of a step advance independently; the same on ymm and zmm lanes below (x^16). */
+AESNI_TARGET static inline __m128i mul_x8(__m128i t)
+{
+    __m128i top = _mm_clmulepi64_si128(_mm_srli_si128(t, 15), _mm_cvtsi32_si128(0x87), 0x00);
+    return _mm_xor_si128(_mm_slli_si128(t, 1), top);
+}
+
+#define GROUP 16 /* units whose first tweaks are encrypted together */
+#define AESNI_WIDTH 8 /* blocks in flight on the aesni path */
+
+/* The first tweaks E_k2(iv) of n <= GROUP units, AESNI_WIDTH at a time; IVs past the n-th are
+ * not read. */
+AESNI_TARGET static void first_tweaks(const AesSchedule *tweak, const uint8_t *ivs, size_t n,
+                                      __m128i *first)
+{
+    for (size_t g = 0; g < n; g += AESNI_WIDTH) {
+        __m128i x[AESNI_WIDTH];
+        for (size_t i = 0; i < AESNI_WIDTH; i++)
+            x[i] = g + i < n ? _mm_loadu_si128((const __m128i *)(ivs + 16 * (g + i)))
+                             : _mm_setzero_si128();
+        ROUNDS(_mm_aesenc_si128, _mm_aesenclast_si128, _mm_xor_si128, tweak->enc, tweak->rounds,
+               x, AESNI_WIDTH);
+        for (size_t i = 0; i < AESNI_WIDTH && g + i < n; i++)
+            first[g + i] = x[i];
+    }
+}
+
+/* The blocks of a unit past its last whole step, one at a time from tweak t. Inlined: a call
+ * in a kernel's unit loop would make it keep its vector registers on the stack. */
+AESNI_TARGET static inline __attribute__((always_inline)) void xts_tail(const __m128i *keys, int rounds, uint8_t *out,
+                                  const uint8_t *in, size_t from, size_t blocks, __m128i t,
+                                  int encrypt)
+{
+    for (size_t j = from; j < blocks; j++) {
+        __m128i x = _mm_xor_si128(_mm_loadu_si128((const __m128i *)(in + 16 * j)), t);
+        x = aes_block(keys, rounds, x, encrypt);
+        _mm_storeu_si128((__m128i *)(out + 16 * j), _mm_xor_si128(x, t));
+        t = mul_x_block(t);
+    }
+}
+
+/* Lane i of t times x^k[i] (k[i] < 57, the same in both halves of a lane): IEEE 1619's
+ * little-endian GF(2^128); the bits shifted out of the top are reduced by x^7 + x^2 + x + 1. */
+AVX512_TARGET static inline __m512i mul_x_lanes(__m512i t, __m512i k)
+{
+    __m512i top = _mm512_srlv_epi64(t, _mm512_sub_epi64(_mm512_set1_epi64(64), k));
+    __m512i c = _mm512_bsrli_epi128(top, 8);
+    __m512i reduce = _mm512_xor_si512(_mm512_slli_epi64(c, 7), _mm512_slli_epi64(c, 2));
+    reduce = _mm512_xor_si512(reduce, _mm512_xor_si512(_mm512_slli_epi64(c, 1), c));
+    __m512i shifted = _mm512_xor_si512(_mm512_sllv_epi64(t, k), _mm512_bslli_epi128(top, 8));
+    return _mm512_xor_si512(shifted, reduce);
+}
+
+/* Lane i of t times x^(8 * bytes), as mul_x8. */
+#define MUL_X_BYTES_512(t, bytes)                                                              \
+    _mm512_xor_si512(_mm512_bslli_epi128(t, bytes),                                            \
+                     _mm512_clmulepi64_epi128(_mm512_bsrli_epi128(t, 16 - (bytes)),           \
+                                              _mm512_set1_epi64(0x87), 0x00))
+
+/* Lane i of t times x^4: the bits out of each low half carried into the high half, those out
+ * of the top reduced by carry-less multiplication. */
+AVX512_TARGET static inline __m512i mul_x4_512(__m512i t)
+{
+    __m512i top = _mm512_srli_epi64(t, 60);
+    __m512i shifted = _mm512_xor_si512(_mm512_slli_epi64(t, 4), _mm512_bslli_epi128(top, 8));
+    __m512i reduce =
+        _mm512_clmulepi64_epi128(_mm512_bsrli_epi128(top, 8), _mm512_set1_epi64(0x87), 0x00);
+    return _mm512_xor_si512(shifted, reduce);
+}
+
+#define AVX512_REGS 4 /* zmm registers in flight on the avx512 path: 16 blocks */
+
+/* AES-XTS of len bytes, whole units of unit_bytes (a multiple of 16); dst may be src. Four
+ * registers of four blocks in flight, each register's tweaks advanced by x^16 per step. The
+ * starting tweaks of a group's units are all computed before its rounds: made unit by unit,
+ * they stalled the rounds (12 GB/s at 512-byte units against 14 at 4 KiB). */
+AVX512_TARGET static void xts_avx512(const AesSchedule *data, const AesSchedule *tweak,
+                                     uint8_t *dst, const uint8_t *src, const uint8_t *ivs,
+                                     size_t len, size_t unit_bytes, int encrypt)
 {
     __m512i dk[15], tk[15];
     const __m128i *dkeys = encrypt ? data->enc : data->dec;
@@ -335,7 +422,7 @@ VAES_TARGET static void xts_vaes(const AesSchedule *data, const AesSchedule *twe
     }
     size_t units = len / unit_bytes, blocks = unit_bytes / 16;
     const __m512i lane_powers = _mm512_set_epi64(3, 3, 2, 2, 1, 1, 0, 0);
-    __m512i first[GROUP / 4];
+    __m512i first[GROUP / 4], starts[GROUP][AVX512_REGS];
     for (size_t u0 = 0; u0 < units; u0 += GROUP) {
         size_t n = units - u0 < GROUP ? units - u0 : GROUP;
         for (size_t g = 0; g < GROUP / 4; g++) {
@@ -344,55 +431,182 @@ VAES_TARGET static void xts_vaes(const AesSchedule *data, const AesSchedule *twe
             __mmask8 mask = (__mmask8)((1u << lanes) - 1);
             first[g] = _mm512_maskz_loadu_epi64(mask, ivs + 16 * (u0 + 4 * g));
         }
-        ROUNDS4(_mm512_aesenc_epi128, _mm512_aesenclast_epi128, tk, rounds, first[0], first[1],
-                first[2], first[3]);
+        ROUNDS(_mm512_aesenc_epi128, _mm512_aesenclast_epi128, _mm512_xor_si512, tk, rounds, first,
+               GROUP / 4);
         const __m128i *firsts = (const __m128i *)first;
+        for (size_t u = 0; u < n; u++) {
+            /* Register i, lane l: the first tweak times x^(4i + l). */
+            __m512i *t = starts[u];
+            t[0] = mul_x_lanes(_mm512_broadcast_i32x4(_mm_loadu_si128(firsts + u)), lane_powers);
+            t[1] = mul_x4_512(t[0]);
+            t[2] = MUL_X_BYTES_512(t[0], 1), t[3] = MUL_X_BYTES_512(t[1], 1);
+        }
         for (size_t u = 0; u < n; u++) {
             const uint8_t *in = src + (u0 + u) * unit_bytes;
             uint8_t *out = dst + (u0 + u) * unit_bytes;
-            __m128i t = _mm_loadu_si128(firsts + u);
-            __m512i t0 = mul_x_lanes(_mm512_broadcast_i32x4(t), lane_powers);
+            __m512i t[AVX512_REGS], x[AVX512_REGS];
+            memcpy(t, starts[u], sizeof t);
             size_t j = 0;
-            for (; j + 16 <= blocks; j += 16) {
-                __m512i ta = t0, tb = MUL_X4(ta), tc = MUL_X4(tb), td = MUL_X4(tc);
-                __m512i a = _mm512_xor_si512(_mm512_loadu_si512(in + 16 * j), ta);
-                __m512i b = _mm512_xor_si512(_mm512_loadu_si512(in + 16 * j + 64), tb);
-                __m512i c = _mm512_xor_si512(_mm512_loadu_si512(in + 16 * j + 128), tc);
-                __m512i d = _mm512_xor_si512(_mm512_loadu_si512(in + 16 * j + 192), td);
+            for (; j + 4 * AVX512_REGS <= blocks; j += 4 * AVX512_REGS) {
+                for (int i = 0; i < AVX512_REGS; i++)
+                    x[i] = _mm512_xor_si512(_mm512_loadu_si512(in + 16 * j + 64 * i), t[i]);
                 if (encrypt)
-                    ROUNDS4(_mm512_aesenc_epi128, _mm512_aesenclast_epi128, dk, rounds, a, b, c, d);
+                    ROUNDS(_mm512_aesenc_epi128, _mm512_aesenclast_epi128, _mm512_xor_si512, dk,
+                           rounds, x, AVX512_REGS);
                 else
-                    ROUNDS4(_mm512_aesdec_epi128, _mm512_aesdeclast_epi128, dk, rounds, a, b, c, d);
-                _mm512_storeu_si512(out + 16 * j, _mm512_xor_si512(a, ta));
-                _mm512_storeu_si512(out + 16 * j + 64, _mm512_xor_si512(b, tb));
-                _mm512_storeu_si512(out + 16 * j + 128, _mm512_xor_si512(c, tc));
-                _mm512_storeu_si512(out + 16 * j + 192, _mm512_xor_si512(d, td));
-                t0 = MUL_X4(td);
+                    ROUNDS(_mm512_aesdec_epi128, _mm512_aesdeclast_epi128, _mm512_xor_si512, dk,
+                           rounds, x, AVX512_REGS);
+                for (int i = 0; i < AVX512_REGS; i++) {
+                    _mm512_storeu_si512(out + 16 * j + 64 * i, _mm512_xor_si512(x[i], t[i]));
+                    t[i] = MUL_X_BYTES_512(t[i], 2);
+                }
             }
-            t = _mm512_castsi512_si128(t0);
-            for (; j < blocks; j++) {
-                __m128i x = _mm_xor_si128(_mm_loadu_si128((const __m128i *)(in + 16 * j)), t);
-                x = aes_block(dkeys, rounds, x, encrypt);
-                _mm_storeu_si128((__m128i *)(out + 16 * j), _mm_xor_si128(x, t));
-                t = mul_x_block(t);
-            }
+            if (j < blocks)
+                xts_tail(dkeys, rounds, out, in, j, blocks, _mm512_castsi512_si128(t[0]), encrypt);
         }
     }
     OPENSSL_cleanse(dk, sizeof dk);
     OPENSSL_cleanse(tk, sizeof tk);
     OPENSSL_cleanse(first, sizeof first);
+    OPENSSL_cleanse(starts, sizeof starts);
+}
+
+#define AVX2_REGS 8 /* ymm registers in flight on the avx2 path: 16 blocks */
+
+/* Lane i of t times x^(8 * bytes), as mul_x8. */
+#define MUL_X_BYTES_256(t, bytes)                                                              \
+    _mm256_xor_si256(_mm256_slli_si256(t, bytes),                                              \
+                     _mm256_clmulepi64_epi128(_mm256_srli_si256(t, 16 - (bytes)),             \
+                                              _mm256_set1_epi64x(0x87), 0x00))
+
+/* Lane i of t times x^2, as mul_x4_512. */
+AVX2_TARGET static inline __m256i mul_x2_256(__m256i t)
+{
+    __m256i top = _mm256_srli_epi64(t, 62);
+    __m256i shifted = _mm256_xor_si256(_mm256_slli_epi64(t, 2), _mm256_slli_si256(top, 8));
+    __m256i reduce =
+        _mm256_clmulepi64_epi128(_mm256_srli_si256(top, 8), _mm256_set1_epi64x(0x87), 0x00);
+    return _mm256_xor_si256(shifted, reduce);
+}
+
+/* AES-XTS on ymm: eight registers of two blocks per step, each register's tweaks advanced by
+ * x^16 per step. */
+AVX2_TARGET static void xts_avx2(const AesSchedule *data, const AesSchedule *tweak, uint8_t *dst,
+                                 const uint8_t *src, const uint8_t *ivs, size_t len,
+                                 size_t unit_bytes, int encrypt)
+{
+    __m256i dk[15];
+    const __m128i *dkeys = encrypt ? data->enc : data->dec;
+    int rounds = data->rounds;
+    for (int r = 0; r <= rounds; r++)
+        dk[r] = _mm256_broadcastsi128_si256(dkeys[r]);
+    size_t units = len / unit_bytes, blocks = unit_bytes / 16;
+    __m128i first[GROUP];
+    __m256i starts[GROUP][AVX2_REGS];
+    for (size_t u0 = 0; u0 < units; u0 += GROUP) {
+        size_t n = units - u0 < GROUP ? units - u0 : GROUP;
+        first_tweaks(tweak, ivs + 16 * u0, n, first);
+        for (size_t u = 0; u < n; u++) {
+            /* Register i, lane l: the first tweak times x^(2i + l). */
+            __m256i *t = starts[u];
+            t[0] = _mm256_set_m128i(mul_x_block(first[u]), first[u]);
+            t[1] = mul_x2_256(t[0]);
+            t[2] = mul_x2_256(t[1]);
+            t[3] = mul_x2_256(t[2]);
+            for (int i = 4; i < AVX2_REGS; i++)
+                t[i] = MUL_X_BYTES_256(t[i - 4], 1);
+        }
+        for (size_t u = 0; u < n; u++) {
+            const uint8_t *in = src + (u0 + u) * unit_bytes;
+            uint8_t *out = dst + (u0 + u) * unit_bytes;
+            __m256i t[AVX2_REGS];
+            memcpy(t, starts[u], sizeof t);
+            size_t j = 0;
+            for (; j + 2 * AVX2_REGS <= blocks; j += 2 * AVX2_REGS) {
+                __m256i x[AVX2_REGS];
+                for (int i = 0; i < AVX2_REGS; i++) {
+                    x[i] = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(in + 16 * j + 32 * i)),
+                                            t[i]);
+                }
+                if (encrypt)
+                    ROUNDS(_mm256_aesenc_epi128, _mm256_aesenclast_epi128, _mm256_xor_si256, dk,
+                           rounds, x, AVX2_REGS);
+                else
+                    ROUNDS(_mm256_aesdec_epi128, _mm256_aesdeclast_epi128, _mm256_xor_si256, dk,
+                           rounds, x, AVX2_REGS);
+                for (int i = 0; i < AVX2_REGS; i++) {
+                    _mm256_storeu_si256((__m256i *)(out + 16 * j + 32 * i),
+                                        _mm256_xor_si256(x[i], t[i]));
+                    t[i] = MUL_X_BYTES_256(t[i], 2);
+                }
+            }
+            if (j < blocks)
+                xts_tail(dkeys, rounds, out, in, j, blocks, _mm256_castsi256_si128(t[0]), encrypt);
+        }
+    }
+    OPENSSL_cleanse(dk, sizeof dk);
+    OPENSSL_cleanse(first, sizeof first);
+    OPENSSL_cleanse(starts, sizeof starts);
+}
+
+/* AES-XTS on xmm: AESNI_WIDTH blocks of a unit per step, each register's tweak advanced by x^8
+ * per step. */
+AESNI_TARGET static void xts_aesni(const AesSchedule *data, const AesSchedule *tweak, uint8_t *dst,
+                                   const uint8_t *src, const uint8_t *ivs, size_t len,
+                                   size_t unit_bytes, int encrypt)
+{
+    const __m128i *dk = encrypt ? data->enc : data->dec;
+    int rounds = data->rounds;
+    size_t units = len / unit_bytes, blocks = unit_bytes / 16;
+    __m128i first[GROUP], starts[GROUP][AESNI_WIDTH];
+    for (size_t u0 = 0; u0 < units; u0 += GROUP) {
+        size_t n = units - u0 < GROUP ? units - u0 : GROUP;
+        first_tweaks(tweak, ivs + 16 * u0, n, first);
+        for (size_t u = 0; u < n; u++) {
+            starts[u][0] = first[u];
+            for (int i = 1; i < AESNI_WIDTH; i++)
+                starts[u][i] = mul_x_block(starts[u][i - 1]);
+        }
+        for (size_t u = 0; u < n; u++) {
+            const uint8_t *in = src + (u0 + u) * unit_bytes;
+            uint8_t *out = dst + (u0 + u) * unit_bytes;
+            __m128i t[AESNI_WIDTH];
+            memcpy(t, starts[u], sizeof t);
+            size_t j = 0;
+            for (; j + AESNI_WIDTH <= blocks; j += AESNI_WIDTH) {
+                __m128i x[AESNI_WIDTH];
+                for (int i = 0; i < AESNI_WIDTH; i++) {
+                    x[i] = _mm_xor_si128(_mm_loadu_si128((const __m128i *)(in + 16 * (j + i))),
+                                         t[i]);
+                }
+                if (encrypt)
+                    ROUNDS(_mm_aesenc_si128, _mm_aesenclast_si128, _mm_xor_si128, dk, rounds, x,
+                           AESNI_WIDTH);
+                else
+                    ROUNDS(_mm_aesdec_si128, _mm_aesdeclast_si128, _mm_xor_si128, dk, rounds, x,
+                           AESNI_WIDTH);
+                for (int i = 0; i < AESNI_WIDTH; i++) {
+                    _mm_storeu_si128((__m128i *)(out + 16 * (j + i)), _mm_xor_si128(x[i], t[i]));
+                    t[i] = mul_x8(t[i]);
+                }
+            }
+            if (j < blocks)
+                xts_tail(dk, rounds, out, in, j, blocks, t[0], encrypt);
+        }
+    }
+    OPENSSL_cleanse(first, sizeof first);
+    OPENSSL_cleanse(starts, sizeof starts);
 }
 
 /*
  * Multi-lane CBC encryption. CBC is serial inside a data unit (each block waits for the
  * previous one's ciphertext) but data units are independent: lane l carries unit u0 + l, and
  * block j of every lane goes through the rounds together, so the AES units see CBC_LANES
- * independent blocks per round instead of one chain's latency. VAES holds four lanes per
- * register; AES-NI one. Lanes past the last unit read a zero block and write a sink.
+ * independent blocks per round instead of one chain's latency. A zmm register holds four
+ * lanes, a ymm two, an xmm one. Lanes past the last unit read a zero block and write a sink.
  */
-#define CBC_VAES_REGS 4
-#define CBC_AESNI_LANES 8
-#define CBC_MAX_LANES (4 * CBC_VAES_REGS)
+#define CBC_AVX512_REGS 4
+#define CBC_MAX_LANES 16
 
 typedef struct {
     const uint8_t *in[CBC_MAX_LANES];
@@ -417,23 +631,38 @@ static size_t cbc_lanes(CbcLanes *g, uint8_t *dst, const uint8_t *src, size_t u0
     return n;
 }
 
-VAES_TARGET static void cbc_encrypt_vaes(const AesSchedule *s, uint8_t *dst, const uint8_t *src,
-                                         const uint8_t *ivs, size_t units, size_t unit_bytes)
+static void cbc_advance(CbcLanes *g, size_t lanes)
 {
-    __m512i rk[15], state[CBC_VAES_REGS];
+    for (size_t l = 0; l < lanes; l++) {
+        g->in[l] += g->step[l];
+        g->out[l] += g->step[l];
+    }
+}
+
+/* The IVs of n real lanes of a group, zeros past them (not read). */
+AESNI_TARGET static void cbc_lane_ivs(__m128i *state, const uint8_t *ivs, size_t n, size_t lanes)
+{
+    for (size_t l = 0; l < lanes; l++)
+        state[l] = l < n ? _mm_loadu_si128((const __m128i *)(ivs + 16 * l)) : _mm_setzero_si128();
+}
+
+AVX512_TARGET static void cbc_encrypt_avx512(const AesSchedule *s, uint8_t *dst, const uint8_t *src,
+                                             const uint8_t *ivs, size_t units, size_t unit_bytes)
+{
+    __m512i rk[15], state[CBC_AVX512_REGS];
     CbcLanes g;
     int rounds = s->rounds;
     for (int r = 0; r <= rounds; r++)
         rk[r] = _mm512_broadcast_i32x4(s->enc[r]);
     for (size_t u0 = 0; u0 < units; u0 += CBC_MAX_LANES) {
         size_t n = cbc_lanes(&g, dst, src, u0, units, unit_bytes, CBC_MAX_LANES);
-        for (size_t r = 0; r < CBC_VAES_REGS; r++) {
+        for (size_t r = 0; r < CBC_AVX512_REGS; r++) {
             /* Two 64-bit lanes per IV; past the last unit, zeros. */
             size_t words = 4 * r >= n ? 0 : (n - 4 * r >= 4 ? 8 : 2 * (n - 4 * r));
             state[r] = _mm512_maskz_loadu_epi64((__mmask8)((1u << words) - 1), ivs + 16 * (u0 + 4 * r));
         }
         for (size_t j = 0; j < unit_bytes / 16; j++) {
-            for (size_t r = 0; r < CBC_VAES_REGS; r++) {
+            for (size_t r = 0; r < CBC_AVX512_REGS; r++) {
                 const uint8_t *const *in = g.in + 4 * r;
                 __m512i p = _mm512_castsi128_si512(_mm_loadu_si128((const __m128i *)in[0]));
                 p = _mm512_inserti32x4(p, _mm_loadu_si128((const __m128i *)in[1]), 1);
@@ -442,9 +671,9 @@ VAES_TARGET static void cbc_encrypt_vaes(const AesSchedule *s, uint8_t *dst, con
                 state[r] = _mm512_ternarylogic_epi64(state[r], p, rk[0], 0x96);
             }
             for (int k = 1; k < rounds; k++)
-                for (size_t r = 0; r < CBC_VAES_REGS; r++)
+                for (size_t r = 0; r < CBC_AVX512_REGS; r++)
                     state[r] = _mm512_aesenc_epi128(state[r], rk[k]);
-            for (size_t r = 0; r < CBC_VAES_REGS; r++) {
+            for (size_t r = 0; r < CBC_AVX512_REGS; r++) {
                 state[r] = _mm512_aesenclast_epi128(state[r], rk[rounds]);
                 uint8_t *const *out = g.out + 4 * r;
                 _mm_storeu_si128((__m128i *)out[0], _mm512_castsi512_si128(state[r]));
@@ -452,10 +681,7 @@ VAES_TARGET static void cbc_encrypt_vaes(const AesSchedule *s, uint8_t *dst, con
                 _mm_storeu_si128((__m128i *)out[2], _mm512_extracti32x4_epi32(state[r], 2));
                 _mm_storeu_si128((__m128i *)out[3], _mm512_extracti32x4_epi32(state[r], 3));
             }
-            for (size_t l = 0; l < CBC_MAX_LANES; l++) {
-                g.in[l] += g.step[l];
-                g.out[l] += g.step[l];
-            }
+            cbc_advance(&g, CBC_MAX_LANES);
         }
     }
     OPENSSL_cleanse(rk, sizeof rk);
@@ -463,42 +689,89 @@ VAES_TARGET static void cbc_encrypt_vaes(const AesSchedule *s, uint8_t *dst, con
     OPENSSL_cleanse(g.sink, sizeof g.sink);
 }
 
+AVX2_TARGET static void cbc_encrypt_avx2(const AesSchedule *s, uint8_t *dst, const uint8_t *src,
+                                         const uint8_t *ivs, size_t units, size_t unit_bytes)
+{
+    __m256i rk[15], state[AVX2_REGS];
+    __m128i lane_ivs[2 * AVX2_REGS];
+    CbcLanes g;
+    int rounds = s->rounds;
+    for (int r = 0; r <= rounds; r++)
+        rk[r] = _mm256_broadcastsi128_si256(s->enc[r]);
+    for (size_t u0 = 0; u0 < units; u0 += 2 * AVX2_REGS) {
+        size_t n = cbc_lanes(&g, dst, src, u0, units, unit_bytes, 2 * AVX2_REGS);
+        cbc_lane_ivs(lane_ivs, ivs + 16 * u0, n, 2 * AVX2_REGS);
+        for (int r = 0; r < AVX2_REGS; r++)
+            state[r] = _mm256_set_m128i(lane_ivs[2 * r + 1], lane_ivs[2 * r]);
+        for (size_t j = 0; j < unit_bytes / 16; j++) {
+            for (int r = 0; r < AVX2_REGS; r++) {
+                __m256i p = _mm256_loadu2_m128i((const __m128i *)g.in[2 * r + 1],
+                                                (const __m128i *)g.in[2 * r]);
+                state[r] = _mm256_xor_si256(_mm256_xor_si256(state[r], p), rk[0]);
+            }
+            for (int k = 1; k < rounds; k++)
+                for (int r = 0; r < AVX2_REGS; r++)
+                    state[r] = _mm256_aesenc_epi128(state[r], rk[k]);
+            for (int r = 0; r < AVX2_REGS; r++) {
+                state[r] = _mm256_aesenclast_epi128(state[r], rk[rounds]);
+                _mm256_storeu2_m128i((__m128i *)g.out[2 * r + 1], (__m128i *)g.out[2 * r],
+                                     state[r]);
+            }
+            cbc_advance(&g, 2 * AVX2_REGS);
+        }
+    }
+    OPENSSL_cleanse(rk, sizeof rk);
+    OPENSSL_cleanse(state, sizeof state);
+    OPENSSL_cleanse(lane_ivs, sizeof lane_ivs);
+    OPENSSL_cleanse(g.sink, sizeof g.sink);
+}
+
 AESNI_TARGET static void cbc_encrypt_aesni(const AesSchedule *s, uint8_t *dst, const uint8_t *src,
                                            const uint8_t *ivs, size_t units, size_t unit_bytes)
 {
-    __m128i state[CBC_AESNI_LANES];
+    __m128i state[AESNI_WIDTH];
     CbcLanes g;
     int rounds = s->rounds;
-    for (size_t u0 = 0; u0 < units; u0 += CBC_AESNI_LANES) {
-        size_t n = cbc_lanes(&g, dst, src, u0, units, unit_bytes, CBC_AESNI_LANES);
-        for (size_t l = 0; l < CBC_AESNI_LANES; l++)
-            state[l] = l < n ? _mm_loadu_si128((const __m128i *)(ivs + 16 * (u0 + l)))
-                             : _mm_setzero_si128();
+    for (size_t u0 = 0; u0 < units; u0 += AESNI_WIDTH) {
+        size_t n = cbc_lanes(&g, dst, src, u0, units, unit_bytes, AESNI_WIDTH);
+        cbc_lane_ivs(state, ivs + 16 * u0, n, AESNI_WIDTH);
         for (size_t j = 0; j < unit_bytes / 16; j++) {
-            for (size_t l = 0; l < CBC_AESNI_LANES; l++) {
+            for (size_t l = 0; l < AESNI_WIDTH; l++) {
                 __m128i p = _mm_loadu_si128((const __m128i *)g.in[l]);
                 state[l] = _mm_xor_si128(_mm_xor_si128(state[l], p), s->enc[0]);
             }
             for (int k = 1; k < rounds; k++)
-                for (size_t l = 0; l < CBC_AESNI_LANES; l++)
+                for (size_t l = 0; l < AESNI_WIDTH; l++)
                     state[l] = _mm_aesenc_si128(state[l], s->enc[k]);
-            for (size_t l = 0; l < CBC_AESNI_LANES; l++) {
+            for (size_t l = 0; l < AESNI_WIDTH; l++) {
                 state[l] = _mm_aesenclast_si128(state[l], s->enc[rounds]);
                 _mm_storeu_si128((__m128i *)g.out[l], state[l]);
-                g.in[l] += g.step[l];
-                g.out[l] += g.step[l];
             }
+            cbc_advance(&g, AESNI_WIDTH);
         }
     }
     OPENSSL_cleanse(state, sizeof state);
     OPENSSL_cleanse(g.sink, sizeof g.sink);
 }
 
-/* CBC decryption has no chain to wait for: P[j] = D(C[j]) ^ C[j-1], with C[-1] the IV. Sixteen
- * blocks of a unit per step, as in xts_vaes; each step loads all its ciphertext before it
- * stores, and the previous step's last block stays in a register, so dst may be src. */
-VAES_TARGET static void cbc_decrypt_vaes(const AesSchedule *s, uint8_t *dst, const uint8_t *src,
-                                         const uint8_t *ivs, size_t units, size_t unit_bytes)
+/* CBC decryption has no chain to wait for: P[j] = D(C[j]) ^ C[j-1], with C[-1] the IV. Each
+ * step loads all its ciphertext before it stores, and the previous step's last block stays in
+ * a register, so dst may be src. The blocks past the last whole step, one at a time. */
+AESNI_TARGET static void cbc_decrypt_tail(const AesSchedule *s, uint8_t *out, const uint8_t *in,
+                                          size_t from, size_t blocks, __m128i previous)
+{
+    for (size_t j = from; j < blocks; j++) {
+        __m128i x = _mm_loadu_si128((const __m128i *)(in + 16 * j));
+        _mm_storeu_si128((__m128i *)(out + 16 * j),
+                         _mm_xor_si128(aes_block(s->dec, s->rounds, x, 0), previous));
+        previous = x;
+    }
+}
+
+/* Sixteen blocks of a unit per step in four zmm registers; the previous blocks of register i
+ * are the top block of register i - 1 and the first three of register i. */
+AVX512_TARGET static void cbc_decrypt_avx512(const AesSchedule *s, uint8_t *dst, const uint8_t *src,
+                                             const uint8_t *ivs, size_t units, size_t unit_bytes)
 {
     __m512i rk[15];
     int rounds = s->rounds;
@@ -511,51 +784,120 @@ VAES_TARGET static void cbc_decrypt_vaes(const AesSchedule *s, uint8_t *dst, con
         /* Lane 3 holds the ciphertext block before the next step's first. */
         __m512i last = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(ivs + 16 * u)));
         size_t j = 0;
-        for (; j + 16 <= blocks; j += 16) {
-            __m512i a = _mm512_loadu_si512(in + 16 * j), b = _mm512_loadu_si512(in + 16 * j + 64);
-            __m512i c = _mm512_loadu_si512(in + 16 * j + 128);
-            __m512i d = _mm512_loadu_si512(in + 16 * j + 192);
-            __m512i pa = _mm512_alignr_epi64(a, last, 6), pb = _mm512_alignr_epi64(b, a, 6);
-            __m512i pc = _mm512_alignr_epi64(c, b, 6), pd = _mm512_alignr_epi64(d, c, 6);
-            last = d;
-            ROUNDS4(_mm512_aesdec_epi128, _mm512_aesdeclast_epi128, rk, rounds, a, b, c, d);
-            _mm512_storeu_si512(out + 16 * j, _mm512_xor_si512(a, pa));
-            _mm512_storeu_si512(out + 16 * j + 64, _mm512_xor_si512(b, pb));
-            _mm512_storeu_si512(out + 16 * j + 128, _mm512_xor_si512(c, pc));
-            _mm512_storeu_si512(out + 16 * j + 192, _mm512_xor_si512(d, pd));
+        for (; j + 4 * AVX512_REGS <= blocks; j += 4 * AVX512_REGS) {
+            __m512i c[AVX512_REGS], x[AVX512_REGS];
+            for (int i = 0; i < AVX512_REGS; i++)
+                c[i] = x[i] = _mm512_loadu_si512(in + 16 * j + 64 * i);
+            ROUNDS(_mm512_aesdec_epi128, _mm512_aesdeclast_epi128, _mm512_xor_si512, rk, rounds, x,
+                   AVX512_REGS);
+            for (int i = 0; i < AVX512_REGS; i++) {
+                __m512i previous = _mm512_alignr_epi64(c[i], i ? c[i - 1] : last, 6);
+                _mm512_storeu_si512(out + 16 * j + 64 * i, _mm512_xor_si512(x[i], previous));
+            }
+            last = c[AVX512_REGS - 1];
         }
-        __m128i previous = _mm512_extracti32x4_epi32(last, 3);
-        for (; j < blocks; j++) {
-            __m128i x = _mm_loadu_si128((const __m128i *)(in + 16 * j));
-            __m128i p = _mm_xor_si128(aes_block(s->dec, rounds, x, 0), previous);
-            _mm_storeu_si128((__m128i *)(out + 16 * j), p);
-            previous = x;
-        }
+        cbc_decrypt_tail(s, out, in, j, blocks, _mm512_extracti32x4_epi32(last, 3));
     }
     OPENSSL_cleanse(rk, sizeof rk);
 }
 
-static int aesni_usable(void)
+/* Sixteen blocks of a unit per step in eight ymm registers; the previous blocks of register i
+ * are the high half of register i - 1 and the low half of register i. */
+AVX2_TARGET static void cbc_decrypt_avx2(const AesSchedule *s, uint8_t *dst, const uint8_t *src,
+                                         const uint8_t *ivs, size_t units, size_t unit_bytes)
 {
-    __builtin_cpu_init();
-    return __builtin_cpu_supports("aes");
+    __m256i rk[15];
+    int rounds = s->rounds;
+    size_t blocks = unit_bytes / 16;
+    for (int r = 0; r <= rounds; r++)
+        rk[r] = _mm256_broadcastsi128_si256(s->dec[r]);
+    for (size_t u = 0; u < units; u++) {
+        const uint8_t *in = src + u * unit_bytes;
+        uint8_t *out = dst + u * unit_bytes;
+        /* The high half holds the ciphertext block before the next step's first. */
+        __m256i last = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(ivs + 16 * u)));
+        size_t j = 0;
+        for (; j + 2 * AVX2_REGS <= blocks; j += 2 * AVX2_REGS) {
+            __m256i c[AVX2_REGS], x[AVX2_REGS];
+            for (int i = 0; i < AVX2_REGS; i++)
+                c[i] = x[i] = _mm256_loadu_si256((const __m256i *)(in + 16 * j + 32 * i));
+            ROUNDS(_mm256_aesdec_epi128, _mm256_aesdeclast_epi128, _mm256_xor_si256, rk, rounds, x,
+                   AVX2_REGS);
+            for (int i = 0; i < AVX2_REGS; i++) {
+                __m256i previous = _mm256_permute2x128_si256(i ? c[i - 1] : last, c[i], 0x21);
+                _mm256_storeu_si256((__m256i *)(out + 16 * j + 32 * i),
+                                    _mm256_xor_si256(x[i], previous));
+            }
+            last = c[AVX2_REGS - 1];
+        }
+        cbc_decrypt_tail(s, out, in, j, blocks, _mm256_extracti128_si256(last, 1));
+    }
+    OPENSSL_cleanse(rk, sizeof rk);
 }
 
-static int vaes_usable(void)
+/* Eight blocks of a unit per step. */
+AESNI_TARGET static void cbc_decrypt_aesni(const AesSchedule *s, uint8_t *dst, const uint8_t *src,
+                                           const uint8_t *ivs, size_t units, size_t unit_bytes)
 {
-    __builtin_cpu_init();
-    return __builtin_cpu_supports("aes") && __builtin_cpu_supports("avx512f") &&
-           __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("vaes");
+    int rounds = s->rounds;
+    size_t blocks = unit_bytes / 16;
+    for (size_t u = 0; u < units; u++) {
+        const uint8_t *in = src + u * unit_bytes;
+        uint8_t *out = dst + u * unit_bytes;
+        __m128i last = _mm_loadu_si128((const __m128i *)(ivs + 16 * u));
+        size_t j = 0;
+        for (; j + AESNI_WIDTH <= blocks; j += AESNI_WIDTH) {
+            __m128i c[AESNI_WIDTH], x[AESNI_WIDTH];
+            for (int i = 0; i < AESNI_WIDTH; i++)
+                c[i] = x[i] = _mm_loadu_si128((const __m128i *)(in + 16 * (j + i)));
+            ROUNDS(_mm_aesdec_si128, _mm_aesdeclast_si128, _mm_xor_si128, s->dec, rounds, x,
+                   AESNI_WIDTH);
+            for (int i = 0; i < AESNI_WIDTH; i++)
+                _mm_storeu_si128((__m128i *)(out + 16 * (j + i)),
+                                 _mm_xor_si128(x[i], i ? c[i - 1] : last));
+            last = c[AESNI_WIDTH - 1];
+        }
+        cbc_decrypt_tail(s, out, in, j, blocks, last);
+    }
 }
+
+/* The paths this CPU and OS can run, one bit per Path: CPUID for the instructions, XCR0 for
+ * the OS saving the ymm (and opmask and zmm) state across context switches. */
+static unsigned detect_paths(void)
+{
+    unsigned paths = 1u << PATH_OPENSSL, a, b, c, d, xcr0, xcr0_high;
+    if (!__get_cpuid(1, &a, &b, &c, &d) || !(c & bit_AES) || !(c & bit_PCLMUL))
+        return paths;
+    paths |= 1u << PATH_AESNI;
+    if (!(c & bit_OSXSAVE) || !(c & bit_AVX) || !__get_cpuid_count(7, 0, &a, &b, &c, &d))
+        return paths;
+    __asm__("xgetbv" : "=a"(xcr0), "=d"(xcr0_high) : "c"(0));
+    int vaes = (c & bit_VAES) && (c & bit_VPCLMULQDQ), ymm = (xcr0 & 0x06) == 0x06, zmm = (xcr0 & 0xe6) == 0xe6;
+    if (vaes && ymm && (b & bit_AVX2))
+        paths |= 1u << PATH_AVX2;
+    if (vaes && zmm && (b & bit_AVX512F) && (b & bit_AVX512BW))
+        paths |= 1u << PATH_AVX512;
+    return paths;
+}
+
+typedef void (*XtsKernel)(const AesSchedule *, const AesSchedule *, uint8_t *, const uint8_t *,
+                          const uint8_t *, size_t, size_t, int);
+typedef void (*CbcKernel)(const AesSchedule *, uint8_t *, const uint8_t *, const uint8_t *,
+                          size_t, size_t);
+
+static const XtsKernel xts_kernels[PATH_COUNT] = {
+    [PATH_AESNI] = xts_aesni, [PATH_AVX2] = xts_avx2, [PATH_AVX512] = xts_avx512};
+static const CbcKernel cbc_encrypt_kernels[PATH_COUNT] = {
+    [PATH_AESNI] = cbc_encrypt_aesni, [PATH_AVX2] = cbc_encrypt_avx2,
+    [PATH_AVX512] = cbc_encrypt_avx512};
+static const CbcKernel cbc_decrypt_kernels[PATH_COUNT] = {
+    [PATH_AESNI] = cbc_decrypt_aesni, [PATH_AVX2] = cbc_decrypt_avx2,
+    [PATH_AVX512] = cbc_decrypt_avx512};
 #else
-#define VAES_PATH 0
-static int vaes_usable(void)
+#define X86_PATHS 0
+static unsigned detect_paths(void)
 {
-    return 0;
-}
-static int aesni_usable(void)
-{
-    return 0;
+    return 1u << PATH_OPENSSL;
 }
 #endif
 
@@ -574,19 +916,17 @@ static const EVP_CIPHER *aes_ecb(Py_ssize_t key_bytes)
 }
 
 PyDoc_STRVAR(xts_doc,
-             "xts(dst, src, ivs, key, unit_bytes, encrypt, vaes=True)\n--\n\n"
+             "xts(dst, src, ivs, key, unit_bytes, encrypt)\n--\n\n"
              "AES-XTS (IEEE 1619) of src into dst (which may be src), data unit by data unit:\n"
              "unit u uses the 16-byte tweak ivs[u]; key is the data key then the tweak key\n"
-             "(32, 48 or 64 bytes), as in dm-crypt's aes-xts tables. AES-128 and AES-256 use\n"
-             "VAES where the CPU has it (module attribute VAES) unless vaes is false.");
-
-static int vaes_available;
+             "(32, 48 or 64 bytes), as in dm-crypt's aes-xts tables. AES-128 and AES-256 run\n"
+             "on the current path (path()); AES-192 and the openssl path on OpenSSL's ECB.");
 
 /* AES-XTS of src into dst with the tweaks ivs (16 bytes per unit, ivs_len of them);
  * the caller releases the buffers. */
 static PyObject *xts_with_ivs(Py_buffer *dst_view, Py_buffer *src_view, const uint8_t *iv_bytes,
                               Py_ssize_t ivs_len, Py_buffer *key_view, Py_ssize_t unit_bytes,
-                              int encrypt, int vaes)
+                              int encrypt)
 {
     Py_buffer dst = *dst_view, src = *src_view, key = *key_view;
     PyObject *result = NULL;
@@ -608,14 +948,15 @@ static PyObject *xts_with_ivs(Py_buffer *dst_view, Py_buffer *src_view, const ui
         PyErr_SetString(PyExc_ValueError, "ivs needs 16 bytes per data unit");
         goto done;
     }
-#if VAES_PATH
-    if (vaes && vaes_available && key.len != 48) {
+#if X86_PATHS
+    Path path = current_path;
+    if (path != PATH_OPENSSL && key.len != 48) {
         AesSchedule schedules[2];
         aes_schedule(&schedules[0], key.buf, (int)key.len / 2);
         aes_schedule(&schedules[1], (const uint8_t *)key.buf + key.len / 2, (int)key.len / 2);
-        RUN_RELEASING_ABOVE(src.len, xts_vaes(&schedules[0], &schedules[1], dst.buf, src.buf,
-                                              iv_bytes, (size_t)src.len, (size_t)unit_bytes,
-                                              encrypt));
+        RUN_RELEASING_ABOVE(src.len, xts_kernels[path](&schedules[0], &schedules[1], dst.buf,
+                                                       src.buf, iv_bytes, (size_t)src.len,
+                                                       (size_t)unit_bytes, encrypt));
         OPENSSL_cleanse(schedules, sizeof schedules);
         result = Py_NewRef(Py_None);
         goto done;
@@ -665,12 +1006,10 @@ static PyObject *native_xts(PyObject *module, PyObject *args)
 {
     Py_buffer dst, src, ivs, key;
     Py_ssize_t unit_bytes;
-    int encrypt, vaes = 1;
-    if (!PyArg_ParseTuple(args, "w*y*y*y*np|p:xts", &dst, &src, &ivs, &key, &unit_bytes, &encrypt,
-                          &vaes))
+    int encrypt;
+    if (!PyArg_ParseTuple(args, "w*y*y*y*np:xts", &dst, &src, &ivs, &key, &unit_bytes, &encrypt))
         return NULL;
-    PyObject *result =
-        xts_with_ivs(&dst, &src, ivs.buf, ivs.len, &key, unit_bytes, encrypt, vaes);
+    PyObject *result = xts_with_ivs(&dst, &src, ivs.buf, ivs.len, &key, unit_bytes, encrypt);
     PyBuffer_Release(&dst);
     PyBuffer_Release(&src);
     PyBuffer_Release(&ivs);
@@ -679,7 +1018,7 @@ static PyObject *native_xts(PyObject *module, PyObject *args)
 }
 
 PyDoc_STRVAR(xts_plain64_doc,
-             "xts_plain64(dst, src, iv_sector, iv_step, key, unit_bytes, encrypt, vaes=True)\n--\n\n"
+             "xts_plain64(dst, src, iv_sector, iv_step, key, unit_bytes, encrypt)\n--\n\n"
              "xts() with dm-crypt's plain64 IVs made here: unit u's tweak is the le64 of\n"
              "iv_sector + u * iv_step (mod 2^64), zero padded to 16 bytes. A small request\n"
              "skips building the IV array in numpy.");
@@ -689,13 +1028,13 @@ static PyObject *native_xts_plain64(PyObject *module, PyObject *args)
     Py_buffer dst, src, key;
     unsigned long long iv_sector, iv_step;
     Py_ssize_t unit_bytes;
-    int encrypt, vaes = 1;
+    int encrypt;
     PyObject *result = NULL;
     uint8_t small[16 * 16];
     uint8_t *ivs = small;
     Py_ssize_t units = 0;
-    if (!PyArg_ParseTuple(args, "w*y*KKy*np|p:xts_plain64", &dst, &src, &iv_sector, &iv_step, &key,
-                          &unit_bytes, &encrypt, &vaes))
+    if (!PyArg_ParseTuple(args, "w*y*KKy*np:xts_plain64", &dst, &src, &iv_sector, &iv_step, &key,
+                          &unit_bytes, &encrypt))
         return NULL;
     if (unit_bytes <= 0 || unit_bytes % 16 || unit_bytes > (1 << 20)) {
         PyErr_SetString(PyExc_ValueError, "unit_bytes must be a multiple of 16, at most 1 MiB");
@@ -711,7 +1050,7 @@ static PyObject *native_xts_plain64(PyObject *module, PyObject *args)
         store_le64(ivs + 16 * u, sector);
         store_le64(ivs + 16 * u + 8, 0);
     }
-    result = xts_with_ivs(&dst, &src, ivs, 16 * units, &key, unit_bytes, encrypt, vaes);
+    result = xts_with_ivs(&dst, &src, ivs, 16 * units, &key, unit_bytes, encrypt);
 done:
     if (ivs != small)
         PyMem_Free(ivs);
@@ -720,16 +1059,6 @@ done:
     PyBuffer_Release(&key);
     return result;
 }
-
-PyDoc_STRVAR(cbc_encrypt_doc,
-             "cbc_encrypt(dst, src, ivs, key, unit_bytes, vaes=True)\n--\n\n"
-             "AES-CBC encryption of src into dst (which may be src, or must not overlap it),\n"
-             "data unit by data unit: unit u starts from the 16-byte IV ivs[u]; key is 16, 24\n"
-             "or 32 bytes. Many units at once in parallel lanes: VAES where the CPU has it\n"
-             "(module attribute VAES) unless vaes is false, else AES-NI (module attribute\n"
-             "AESNI; without it the call raises RuntimeError).");
-
-static int aesni_available;
 
 /* Why cbc_encrypt's or cbc_decrypt's arguments are refused, or NULL. */
 static const char *cbc_arguments_problem(const Py_buffer *dst, const Py_buffer *src,
@@ -747,31 +1076,28 @@ static const char *cbc_arguments_problem(const Py_buffer *dst, const Py_buffer *
     return NULL;
 }
 
-static PyObject *native_cbc_encrypt(PyObject *module, PyObject *args)
+/* cbc_encrypt and cbc_decrypt: parse, check, run the current path's kernel. */
+static PyObject *cbc_call(PyObject *args, const char *format, int encrypt)
 {
     Py_buffer dst, src, ivs, key;
     Py_ssize_t unit_bytes;
-    int vaes = 1;
     PyObject *result = NULL;
-    if (!PyArg_ParseTuple(args, "w*y*y*y*n|p:cbc_encrypt", &dst, &src, &ivs, &key, &unit_bytes,
-                          &vaes))
+    Path path = current_path;
+    if (!PyArg_ParseTuple(args, format, &dst, &src, &ivs, &key, &unit_bytes))
         return NULL;
     const char *problem = cbc_arguments_problem(&dst, &src, &ivs, &key, unit_bytes);
     if (problem != NULL) {
         PyErr_SetString(PyExc_ValueError, problem);
-    } else if (!aesni_available) {
-        PyErr_SetString(PyExc_RuntimeError, "this CPU has no AES instructions");
+    } else if (path == PATH_OPENSSL) {
+        PyErr_SetString(PyExc_RuntimeError, "AES-CBC lanes need AES instructions: the current "
+                                            "path is openssl");
     } else {
-#if VAES_PATH
+#if X86_PATHS
         AesSchedule schedule;
-        size_t units = (size_t)(src.len / unit_bytes);
+        CbcKernel kernel = encrypt ? cbc_encrypt_kernels[path] : cbc_decrypt_kernels[path];
         aes_schedule(&schedule, key.buf, (int)key.len);
-        if (vaes && vaes_available)
-            RUN_RELEASING_ABOVE(src.len, cbc_encrypt_vaes(&schedule, dst.buf, src.buf, ivs.buf,
-                                                          units, (size_t)unit_bytes));
-        else
-            RUN_RELEASING_ABOVE(src.len, cbc_encrypt_aesni(&schedule, dst.buf, src.buf, ivs.buf,
-                                                           units, (size_t)unit_bytes));
+        RUN_RELEASING_ABOVE(src.len, kernel(&schedule, dst.buf, src.buf, ivs.buf,
+                                            (size_t)(src.len / unit_bytes), (size_t)unit_bytes));
         OPENSSL_cleanse(&schedule, sizeof schedule);
 #endif
         result = Py_NewRef(Py_None);
@@ -783,41 +1109,60 @@ static PyObject *native_cbc_encrypt(PyObject *module, PyObject *args)
     return result;
 }
 
+PyDoc_STRVAR(cbc_encrypt_doc,
+             "cbc_encrypt(dst, src, ivs, key, unit_bytes)\n--\n\n"
+             "AES-CBC encryption of src into dst (which may be src, or must not overlap it),\n"
+             "data unit by data unit: unit u starts from the 16-byte IV ivs[u]; key is 16, 24\n"
+             "or 32 bytes. Many units at once in parallel lanes, on the current path (path());\n"
+             "on the openssl path the call raises RuntimeError.");
+
+static PyObject *native_cbc_encrypt(PyObject *module, PyObject *args)
+{
+    return cbc_call(args, "w*y*y*y*n:cbc_encrypt", 1);
+}
+
 PyDoc_STRVAR(cbc_decrypt_doc,
              "cbc_decrypt(dst, src, ivs, key, unit_bytes)\n--\n\n"
              "AES-CBC decryption of src into dst (which may be src, or must not overlap it),\n"
              "data unit by data unit: unit u starts from the 16-byte IV ivs[u]; key is 16, 24\n"
-             "or 32 bytes. Needs VAES (module attribute VAES; without it the call raises\n"
-             "RuntimeError).");
+             "or 32 bytes. On the current path (path()); on the openssl path the call raises\n"
+             "RuntimeError.");
 
 static PyObject *native_cbc_decrypt(PyObject *module, PyObject *args)
 {
-    Py_buffer dst, src, ivs, key;
-    Py_ssize_t unit_bytes;
-    PyObject *result = NULL;
-    if (!PyArg_ParseTuple(args, "w*y*y*y*n:cbc_decrypt", &dst, &src, &ivs, &key, &unit_bytes))
+    return cbc_call(args, "w*y*y*y*n:cbc_decrypt", 0);
+}
+
+PyDoc_STRVAR(path_doc, "path()\n--\n\n"
+                       "The path xts, xts_plain64, cbc_encrypt and cbc_decrypt take: the fastest\n"
+                       "this CPU can run unless set_path chose another.");
+
+static PyObject *native_path(PyObject *module, PyObject *unused)
+{
+    return PyUnicode_FromString(path_names[current_path]);
+}
+
+PyDoc_STRVAR(set_path_doc,
+             "set_path(name)\n--\n\n"
+             "Make the calls take path name (one of PATHS), for every thread; for tests and\n"
+             "benchmarks. A path this CPU cannot run raises RuntimeError naming what it lacks.");
+
+static PyObject *native_set_path(PyObject *module, PyObject *arg)
+{
+    const char *name = PyUnicode_AsUTF8(arg);
+    if (name == NULL)
         return NULL;
-    const char *problem = cbc_arguments_problem(&dst, &src, &ivs, &key, unit_bytes);
-    if (problem != NULL) {
-        PyErr_SetString(PyExc_ValueError, problem);
-    } else if (!vaes_available) {
-        PyErr_SetString(PyExc_RuntimeError, "this CPU has no VAES instructions");
-    } else {
-#if VAES_PATH
-        AesSchedule schedule;
-        aes_schedule(&schedule, key.buf, (int)key.len);
-        RUN_RELEASING_ABOVE(src.len, cbc_decrypt_vaes(&schedule, dst.buf, src.buf, ivs.buf,
-                                                      (size_t)(src.len / unit_bytes),
-                                                      (size_t)unit_bytes));
-        OPENSSL_cleanse(&schedule, sizeof schedule);
-#endif
-        result = Py_NewRef(Py_None);
+    for (int p = 0; p < PATH_COUNT; p++) {
+        if (strcmp(name, path_names[p]) != 0)
+            continue;
+        if (!(runnable_paths & 1u << p))
+            return PyErr_Format(PyExc_RuntimeError, "this CPU cannot run the %s path: it needs %s",
+                                name, path_needs[p]);
+        current_path = (Path)p;
+        Py_RETURN_NONE;
     }
-    PyBuffer_Release(&dst);
-    PyBuffer_Release(&src);
-    PyBuffer_Release(&ivs);
-    PyBuffer_Release(&key);
-    return result;
+    return PyErr_Format(PyExc_ValueError, "unknown path %R: one of openssl, aesni, avx2, avx512",
+                        arg);
 }
 
 static PyMethodDef methods[] = {
@@ -827,6 +1172,8 @@ static PyMethodDef methods[] = {
     {"xts_plain64", native_xts_plain64, METH_VARARGS, xts_plain64_doc},
     {"cbc_encrypt", native_cbc_encrypt, METH_VARARGS, cbc_encrypt_doc},
     {"cbc_decrypt", native_cbc_decrypt, METH_VARARGS, cbc_decrypt_doc},
+    {"path", native_path, METH_NOARGS, path_doc},
+    {"set_path", native_set_path, METH_O, set_path_doc},
     {NULL, NULL, 0, NULL},
 };
 
@@ -834,13 +1181,26 @@ static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT, "_native", "Data-path loops that run without the GIL.", -1, methods,
 };
 
+/* PATHS: the names of the paths this CPU can run, fastest first; the first is the default. */
 PyMODINIT_FUNC PyInit__native(void)
 {
-    PyObject *m = PyModule_Create(&module);
-    vaes_available = vaes_usable();
-    aesni_available = aesni_usable();
-    if (m != NULL && (PyModule_AddObjectRef(m, "VAES", vaes_available ? Py_True : Py_False) < 0 ||
-                      PyModule_AddObjectRef(m, "AESNI", aesni_available ? Py_True : Py_False) < 0))
+    PyObject *m = PyModule_Create(&module), *paths = PyTuple_New(0);
+    runnable_paths = detect_paths();
+    for (int p = PATH_COUNT - 1; p >= 0 && paths != NULL; p--) {
+        if (!(runnable_paths & 1u << p))
+            continue;
+        if (PyTuple_GET_SIZE(paths) == 0)
+            current_path = (Path)p;
+        PyObject *name = PyUnicode_FromString(path_names[p]);
+        if (name == NULL || _PyTuple_Resize(&paths, PyTuple_GET_SIZE(paths) + 1) < 0) {
+            Py_XDECREF(name);
+            Py_CLEAR(paths);
+            break;
+        }
+        PyTuple_SET_ITEM(paths, PyTuple_GET_SIZE(paths) - 1, name);
+    }
+    if (m != NULL && (paths == NULL || PyModule_AddObjectRef(m, "PATHS", paths) < 0))
         Py_CLEAR(m);
+    Py_XDECREF(paths);
     return m;
 }

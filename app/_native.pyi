@@ -1,24 +1,19 @@
-from typing import Any
+from typing import Any, Literal
 
 from numpy.typing import NDArray
 from typing_extensions import Buffer
 
 _Bytes = Buffer | NDArray[Any]
+_Path = Literal["avx512", "avx2", "aesni", "openssl"]
 
-VAES: bool
-AESNI: bool
+PATHS: tuple[_Path, ...]
 
+def path() -> _Path: ...
+def set_path(name: str, /) -> None: ...
 def whiten(dst: _Bytes, src: _Bytes, first_tweaks: _Bytes, unit_bytes: int, /) -> None: ...
 def gather(dst: _Bytes, pieces: list[memoryview], /) -> None: ...
 def xts(
-    dst: _Bytes,
-    src: _Bytes,
-    ivs: _Bytes,
-    key: Buffer,
-    unit_bytes: int,
-    encrypt: bool,
-    vaes: bool = True,
-    /,
+    dst: _Bytes, src: _Bytes, ivs: _Bytes, key: Buffer, unit_bytes: int, encrypt: bool, /
 ) -> None: ...
 def xts_plain64(
     dst: _Bytes,
@@ -28,16 +23,7 @@ def xts_plain64(
     key: Buffer,
     unit_bytes: int,
     encrypt: bool,
-    vaes: bool = True,
     /,
 ) -> None: ...
-def cbc_encrypt(
-    dst: _Bytes,
-    src: _Bytes,
-    ivs: _Bytes,
-    key: Buffer,
-    unit_bytes: int,
-    vaes: bool = True,
-    /,
-) -> None: ...
+def cbc_encrypt(dst: _Bytes, src: _Bytes, ivs: _Bytes, key: Buffer, unit_bytes: int, /) -> None: ...
 def cbc_decrypt(dst: _Bytes, src: _Bytes, ivs: _Bytes, key: Buffer, unit_bytes: int, /) -> None: ...

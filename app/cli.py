@@ -5,20 +5,114 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import gc
-from typing import Annotated
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Annotated, Any
 
 import typer
 from pydantic import ValidationError
+from typer import _click as click
+from typer._click.exceptions import NoArgsIsHelpError, UsageError
+from typer.core import TyperArgument, TyperGroup, TyperOption
 
 from app.bench.cli import bench_app
 from app.commands.dev import dev_app
 from app.commands.engines import engines
 from app.commands.io import io_app
 from app.commands.iostat import iostat
+from app.commands.vol import vol_app
 from app.config import Settings, describe
 from app.dmsetup import dmsetup_app
 
-cli = typer.Typer(help="reqcrypt: encrypted block volumes over HTTP.", no_args_is_help=True)
+
+class PlaceholderOption(TyperOption):
+    """A switch shows no value; any other option an upper-case placeholder (``--bs SIZE``)."""
+
+    def display_type_rich(self, ctx: click.Context) -> str | None:
+        if self.is_flag or self.count:
+            return None
+        return self.metavar or (self.name or "value").upper()
+
+
+class PlaceholderArgument(TyperArgument):
+    """An argument is its placeholder alone (``SIZE``), never a Python type beside it."""
+
+    def display_type_rich(self, ctx: click.Context) -> str | None:
+        return None
+
+    def _usage_display_name(self) -> str:
+        """``NAME`` when required, ``[NAME]`` when not, as man pages write it (typer: ``{NAME}``)."""
+        name = self.display_name_raw
+        if self.nargs != 1 and self.metavar is None:
+            name += "..."
+        if self.required or name.startswith("["):
+            return name
+        return f"[{name}]"
+
+
+def use_placeholders(command: click.Command) -> None:
+    """Typer prints each parameter's Python type (``<bool>``, ``<int>``); we print placeholders."""
+    help_option = command.get_help_option(click.Context(command))
+    for param in [*command.params, *([help_option] if help_option else [])]:
+        if type(param) is TyperOption:
+            param.__class__ = PlaceholderOption
+        elif type(param) is TyperArgument:
+            param.__class__ = PlaceholderArgument
+    if isinstance(command, TyperGroup):
+        for sub in command.commands.values():
+            use_placeholders(sub)
+
+
+class Reqcrypt(TyperGroup):
+    """The root command: placeholders in help, and every error as ``reqcrypt: <what>: <why>``.
+
+    Usage errors (exit 2) follow the same one-line format as a service's problem
+    (``reqcrypt: POST /v1/devices: 422 …``, app/commands/client.py).
+    """
+
+    def main(  # type: ignore[override]
+        self,
+        args: Sequence[str] | None = None,
+        prog_name: str | None = None,
+        complete_var: str | None = None,
+        standalone_mode: bool = True,
+        **extra: Any,
+    ) -> Any:
+        use_placeholders(self)
+        try:
+            result = super().main(
+                args=args,
+                prog_name=prog_name or "reqcrypt",
+                complete_var=complete_var,
+                standalone_mode=False,
+                **extra,
+            )
+        except NoArgsIsHelpError as error:
+            typer.echo(error.ctx.get_help(), nl=False)
+            code = 0
+        except click.ClickException as error:
+            where = "reqcrypt"
+            if isinstance(error, UsageError) and error.ctx is not None:
+                where = error.ctx.command_path
+            command = where.partition(" ")[2]
+            hint = f" (see reqcrypt {command} --help)" if command else " (see reqcrypt --help)"
+            what = f"{command}: " if command else ""
+            typer.echo(f"reqcrypt: {what}{error.format_message()}{hint}", err=True)
+            code = error.exit_code
+        except typer.Abort:
+            typer.echo("reqcrypt: aborted", err=True)
+            code = 1
+        else:
+            code = result if isinstance(result, int) else 0
+        if standalone_mode:
+            sys.exit(code)
+        return code
+
+
+cli = typer.Typer(
+    cls=Reqcrypt, help="reqcrypt: encrypted block volumes over HTTP.", no_args_is_help=True
+)
 
 
 def tune_malloc() -> None:
@@ -47,6 +141,35 @@ def load_settings(**overrides: object) -> Settings:
         raise typer.Exit(2) from None
 
 
+def startup_lines(settings: Settings, admin_token_file: Path) -> list[str]:
+    """Every listener (HTTP, NBD and whether it has TLS), where the tokens and the key are."""
+    shown = "localhost" if settings.host in ("127.0.0.1", "::1") else settings.host
+    base = f"http://{shown}:{settings.port}"
+    lines = [f"HTTP on {base} (docs at {base}/docs)"]
+    if settings.nbd_port is not None:
+        if settings.nbd_tls_cert is None:
+            security = "no TLS"
+        elif settings.nbd_tls_ca is None:
+            security = "TLS"
+        else:
+            security = "TLS, client certificates required"
+        lines.append(f"NBD on {shown}:{settings.nbd_port} ({security}), exported volumes only")
+    if settings.auth == "disabled":
+        lines.append("authentication disabled (loopback only)")
+    elif settings.admin_token is None:
+        lines.append(
+            f"authenticate with 'Authorization: Bearer TOKEN'; "
+            f"the admin token is in {admin_token_file}"
+        )
+    else:
+        lines.append("authenticate with the admin token in REQCRYPT_ADMIN_TOKEN")
+    if settings.auth != "disabled" and settings.io_token is not None:
+        lines.append("the io token (data path, read-only status) is in REQCRYPT_IO_TOKEN")
+    if settings.master_key is None:
+        lines.append(f"the master key is in {settings.resolved_master_key_file}")
+    return lines
+
+
 @cli.command()
 def serve(
     host: Annotated[str | None, typer.Option(help="bind address (REQCRYPT_HOST)")] = None,
@@ -68,19 +191,8 @@ def serve(
         )
     overrides = {k: v for k, v in {"host": host, "port": port}.items() if v is not None}
     settings = load_settings(**overrides)
-    shown = "localhost" if settings.host in ("127.0.0.1", "::1") else settings.host
-    typer.echo(f"reqcrypt: docs at http://{shown}:{settings.port}/docs")
-    if settings.auth == "disabled":
-        typer.echo("reqcrypt: authentication disabled (loopback only)")
-    elif settings.admin_token is None:
-        typer.echo(
-            f"reqcrypt: authenticate with 'Authorization: Bearer <token>'; "
-            f"the admin token is in {admin_token_path(settings)}"
-        )
-    else:
-        typer.echo("reqcrypt: authenticate with the token in REQCRYPT_ADMIN_TOKEN")
-    if settings.master_key is None:
-        typer.echo(f"reqcrypt: the master key is in {settings.resolved_master_key_file}")
+    for line in startup_lines(settings, admin_token_path(settings)):
+        typer.echo(f"reqcrypt: {line}")
     tune_malloc()
     try:
         with data_dir_lock(settings, exclusive=False):
@@ -127,7 +239,9 @@ def rotate_master_key() -> None:
 
 @cli.command()
 def migrate(
-    revision: Annotated[str, typer.Argument(help="target revision")] = "head",
+    revision: Annotated[
+        str, typer.Argument(metavar="REVISION", help="Alembic revision to upgrade to")
+    ] = "head",
 ) -> None:
     """Upgrade the database to REVISION (default: head)."""
     from app.db import migrate as migrations
@@ -141,6 +255,7 @@ def migrate(
 cli.add_typer(dev_app, name="dev")
 cli.add_typer(dmsetup_app, name="dmsetup")
 cli.add_typer(io_app, name="io")
+cli.add_typer(vol_app, name="vol")
 cli.command()(iostat)
 cli.command()(engines)
 cli.add_typer(bench_app, name="bench")

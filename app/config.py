@@ -68,10 +68,13 @@ class ClusterSettings(SettingsView):
 
 
 class NbdSettings(SettingsView):
-    """The NBD listener (REQCRYPT_NBD_*): its port and, off loopback, mutual TLS."""
+    """The NBD listener (REQCRYPT_NBD_*): its port, a connection's bounds on requests in
+    flight and, off loopback, mutual TLS."""
 
     host: str
     nbd_port: int
+    nbd_max_in_flight: int
+    nbd_max_in_flight_bytes: int
     nbd_tls_cert: Path | None
     nbd_tls_key: Path | None
     nbd_tls_ca: Path | None
@@ -127,7 +130,8 @@ class Settings(BaseSettings):
     max_volume_ios: int = Field(
         default=256,
         ge=1,
-        description="HTTP I/Os in flight on one volume; more are answered 503 with Retry-After",
+        description="I/Os in flight on one volume, HTTP and NBD alike; past it HTTP is "
+        "answered 503 with Retry-After and NBD requests wait",
     )
     body_timeout_seconds: float = Field(
         default=30.0,
@@ -153,6 +157,12 @@ class Settings(BaseSettings):
     plug_window_us: int = Field(default=50, ge=0, le=1_000_000)
     nbd_port: int | None = Field(
         default=None, ge=0, le=65535, description="serve exported volumes over NBD; unset: off"
+    )
+    nbd_max_in_flight: int = Field(
+        default=256, ge=1, description="requests one NBD connection may have in flight"
+    )
+    nbd_max_in_flight_bytes: int = Field(
+        default=64 << 20, ge=1, description="payload bytes one NBD connection may have in flight"
     )
     nbd_tls_cert: Path | None = Field(default=None, description="PEM server certificate chain")
     nbd_tls_key: Path | None = Field(default=None, description="PEM private key of nbd_tls_cert")

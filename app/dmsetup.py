@@ -2,7 +2,9 @@
 
 Same words and output shapes as dmsetup(8) where they exist (``create``, ``load``,
 ``table``, ``status``, ``info``, ``ls``, ``suspend``, ``resume``, ``message``,
-``rename``, ``remove``, ``clear``), so a device-mapper user needs no manual. The
+``rename``, ``remove``, ``clear``), so a device-mapper user needs no manual: like
+dmsetup, ``table``, ``status`` and ``info`` without a NAME report every volume, and
+``create`` and ``load`` read the table from standard input when none is given. The
 URL and token follow app/commands/client.py (flags, REQCRYPT_URL/REQCRYPT_TOKEN, the
 admin token file of a local service).
 """
@@ -13,113 +15,137 @@ import sys
 from pathlib import Path
 from typing import Annotated, Any
 
-import httpx
 import typer
 
 from app.commands.client import (
     DEFAULT_URL,
+    Service,
     TokenOption,
     UrlOption,
-    fail,
-    problem_detail,
-    resolve_token,
+    VolumeName,
+    connect,
 )
 
-dmsetup_app = typer.Typer(help="dmsetup verbs against a running reqcrypt service.")
+dmsetup_app = typer.Typer(
+    help="dmsetup verbs against a running reqcrypt service.", no_args_is_help=True
+)
 
-
-def _call(url: str, token: str | None, method: str, path: str, **kwargs: Any) -> httpx.Response:
-    resolved = resolve_token(token)
-    headers = {"Authorization": f"Bearer {resolved}"} if resolved else {}
-    try:
-        with httpx.Client(base_url=url, headers=headers, timeout=60) as client:
-            response = client.request(method, path, **kwargs)
-    except httpx.HTTPError as error:
-        fail(f"cannot reach {url}: {error}")
-    if response.is_error:
-        typer.echo(
-            f"device-mapper: {method.lower()} {path} failed: {problem_detail(response)}", err=True
-        )
-        raise typer.Exit(1)
-    return response
-
-
-def _table_text(table: str | None, table_file: Path | None) -> str:
-    if table is not None:
-        return table
-    if table_file is not None:
-        return sys.stdin.read() if str(table_file) == "-" else table_file.read_text()
-    raise typer.BadParameter("give --table TEXT or --table-file FILE (- for stdin)")
-
-
-TableOption = Annotated[str | None, typer.Option("--table", help="table text")]
+OptionalName = Annotated[
+    str | None, typer.Argument(metavar="NAME", help="volume name (default: every volume)")
+]
+TableOption = Annotated[
+    str | None, typer.Option("--table", metavar="TABLE", help="table text, one target per line")
+]
 TableFileOption = Annotated[
-    Path | None, typer.Option("--table-file", help="file with the table, - for stdin")
+    Path | None,
+    typer.Option("--table-file", metavar="FILE", help="file holding the table; - for stdin"),
 ]
 
 
-@dmsetup_app.command()
-def create(
-    name: str,
-    url: UrlOption = DEFAULT_URL,
-    token: TokenOption = None,
-    table: TableOption = None,
-    table_file: TableFileOption = None,
-) -> None:
-    """Create and activate a volume from a table."""
-    body = {"name": name, "table": _table_text(table, table_file)}
-    _call(url, token, "POST", "/v1/volumes", json=body)
+def _table_text(table: str | None, table_file: Path | None) -> str:
+    """--table, else --table-file, else standard input (dmsetup's habit)."""
+    if table is not None:
+        return table
+    if table_file is not None and str(table_file) != "-":
+        return table_file.read_text()
+    return sys.stdin.read()
 
 
-@dmsetup_app.command()
-def load(
-    name: str,
-    url: UrlOption = DEFAULT_URL,
-    token: TokenOption = None,
-    table: TableOption = None,
-    table_file: TableFileOption = None,
-) -> None:
-    """Load a table into the inactive slot (resume swaps it in)."""
-    _call(
-        url,
-        token,
-        "PUT",
-        f"/v1/volumes/{name}/table",
-        content=_table_text(table, table_file),
-        headers={"Content-Type": "text/plain"},
+def _names(service: Service, name: str | None) -> list[str]:
+    if name is not None:
+        return [name]
+    return [volume["name"] for volume in service.request("GET", "/v1/volumes").json()]
+
+
+def _per_volume(name: str | None, lines: dict[str, str]) -> str:
+    """One volume's text as it is; several prefixed ``name: `` per line, as dmsetup does."""
+    if name is not None:
+        return lines[name]
+    if not lines:
+        return "No devices found\n"
+    return "".join(
+        f"{volume}: {line}\n" for volume, text in lines.items() for line in text.splitlines()
     )
 
 
 @dmsetup_app.command()
-def table(
-    name: str,
+def create(
+    name: VolumeName,
+    table: TableOption = None,
+    table_file: TableFileOption = None,
     url: UrlOption = DEFAULT_URL,
     token: TokenOption = None,
-    showkeys: Annotated[bool, typer.Option("--showkeys")] = False,
-    inactive: Annotated[bool, typer.Option("--inactive")] = False,
 ) -> None:
-    """Print the table exactly as dmsetup table does."""
-    params = {"show_keys": str(showkeys).lower(), "inactive": str(inactive).lower()}
-    typer.echo(_call(url, token, "GET", f"/v1/volumes/{name}/table", params=params).text, nl=False)
+    """Create and activate volume NAME from a table (--table, --table-file, else stdin)."""
+    body = {"name": name, "table": _table_text(table, table_file)}
+    with connect(url, token) as service:
+        service.request("POST", "/v1/volumes", json=body)
 
 
 @dmsetup_app.command()
-def status(name: str, url: UrlOption = DEFAULT_URL, token: TokenOption = None) -> None:
-    """Print dmsetup status lines, then the queue statistics."""
-    body = _call(url, token, "GET", f"/v1/volumes/{name}/status").json()
-    typer.echo(body["status"], nl=False)
+def load(
+    name: VolumeName,
+    table: TableOption = None,
+    table_file: TableFileOption = None,
+    url: UrlOption = DEFAULT_URL,
+    token: TokenOption = None,
+) -> None:
+    """Load a table into NAME's inactive slot (resume swaps it in); reads stdin by default."""
+    with connect(url, token) as service:
+        service.request(
+            "PUT",
+            f"/v1/volumes/{name}/table",
+            content=_table_text(table, table_file),
+            headers={"Content-Type": "text/plain"},
+        )
+
+
+@dmsetup_app.command()
+def table(
+    name: OptionalName = None,
+    showkeys: Annotated[
+        bool, typer.Option("--showkeys", help="print the keys instead of zeros (admin only)")
+    ] = False,
+    inactive: Annotated[
+        bool, typer.Option("--inactive", help="print the inactive table loaded by load")
+    ] = False,
+    url: UrlOption = DEFAULT_URL,
+    token: TokenOption = None,
+) -> None:
+    """Print the table exactly as dmsetup table does; keys are zeros unless --showkeys."""
+    params = {"show_keys": str(showkeys).lower(), "inactive": str(inactive).lower()}
+    with connect(url, token) as service:
+        tables = {
+            volume: service.request("GET", f"/v1/volumes/{volume}/table", params=params).text
+            for volume in _names(service, name)
+        }
+    typer.echo(_per_volume(name, tables), nl=False)
+
+
+def _status_text(body: dict[str, Any]) -> str:
     stats = body["stats"]
     keys = ("r_ios", "w_ios", "r_merges", "w_merges", "rareq_sz", "wareq_sz", "aqu_sz")
-    typer.echo("  ".join(f"{key}={stats[key]:.4g}" for key in (*keys, "engine_calls")))
+    counters = "  ".join(f"{key}={stats[key]:.4g}" for key in (*keys, "engine_calls"))
+    return f"{body['status']}{counters}\n"
 
 
 @dmsetup_app.command()
-def info(name: str, url: UrlOption = DEFAULT_URL, token: TokenOption = None) -> None:
-    """Print the volume's state the way dmsetup info does."""
-    body = _call(url, token, "GET", f"/v1/volumes/{name}").json()
+def status(
+    name: OptionalName = None, url: UrlOption = DEFAULT_URL, token: TokenOption = None
+) -> None:
+    """Print dmsetup status lines, then the queue statistics (every volume without NAME)."""
+    with connect(url, token) as service:
+        reports = {
+            volume: _status_text(service.request("GET", f"/v1/volumes/{volume}/status").json())
+            for volume in _names(service, name)
+        }
+    typer.echo(_per_volume(name, reports), nl=False)
+
+
+def _info_text(body: dict[str, Any]) -> str:
     state = "ACTIVE" if body["state"] == "active" else "SUSPENDED"
     tables = " & ".join(body["tables"]) or "None"
-    typer.echo(
+    return (
         f"Name:              {body['name']}\n"
         f"State:             {state}\n"
         f"Tables present:    {tables}\n"
@@ -128,14 +154,30 @@ def info(name: str, url: UrlOption = DEFAULT_URL, token: TokenOption = None) -> 
         f"Number of targets: {len(body['targets'])}\n"
         f"UUID:              {body['uuid']}\n"
         f"Dispatch mode:     {body['dispatch_mode']}\n"
-        f"Engine:            {body['engine']}"
+        f"Engine:            {body['engine']}\n"
     )
+
+
+@dmsetup_app.command()
+def info(
+    name: OptionalName = None, url: UrlOption = DEFAULT_URL, token: TokenOption = None
+) -> None:
+    """Print NAME's state the way dmsetup info does; without NAME, every volume's."""
+    with connect(url, token) as service:
+        if name is not None:
+            bodies = [service.request("GET", f"/v1/volumes/{name}").json()]
+        else:
+            bodies = service.request("GET", "/v1/volumes").json()
+    if not bodies:
+        typer.echo("No devices found")
+    typer.echo("\n".join(_info_text(body) for body in bodies), nl=False)
 
 
 @dmsetup_app.command("ls")
 def list_volumes(url: UrlOption = DEFAULT_URL, token: TokenOption = None) -> None:
-    """List volumes."""
-    volumes = _call(url, token, "GET", "/v1/volumes").json()
+    """List volumes: name, size in sectors and state."""
+    with connect(url, token) as service:
+        volumes = service.request("GET", "/v1/volumes").json()
     if not volumes:
         typer.echo("No devices found")
     for volume in volumes:
@@ -144,54 +186,69 @@ def list_volumes(url: UrlOption = DEFAULT_URL, token: TokenOption = None) -> Non
 
 @dmsetup_app.command()
 def suspend(
-    name: str,
+    name: VolumeName,
+    noflush: Annotated[
+        bool,
+        typer.Option("--noflush", help="do not wait for in-flight I/O; hold it with the rest"),
+    ] = False,
     url: UrlOption = DEFAULT_URL,
     token: TokenOption = None,
-    noflush: Annotated[bool, typer.Option("--noflush")] = False,
 ) -> None:
-    """Suspend: drain in-flight I/O (unless --noflush), then hold new I/O."""
-    _call(url, token, "POST", f"/v1/volumes/{name}/suspend", json={"noflush": noflush})
+    """Suspend NAME: drain in-flight I/O (unless --noflush), then hold new I/O until resume."""
+    with connect(url, token) as service:
+        service.request("POST", f"/v1/volumes/{name}/suspend", json={"noflush": noflush})
 
 
 @dmsetup_app.command()
-def resume(name: str, url: UrlOption = DEFAULT_URL, token: TokenOption = None) -> None:
-    """Resume, swapping in the inactive table if there is one."""
-    _call(url, token, "POST", f"/v1/volumes/{name}/resume")
+def resume(name: VolumeName, url: UrlOption = DEFAULT_URL, token: TokenOption = None) -> None:
+    """Resume NAME, swapping in the inactive table if there is one."""
+    with connect(url, token) as service:
+        service.request("POST", f"/v1/volumes/{name}/resume")
 
 
 @dmsetup_app.command()
 def message(
-    name: str,
-    sector: int,
-    words: list[str],
+    name: VolumeName,
+    sector: Annotated[int, typer.Argument(metavar="SECTOR", help="sector of the target")],
+    words: Annotated[list[str], typer.Argument(metavar="MESSAGE...", help="the message words")],
     url: UrlOption = DEFAULT_URL,
     token: TokenOption = None,
 ) -> None:
-    """Send a target message, e.g. ``message vol 0 key wipe``."""
+    """Send a target message to NAME, e.g. message vol 0 key wipe."""
     body = {"message": " ".join(words), "sector": sector}
-    _call(url, token, "POST", f"/v1/volumes/{name}/message", json=body)
+    with connect(url, token) as service:
+        service.request("POST", f"/v1/volumes/{name}/message", json=body)
 
 
 @dmsetup_app.command()
 def rename(
-    name: str, new_name: str, url: UrlOption = DEFAULT_URL, token: TokenOption = None
+    name: VolumeName,
+    new_name: Annotated[str, typer.Argument(metavar="NEW_NAME", help="the volume's new name")],
+    url: UrlOption = DEFAULT_URL,
+    token: TokenOption = None,
 ) -> None:
-    """Rename a volume."""
-    _call(url, token, "POST", f"/v1/volumes/{name}/rename", json={"new_name": new_name})
+    """Rename volume NAME to NEW_NAME."""
+    with connect(url, token) as service:
+        service.request("POST", f"/v1/volumes/{name}/rename", json={"new_name": new_name})
 
 
 @dmsetup_app.command()
-def clear(name: str, url: UrlOption = DEFAULT_URL, token: TokenOption = None) -> None:
-    """Drop the inactive table."""
-    _call(url, token, "DELETE", f"/v1/volumes/{name}/table")
+def clear(name: VolumeName, url: UrlOption = DEFAULT_URL, token: TokenOption = None) -> None:
+    """Drop NAME's inactive table."""
+    with connect(url, token) as service:
+        service.request("DELETE", f"/v1/volumes/{name}/table")
 
 
 @dmsetup_app.command()
 def remove(
-    name: str,
+    name: VolumeName,
+    force: Annotated[
+        bool,
+        typer.Option("--force", help="replace the table with error first, failing held I/O"),
+    ] = False,
     url: UrlOption = DEFAULT_URL,
     token: TokenOption = None,
-    force: Annotated[bool, typer.Option("--force")] = False,
 ) -> None:
-    """Remove a volume (--force: replace its table with error first)."""
-    _call(url, token, "DELETE", f"/v1/volumes/{name}", params={"force": str(force).lower()})
+    """Remove volume NAME."""
+    with connect(url, token) as service:
+        service.request("DELETE", f"/v1/volumes/{name}", params={"force": str(force).lower()})

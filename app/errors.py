@@ -1,6 +1,7 @@
 """Domain errors of the core, with no HTTP in them.
 
-``api/problems.py`` maps each class to a status code in one place; the core only
+``app.io.status`` names each class's meaning to a caller once (the error
+vocabulary), which HTTP maps to a status code and NBD to an errno; the core only
 raises. Messages must never contain key material: table text reaches a message
 only through ``app.dm.table.redact``.
 

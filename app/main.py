@@ -17,9 +17,7 @@ from sqlalchemy import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
 from app.api import docs, manual, problems
-from app.api.admission import VolumeAdmission
 from app.api.bodylimit import ControlBodyLimit
-from app.api.executor import IoExecutor
 from app.api.ownership import OwnerRouting
 from app.api.routes import benchmarks, ceiling, data, devices, engines, health, volumes
 from app.api.schemas import Problem, TableIn
@@ -35,6 +33,8 @@ from app.db.queries import SqlRegistryStore
 from app.db.records import Records, master_key_unwraps, rewrap_keys
 from app.db.session import make_engine, make_sessionmaker
 from app.engine.registry import EngineRegistry
+from app.io.admission import VolumeAdmission
+from app.io.executor import IoExecutor
 from app.keyfiles import (
     MasterKeyError,
     admin_token_path,
@@ -207,7 +207,14 @@ async def start_nbd(state: State) -> NbdServer:
             str(settings.nbd_tls_cert), str(settings.nbd_tls_key), str(settings.nbd_tls_ca)
         )
     server = NbdServer(
-        state.control, state.io_executor, host=settings.host, port=settings.nbd_port, tls=tls
+        state.control,
+        state.io_executor,
+        state.admission,
+        host=settings.host,
+        port=settings.nbd_port,
+        tls=tls,
+        max_in_flight=settings.nbd_max_in_flight,
+        max_in_flight_bytes=settings.nbd_max_in_flight_bytes,
     )
     await server.start()
     state.registry.register(NbdCollector(server))

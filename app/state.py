@@ -9,13 +9,13 @@ from prometheus_client import CollectorRegistry
 from sqlalchemy import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
-from app.api.admission import VolumeAdmission
-from app.api.executor import IoExecutor
 from app.bench.jobs import BenchmarkJobs
 from app.cluster import ClusterNode
 from app.config import Settings
 from app.control import Control
 from app.engine.registry import EngineRegistry
+from app.io.admission import VolumeAdmission
+from app.io.executor import IoExecutor
 from app.nbd.server import NbdServer
 
 

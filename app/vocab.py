@@ -7,6 +7,7 @@ bending the downward dependencies (``api -> dm -> blk/engine -> crypto``).
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from enum import StrEnum
 from typing import Literal, TypeAlias, get_args
 
@@ -30,6 +31,31 @@ class Op(StrEnum):
     DISCARD = "discard"
     WRITE_ZEROES = "write_zeroes"
 
+
+def align_down(value: int, unit: int) -> int:
+    """``value`` rounded down to a multiple of ``unit`` (the kernel's ``round_down``)."""
+    return value - value % unit
+
+
+def div_round_up(value: int, unit: int) -> int:
+    """How many ``unit``-sized pieces hold ``value`` (the kernel's ``DIV_ROUND_UP``)."""
+    return -(-value // unit)
+
+
+def align_up(value: int, unit: int) -> int:
+    """``value`` rounded up to a multiple of ``unit`` (the kernel's ``round_up``)."""
+    return div_round_up(value, unit) * unit
+
+
+Wait: TypeAlias = Callable[[], None]
+"""Returns once a submitted I/O is done, raising its error (``wait_for_completion``)."""
+
+VolumeState: TypeAlias = Literal["active", "suspended"]
+"""A volume admits I/O (``active``) or holds it at the gate (``suspended``), as dm's
+``DM_SUSPEND_FLAG`` says."""
+
+StoreKind: TypeAlias = Literal["file", "rbd"]
+"""Where a backing device's bytes live: a sparse file, or an RBD image in a Ceph pool."""
 
 CipherOp: TypeAlias = Literal["encrypt", "decrypt"]
 """What a cipher call does to a data unit; not a block op."""

@@ -17,10 +17,10 @@ from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from starlette.exceptions import HTTPException
 
-from app.api.admission import VolumeAdmission
-from app.api.executor import IoExecutor
 from app.config import Settings
 from app.control import Control
+from app.io.admission import VolumeAdmission
+from app.io.executor import IoExecutor
 from app.state import State
 
 

@@ -13,33 +13,30 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
 
 from app import errors
+from app.io.status import IoStatus, status_of
 
 log = logging.getLogger("reqcrypt.api")
 
 PROBLEM_JSON = "application/problem+json"
 
-STATUS_BY_ERROR: dict[type[errors.ReqcryptError], int] = {
-    errors.NotFound: 404,
-    errors.Conflict: 409,
-    errors.InvalidInput: 422,
-    errors.InvalidRange: 400,
-    errors.RangeNotSatisfiable: 416,
-    errors.PreconditionFailed: 412,
-    errors.PayloadTooLarge: 413,
-    errors.InsufficientStorage: 507,
-    errors.RequestTimeout: 408,
-    errors.TargetIOError: 500,
-    errors.Unavailable: 503,
+HTTP_STATUS: dict[IoStatus, int] = {
+    IoStatus.NOT_FOUND: 404,
+    IoStatus.CONFLICT: 409,
+    IoStatus.INVALID: 422,
+    IoStatus.MALFORMED_RANGE: 400,
+    IoStatus.OUT_OF_RANGE: 416,
+    IoStatus.PRECONDITION_FAILED: 412,
+    IoStatus.TOO_LARGE: 413,
+    IoStatus.NO_SPACE: 507,
+    IoStatus.TIMEOUT: 408,
+    IoStatus.IO_ERROR: 500,
+    IoStatus.AGAIN: 503,
 }
+"""The error vocabulary (``app.io.status``) as HTTP status codes."""
 
 
 def status_for(exc: errors.ReqcryptError) -> int:
-    if isinstance(exc, errors.BatchFailed):
-        return status_for(exc.cause) if isinstance(exc.cause, errors.ReqcryptError) else 500
-    for cls in type(exc).__mro__:
-        if cls in STATUS_BY_ERROR:
-            return STATUS_BY_ERROR[cls]
-    return 500
+    return HTTP_STATUS[status_of(exc)]
 
 
 def problem(

@@ -17,6 +17,8 @@ from app.vocab import (
     TABLE_PATTERN,
     DispatchMode,
     ElevatorName,
+    StoreKind,
+    VolumeState,
 )
 
 MESSAGE_PATTERN = r"^\s*[Kk][Ee][Yy]\s+([Ww][Ii][Pp][Ee]|[Ss][Ee][Tt]\s+\S+)\s*$"
@@ -58,7 +60,7 @@ class DeviceCreate(BaseModel):
         "served by a running service states its value)",
     )
     model: str | None = Field(default=None, description="device timing model, e.g. sdcard-bbb")
-    store: Literal["file", "rbd"] = Field(
+    store: StoreKind = Field(
         default="file",
         description="file: a sparse file in the data directory; rbd: an RBD image "
         "(needs REQCRYPT_CEPH_CONF, else 422)",
@@ -82,7 +84,7 @@ class DeviceOut(BaseModel):
     size_bytes: int
     allocated_bytes: int
     model: str | None
-    store: Literal["file", "rbd"]
+    store: StoreKind
     pool: str | None = Field(description="Ceph pool (rbd devices)")
     image: str | None = Field(description="RBD image name (rbd devices)")
     mapped_by: list[str]
@@ -227,7 +229,7 @@ class NbdConnectionOut(BaseModel):
 class VolumeOut(BaseModel):
     name: str
     uuid: str
-    state: Literal["active", "suspended"]
+    state: VolumeState
     size_sectors: int
     size_bytes: int
     open_count: int
@@ -246,10 +248,13 @@ class VolumeOut(BaseModel):
         default_factory=list, description="open NBD connections to this volume"
     )
     owner: OwnerOut | None = Field(default=None, description="a cluster node's lease on it")
+    suspend_wait_seconds: float = Field(
+        description="how long I/O to it waits for a resume while it is suspended, then 503"
+    )
 
 
 class RangeIn(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
 
-    offset: JsonInt = Field(ge=0, description="bytes; a multiple of the logical block size")
-    length: JsonInt = Field(ge=0, description="bytes; a multiple of the logical block size")
+    offset: JsonInt = Field(ge=0, description="bytes, any alignment")
+    length: JsonInt = Field(ge=0, description="bytes, any alignment")

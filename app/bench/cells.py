@@ -1,5 +1,11 @@
 """One cell of a benchmark: build or retune its volume, run the workload, measure and model.
 
+A cell runs ``spec.warmup`` rounds it discards, then ``spec.rounds`` it keeps (the
+job interleaves them across its cells: ``app.bench.jobs``); its figures are the
+rounds' medians with a 95 % interval (``app.bench.stats``), the per-round figures
+kept beside them so comparisons can be resampled, and ``warnings`` says when a
+cell is too short or too noisy to carry a claim.
+
 A cell's figures are either measured on this host (wall-clock MB/s, IOPS,
 latency percentiles, process CPU, and the block-layer counters the queue
 really produced) or modelled: the crypto time the engine's virtual clock
@@ -12,12 +18,16 @@ device I/O (one per dispatched request, plus flushes), combined by
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
-from dataclasses import asdict, dataclass, field, fields
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
+
+import numpy as np
 
 from app.bench.runner import run_workload
 from app.bench.spec import CellPlan, JobSpec, VolumeTemplate
+from app.bench.stats import cell_warnings, median_interval
 from app.blk.tuning import Tuning, TuningPatch
 from app.control import Control
 from app.dm.table import CryptParams
@@ -28,7 +38,7 @@ from app.engine.registry import EngineRegistry
 from app.errors import InvalidInput
 from app.vocab import DispatchMode
 
-__all__ = ["FIGURE_KINDS", "CellResult", "CellRunner"]
+__all__ = ["FIGURE_KINDS", "CellResult", "CellRunner", "Round"]
 
 _MEASURED = {"figure": "measured"}
 _MODELLED = {"figure": "modelled"}
@@ -77,6 +87,15 @@ class CellResult(Mapping[str, Any]):
     crypto_ms: float = field(metadata=_MODELLED)
     storage_ms: float = field(metadata=_MODELLED)
     modelled_basis: str
+    rounds: int = 1
+    coverage: float = 0.0
+    measured_mb_s_low: float | None = field(default=None, metadata=_MEASURED)
+    measured_mb_s_high: float | None = field(default=None, metadata=_MEASURED)
+    modelled_mb_s_low: float | None = field(default=None, metadata=_MODELLED)
+    modelled_mb_s_high: float | None = field(default=None, metadata=_MODELLED)
+    measured_mb_s_rounds: list[float] = field(default_factory=list, metadata=_MEASURED)
+    modelled_mb_s_rounds: list[float] = field(default_factory=list, metadata=_MODELLED)
+    warnings: list[str] = field(default_factory=list)
 
     def __getitem__(self, key: str) -> Any:
         if key not in _FIELD_NAMES:
@@ -94,7 +113,7 @@ class CellResult(Mapping[str, Any]):
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> CellResult:
-        return cls(**{name: data[name] for name in _FIELD_NAMES})
+        return cls(**{name: data[name] for name in _FIELD_NAMES if name in data})
 
 
 _FIELD_NAMES = tuple(f.name for f in fields(CellResult))
@@ -134,20 +153,24 @@ def _crypt_params(volume: Volume) -> CryptParams | None:
     return None
 
 
+#: One round of a cell: runs its workload once (reporting bytes done), measured and modelled.
+Round = Callable[[Callable[[int], None] | None], CellResult]
+
+
 class CellRunner:
-    """Runs one cell: builds (or retunes) its volume, runs the workload, measures and models."""
+    """Prepares a cell's volume, runs its rounds, measures and models, sums the rounds up."""
 
     def __init__(self, control: Control, engines: EngineRegistry) -> None:
         self.control = control
         self.engines = engines
 
-    def run(
-        self,
-        spec: JobSpec,
-        plan: CellPlan,
-        name: str,
-        progress: Callable[[int], None] | None = None,
-    ) -> CellResult:
+    @contextmanager
+    def prepared(self, spec: JobSpec, plan: CellPlan, name: str) -> Iterator[Round]:
+        """The cell's volume, built (template) or found (named), as a round to run at will.
+
+        A named volume is retuned to the cell's settings before each round, since the
+        job's other cells retune it between rounds, and restored on exit.
+        """
         template = spec.volume_template
         if template is not None:
             assert plan.table is not None
@@ -163,21 +186,27 @@ class CellRunner:
                 self.control.delete_device(name)
                 raise
             try:
-                return self._measure(volume, plan, template.device_model, progress)
+                yield lambda progress: self._measure(volume, plan, template.device_model, progress)
             finally:
                 self.control.remove(name, force=True)
                 self.control.delete_device(name)
+            return
         assert spec.volume is not None
-        volume = self.control.volume(spec.volume)
+        named = spec.volume
+        volume = self.control.volume(named)
         original = (volume.dispatch_mode, volume.engine.name)
-        self.control.retune(
-            spec.volume, engine=plan.engine, patch=TuningPatch(dispatch_mode=plan.dispatch_mode)
-        )
+        device_model = self._device_model_of(volume)
+
+        def retuned_round(progress: Callable[[int], None] | None) -> CellResult:
+            patch = TuningPatch(dispatch_mode=plan.dispatch_mode)
+            self.control.retune(named, engine=plan.engine, patch=patch)
+            return self._measure(volume, plan, device_model, progress)
+
         try:
-            return self._measure(volume, plan, self._device_model_of(volume), progress)
+            yield retuned_round
         finally:
             self.control.retune(
-                spec.volume, engine=original[1], patch=TuningPatch(dispatch_mode=original[0])
+                named, engine=original[1], patch=TuningPatch(dispatch_mode=original[0])
             )
 
     def _device_model_of(self, volume: Volume) -> str:
@@ -185,6 +214,41 @@ class CellRunner:
         if params is None or params.device.kind != "device":
             return "none"
         return self.control.catalog.model_of(params.device.name) or "none"
+
+    @staticmethod
+    def summarise(spec: JobSpec, kept: Sequence[CellResult]) -> CellResult:
+        """A cell's kept rounds as medians with their intervals, the rounds, and warnings.
+
+        Counters (bios, requests, calls…) are the last round's: every round runs the
+        same workload, so they are per round, not totals.
+        """
+        measured = median_interval([cell.measured_mb_s for cell in kept])
+        modelled_rounds = [cell.modelled_mb_s for cell in kept if cell.modelled_mb_s is not None]
+        modelled = median_interval(modelled_rounds) if modelled_rounds else None
+        last = kept[-1]
+        figure = modelled if modelled is not None and not last.engine_measured else measured
+        return replace(
+            last,
+            measured_mb_s=round(measured.median, 3),
+            modelled_mb_s=None if modelled is None else round(modelled.median, 3),
+            iops=round(float(np.median([cell.iops for cell in kept])), 1),
+            p50_ms=round(float(np.median([cell.p50_ms for cell in kept])), 4),
+            p99_ms=round(float(np.median([cell.p99_ms for cell in kept])), 4),
+            elapsed_s=round(float(np.median([cell.elapsed_s for cell in kept])), 4),
+            rounds=spec.rounds,
+            coverage=measured.coverage,
+            measured_mb_s_low=round(measured.low, 3),
+            measured_mb_s_high=round(measured.high, 3),
+            modelled_mb_s_low=None if modelled is None else round(modelled.low, 3),
+            modelled_mb_s_high=None if modelled is None else round(modelled.high, 3),
+            measured_mb_s_rounds=[cell.measured_mb_s for cell in kept],
+            modelled_mb_s_rounds=modelled_rounds,
+            warnings=cell_warnings(
+                figure,
+                float(np.median([cell.elapsed_s for cell in kept])),
+                measured=figure is measured,
+            ),
+        )
 
     def _measure(
         self,

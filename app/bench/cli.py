@@ -17,11 +17,14 @@ from typing import Annotated, Any
 
 import typer
 
-from app.bench import report
+from app.bench.spec import DEFAULT_ROUNDS, MAX_ROUNDS, MAX_WARMUP
 from app.bench.workload import Workload
 from app.commands.client import DEFAULT_URL, TokenOption, UrlOption, resolve_token
 from app.errors import ReqcryptError
 from app.sizes import format_size, parse_size
+
+#: A round this long is well clear of timer and scheduling noise on a laptop.
+DEFAULT_ROUND_SECONDS = 0.25
 
 bench_app = typer.Typer(help="Benchmarks: fio-like workloads, sweeps and built-in scenarios.")
 
@@ -68,50 +71,108 @@ class _Bar:
         self._context.__exit__(None, None, None)
 
 
-def _fail(exc: ReqcryptError) -> typer.Exit:
-    typer.echo(f"reqcrypt bench: {exc.detail}", err=True)
+def _fail(command: str, exc: ReqcryptError) -> typer.Exit:
+    typer.echo(f"reqcrypt: bench {command}: {exc.detail}", err=True)
     return typer.Exit(2)
 
 
 @bench_app.command("run")
 def run(
     volume_template: Annotated[
-        str | None, typer.Option(help="table with {dev} for a temporary device per cell")
+        str | None,
+        typer.Option(
+            metavar="TABLE",
+            help="table of a temporary volume per cell; the word {dev} stands for its device",
+        ),
     ] = None,
-    device_size: Annotated[str, typer.Option(help="template device size")] = "64M",
-    device_model: Annotated[str, typer.Option(help="template device model")] = "none",
+    device_size: Annotated[
+        str, typer.Option(metavar="SIZE", help="size of the template's device, e.g. 64M, 1.5G")
+    ] = "64M",
+    device_model: Annotated[
+        str, typer.Option(metavar="MODEL", help="timing model of the template's device")
+    ] = "none",
     volume: Annotated[
-        str | None, typer.Option(help="an existing volume (needs --data-dir)")
+        str | None,
+        typer.Option(metavar="NAME", help="an existing volume instead (needs --data-dir)"),
     ] = None,
-    engine: Annotated[str | None, typer.Option(help="engine (default: software)")] = None,
-    rw: Annotated[str, typer.Option(help="fio rw; comma list sweeps")] = "read",
-    bs: Annotated[str, typer.Option(help="block size(s), e.g. 4k,64k,1M")] = "4k",
-    size: Annotated[str, typer.Option(help="bytes per job")] = "16M",
-    iodepth: Annotated[str, typer.Option(help="I/Os in flight per job; comma list sweeps")] = "1",
-    numjobs: Annotated[int, typer.Option(help="jobs (distinct regions)")] = 1,
-    direct: Annotated[bool, typer.Option(help="direct I/O (off: flush at the end)")] = True,
-    runtime: Annotated[float | None, typer.Option(help="seconds, time-based")] = None,
-    rwmixread: Annotated[int, typer.Option(help="read share for randrw/readwrite")] = 50,
-    seed: Annotated[int, typer.Option(help="random offsets seed")] = 0,
+    engine: Annotated[
+        str | None, typer.Option(metavar="ENGINE", help="crypto engine (default: software)")
+    ] = None,
+    rw: Annotated[
+        str, typer.Option(metavar="RW[,RW...]", help="fio rw mode; a comma list sweeps")
+    ] = "read",
+    bs: Annotated[
+        str, typer.Option(metavar="SIZE[,SIZE...]", help="block size, e.g. 4k or 4k,64k,1M")
+    ] = "4k",
+    size: Annotated[
+        str | None,
+        typer.Option(
+            metavar="SIZE",
+            help="bytes per job and round, e.g. 16M (default: loop over 16M for "
+            f"{DEFAULT_ROUND_SECONDS} s per round)",
+        ),
+    ] = None,
+    iodepth: Annotated[
+        str, typer.Option(metavar="N[,N...]", help="I/Os in flight per job; a comma list sweeps")
+    ] = "1",
+    numjobs: Annotated[int, typer.Option(metavar="N", help="jobs, each over its own region")] = 1,
+    direct: Annotated[
+        bool, typer.Option(help="direct I/O; --no-direct flushes once at the end instead")
+    ] = True,
+    runtime: Annotated[
+        float | None,
+        typer.Option(metavar="SECONDS", help="run each round for this long instead of --size"),
+    ] = None,
+    rwmixread: Annotated[
+        int, typer.Option(metavar="PERCENT", help="read share of randrw and readwrite")
+    ] = 50,
+    seed: Annotated[int, typer.Option(metavar="N", help="seed of the random offsets")] = 0,
     sweep_mode: Annotated[
-        str, typer.Option(help="dispatch modes, e.g. bio,request")
+        str, typer.Option(metavar="MODE[,MODE...]", help="dispatch modes compared")
     ] = "bio,request",
-    sweep_engine: Annotated[str | None, typer.Option(help="engines to sweep")] = None,
+    sweep_engine: Annotated[
+        str | None, typer.Option(metavar="ENGINE[,ENGINE...]", help="engines compared")
+    ] = None,
+    rounds: Annotated[
+        int,
+        typer.Option(
+            min=1,
+            max=MAX_ROUNDS,
+            metavar="N",
+            help="rounds kept per cell; its figure is their median with a 95 % interval",
+        ),
+    ] = DEFAULT_ROUNDS,
+    warmup: Annotated[
+        int,
+        typer.Option(min=0, max=MAX_WARMUP, metavar="N", help="rounds run first and discarded"),
+    ] = 1,
     as_json: Annotated[bool, typer.Option("--json", help="print the run as JSON")] = False,
-    plot: Annotated[Path | None, typer.Option(help="write throughput vs bs as PNG")] = None,
+    plot: Annotated[
+        Path | None, typer.Option(metavar="FILE", help="write throughput against bs as PNG")
+    ] = None,
     data_dir: Annotated[
-        Path | None, typer.Option(help="state directory (default: temporary)")
+        Path | None,
+        typer.Option(metavar="DIR", help="state directory (default: a temporary one)"),
     ] = None,
 ) -> None:
-    """Run one benchmark job in-process and print the bio vs request table."""
+    """Run one benchmark job in-process and print the bio vs request table.
+
+    Each cell runs --warmup rounds, then --rounds rounds; the table shows their
+    medians with 95 % intervals and the ratio of the two modes with its own.
+    """
     from app.bench.spec import JobSpec
+
+    if size is None and runtime is None:
+        size, runtime = "16M", DEFAULT_ROUND_SECONDS
 
     job: dict[str, Any] = {
         "engine": engine,
+        "rounds": rounds,
+        "warmup": warmup,
         "workload": {
             "rw": _csv(rw)[0],
             "bs": _csv(bs)[0],
-            "size": size,
+            "size": size or "16M",
             "iodepth": int(_csv(iodepth)[0]),
             "numjobs": numjobs,
             "direct": direct,
@@ -146,14 +207,18 @@ def run(
                 if bar is not None:
                     bar.close()
     except ReqcryptError as exc:
-        raise _fail(exc) from None
+        raise _fail("run", exc) from None
     _emit(result, as_json=as_json, plot=plot)
 
 
 def _emit(result: dict[str, Any], *, as_json: bool, plot: Path | None) -> None:
+    from app.bench import report  # numpy and matplotlib: only for commands that report
+
     cells = result["cells"]
-    if plot is not None and cells:
-        plot.write_bytes(report.plot_png(cells, title=result["spec"].get("label") or ""))
+    if plot is not None:
+        failure = result["error"] or "failed" if result["state"] == "failed" else None
+        title = result["spec"].get("label") or ""
+        plot.write_bytes(report.plot_png(cells, title=title, failure=failure))
     if as_json:
         typer.echo(json.dumps(result, indent=2, default=str))
     else:
@@ -162,9 +227,16 @@ def _emit(result: dict[str, Any], *, as_json: bool, plot: Path | None) -> None:
         metric = report.default_metric(cells)
         kind = "measured" if metric.startswith("measured") else "modelled"
         typer.echo(report.render_table(report.compare(cells, metric=metric), unit=f"{kind} MB/s"))
+        for cell in cells:
+            for warning in cell.get("warnings") or ():
+                typer.echo(
+                    f"warning: cell {cell['n']} ({cell['dispatch_mode']}, {cell['engine']}, "
+                    f"{cell['rw']} bs={format_size(cell['bs'])}): {warning}"
+                )
+        rounds_shown = cells[0].get("rounds", 1) if cells else 0
         typer.echo(
-            f"run {result['id']} ({len(cells)} cells); modelled = virtual clocks, "
-            "measured = this host's wall clock"
+            f"run {result['id']} ({len(cells)} cells, median of {rounds_shown} rounds each); "
+            "modelled = virtual clocks, measured = this host's wall clock"
         )
     if result["state"] != "done":
         raise typer.Exit(1)
@@ -172,11 +244,16 @@ def _emit(result: dict[str, Any], *, as_json: bool, plot: Path | None) -> None:
 
 @bench_app.command("scenario")
 def run_scenario(
-    name: Annotated[str, typer.Argument(help="scenario name (see `bench scenarios`)")],
+    name: Annotated[
+        str, typer.Argument(metavar="NAME", help="scenario name (see reqcrypt bench scenarios)")
+    ],
     as_json: Annotated[bool, typer.Option("--json", help="print runs as JSON")] = False,
-    plot: Annotated[Path | None, typer.Option(help="write the scenario's plot as PNG")] = None,
+    plot: Annotated[
+        Path | None, typer.Option(metavar="FILE", help="write the scenario's plot as PNG")
+    ] = None,
     data_dir: Annotated[
-        Path | None, typer.Option(help="state directory (default: temporary)")
+        Path | None,
+        typer.Option(metavar="DIR", help="state directory (default: a temporary one)"),
     ] = None,
 ) -> None:
     """Run a built-in scenario; prints its Markdown tables."""
@@ -205,7 +282,7 @@ def run_scenario(
                 for bar in bars.values():
                     bar.close()
     except ReqcryptError as exc:
-        raise _fail(exc) from None
+        raise _fail("scenario", exc) from None
     if plot is not None:
         plot.write_bytes(rendered.plot)
     if as_json:
@@ -227,14 +304,16 @@ def list_scenarios() -> None:
 def http(
     url: UrlOption = DEFAULT_URL,
     token: TokenOption = None,
-    volume: Annotated[str, typer.Option(help="volume name")] = "vol",
-    rw: Annotated[str, typer.Option(help="fio rw")] = "read",
-    bs: Annotated[str, typer.Option(help="block size")] = "64k",
-    size: Annotated[str, typer.Option(help="bytes per job")] = "16M",
-    iodepth: Annotated[int, typer.Option(help="requests in flight per job")] = 4,
-    numjobs: Annotated[int, typer.Option(help="jobs")] = 1,
-    runtime: Annotated[float | None, typer.Option(help="seconds, time-based")] = None,
-    seed: Annotated[int, typer.Option(help="random offsets seed")] = 0,
+    volume: Annotated[str, typer.Option(metavar="NAME", help="volume name")] = "vol",
+    rw: Annotated[str, typer.Option(metavar="RW", help="fio rw mode")] = "read",
+    bs: Annotated[str, typer.Option(metavar="SIZE", help="block size, e.g. 64k")] = "64k",
+    size: Annotated[str, typer.Option(metavar="SIZE", help="bytes per job, e.g. 16M")] = "16M",
+    iodepth: Annotated[int, typer.Option(metavar="N", help="requests in flight per job")] = 4,
+    numjobs: Annotated[int, typer.Option(metavar="N", help="jobs, each over its own region")] = 1,
+    runtime: Annotated[
+        float | None, typer.Option(metavar="SECONDS", help="run this long instead of --size")
+    ] = None,
+    seed: Annotated[int, typer.Option(metavar="N", help="seed of the random offsets")] = 0,
     batch: Annotated[
         bool,
         typer.Option(
@@ -246,7 +325,7 @@ def http(
     """Run a workload over HTTP against a running service (client-side figures, measured).
 
     httpx saturates near 1.6k requests/s (docs/benchmarks.md): for small blocks and
-    ``--no-batch`` this measures the client as much as the service.
+    --no-batch this measures the client as much as the service.
     """
     from app.bench.runner import HttpTarget, run_workload
 
@@ -268,7 +347,7 @@ def http(
         finally:
             target.close()
     except ReqcryptError as exc:
-        raise _fail(exc) from None
+        raise _fail("http", exc) from None
     typer.echo(
         f"{rw} bs={format_size(workload.bs)} iodepth={iodepth} numjobs={numjobs}: "
         f"{result.nbytes} bytes in {result.ios} I/Os, {result.elapsed_s:.2f} s, "
@@ -281,13 +360,18 @@ def http(
 def soak_command(
     url: UrlOption = DEFAULT_URL,
     token: TokenOption = None,
-    clients: Annotated[int, typer.Option(min=1, max=1024, help="concurrent clients")] = 64,
-    duration: Annotated[float, typer.Option(min=1, max=3600, help="seconds of load")] = 60.0,
-    volumes: Annotated[int, typer.Option(min=1, max=16, help="volumes to create")] = 3,
-    size: Annotated[str, typer.Option(help="bytes per volume")] = "16M",
-    seed: Annotated[int, typer.Option(help="random seed")] = 0,
+    clients: Annotated[
+        int, typer.Option(min=1, max=1024, metavar="N", help="concurrent clients")
+    ] = 64,
+    duration: Annotated[
+        float, typer.Option(min=1, max=3600, metavar="SECONDS", help="seconds of load")
+    ] = 60.0,
+    volumes: Annotated[int, typer.Option(min=1, max=16, metavar="N", help="volumes to create")] = 3,
+    size: Annotated[str, typer.Option(metavar="SIZE", help="bytes per volume, e.g. 16M")] = "16M",
+    seed: Annotated[int, typer.Option(metavar="N", help="random seed")] = 0,
     max_rss_growth: Annotated[
-        float, typer.Option(help="largest server RSS growth after warm-up, as a fraction")
+        float,
+        typer.Option(metavar="FRACTION", help="largest server RSS growth after warm-up, e.g. 0.10"),
     ] = 0.10,
 ) -> None:
     """A bounded soak of a running service on this machine (loopback only).
@@ -295,7 +379,7 @@ def soak_command(
     Mixed single, partial and batched writes, checked reads, multi-range reads,
     flushes, and suspend/resume of the volumes under load; then every block is
     read back and compared. Exit 1 on any lost or changed write, any error status
-    but a 503 while suspended, or server RSS growing more than ``--max-rss-growth``.
+    but a 503 while suspended, or server RSS growing more than --max-rss-growth.
     """
     import asyncio
 
@@ -314,7 +398,7 @@ def soak_command(
             )
         )
     except ReqcryptError as exc:
-        raise _fail(exc) from None
+        raise _fail("soak", exc) from None
     for line in result.lines():
         typer.echo(line)
     growth = result.rss_growth

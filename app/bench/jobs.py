@@ -1,7 +1,12 @@
 """Benchmark jobs: run a spec's cells on one worker thread, persist ``BenchmarkRun`` rows.
 
-A job runs on one background worker thread, cells one after another, so cells
-never compete with each other for the CPU or for an engine's virtual clock.
+A job runs on one background worker thread, one round of one cell at a time, so
+cells never compete with each other for the CPU or for an engine's virtual clock.
+Rounds are interleaved: every cell's volume is prepared first, then round r of
+every cell runs before round r+1 of any. A machine whose load drifts during a job
+(another process, thermal throttling) then shifts both sides of a comparison
+alike instead of whichever cells happened to run last; the cells' figures
+appear when the last round is done.
 Progress lives in memory (fine-grained, for GET) and is written to SQL after
 every cell and at the end, so a finished run survives a restart and an
 unfinished one is marked failed on the next start. What a cell measures and
@@ -18,6 +23,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -126,17 +132,28 @@ class BenchmarkJobs:
         """Refuse at submission what would fail in the first cell (404 / 422, not a failed run)."""
         if spec.volume is not None:
             self.control.volume(spec.volume)
-        total = sum(plan.workload.total_bytes for plan in spec.points())
+        total = spec.runs_per_cell * sum(plan.workload.total_bytes for plan in spec.points())
         if total > self.max_bytes:
             raise InvalidInput(
                 f"the job would move {total} bytes; at most {self.max_bytes} "
                 "(REQCRYPT_MAX_BENCHMARK_BYTES)"
             )
         for plan in spec.points():
-            if plan.engine is not None:
-                self.engines.profile(plan.engine)
             if plan.table is not None:
-                parse_table(plan.table.replace("{dev}", "bench-check"))
+                table = parse_table(plan.table.replace("{dev}", "bench-check"))
+                engine = plan.engine or "software"
+            else:
+                assert spec.volume is not None
+                volume = self.control.volume(spec.volume)
+                if volume.live is None:
+                    continue
+                table = volume.live.table
+                engine = plan.engine or volume.engine.name
+            capabilities = self.engines.profile(engine).capabilities
+            for params in table.crypt_params():
+                reason = capabilities.unsupported_reason(params.cipher, params.sector_size)
+                if reason is not None:
+                    raise InvalidInput(f"engine {engine} cannot run cell {plan.index}: {reason}")
         if spec.volume_template is not None:
             self.engines.device_model(spec.volume_template.device_model)
 
@@ -203,7 +220,7 @@ class BenchmarkJobs:
     def _execute(self, live: _Live, callback: Callable[[float], None] | None) -> None:
         spec = live.spec
         plans = spec.points()
-        live.bytes_total = sum(plan.workload.total_bytes for plan in plans)
+        live.bytes_total = spec.runs_per_cell * sum(plan.workload.total_bytes for plan in plans)
         live.started = time.monotonic()
         live.state = "running"
         self._persist(live)
@@ -219,15 +236,24 @@ class BenchmarkJobs:
                     callback(live.progress)
 
         try:
-            for plan in plans:
-                name = f"bench-{live.id}-{plan.index}"
-                cell = self.cells.run(spec, plan, name, advance)
-                live.cells.append(cell)
-                if timed:
-                    live.progress = len(live.cells) / len(plans)
-                    if callback is not None:
-                        callback(live.progress)
-                self._persist(live)
+            with ExitStack() as stack:
+                cells = [
+                    stack.enter_context(self.cells.prepared(spec, plan, f"bench-{live.id}-{n}"))
+                    for n, plan in enumerate(plans)
+                ]
+                for _ in range(spec.warmup):
+                    for run_round in cells:
+                        run_round(advance)
+                kept: list[list[CellResult]] = [[] for _ in cells]
+                for done in range(1, spec.rounds + 1):
+                    for rounds, run_round in zip(kept, cells, strict=True):
+                        rounds.append(run_round(advance))
+                    if timed:
+                        live.progress = done / spec.rounds
+                        if callback is not None:
+                            callback(live.progress)
+                    self._persist(live)
+            live.cells = [self.cells.summarise(spec, rounds) for rounds in kept]
             live.progress = 1.0
             live.state = "done"
         except Exception as exc:

@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import csv
 import io
+import textwrap
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from app.bench.stats import Ratio, median_interval, ratio_interval
 from app.sizes import format_size
 
 if TYPE_CHECKING:
@@ -55,6 +57,13 @@ CSV_COLUMNS = (
     "storage_ms",
     "device_ios",
     "modelled_basis",
+    "rounds",
+    "coverage",
+    "measured_mb_s_low",
+    "measured_mb_s_high",
+    "modelled_mb_s_low",
+    "modelled_mb_s_high",
+    "warnings",
 )
 
 #: Axes that identify a test row; the compared axis is taken out of it.
@@ -74,14 +83,24 @@ def format_pct(value: float | None) -> str:
 
 @dataclass(frozen=True, slots=True)
 class Row:
+    """One comparison; with per-round figures on both sides it has intervals and a ratio."""
+
     test: str
     size: str
     base: float | None
     other: float | None
+    base_rounds: tuple[float, ...] = ()
+    other_rounds: tuple[float, ...] = ()
 
     @property
     def change(self) -> float | None:
         return pct_change(self.base, self.other)
+
+    @property
+    def ratio(self) -> Ratio | None:
+        if len(self.base_rounds) < 2 or len(self.other_rounds) < 2:
+            return None
+        return ratio_interval(self.base_rounds, self.other_rounds)
 
 
 def _varying(cells: Sequence[Cell], axes: Sequence[str]) -> list[str]:
@@ -133,9 +152,25 @@ def compare(
                 size=format_size(int(sample.get("bs", 0))),
                 base=None if first is None else first.get(metric),
                 other=None if second is None else second.get(metric),
+                base_rounds=_rounds(first, metric),
+                other_rounds=_rounds(second, metric),
             )
         )
     return rows
+
+
+def _rounds(cell: Cell | None, metric: str) -> tuple[float, ...]:
+    if cell is None:
+        return ()
+    return tuple(cell.get(f"{metric}_rounds") or ())
+
+
+def _with_interval(value: float | None, rounds: Sequence[float]) -> str:
+    """``123 [118, 130]``: the median and its interval, when there are rounds to have one."""
+    if value is None or len(rounds) < 2:
+        return _num(value)
+    estimate = median_interval(rounds)
+    return f"{_num(value)} [{_num(estimate.low)}, {_num(estimate.high)}]"
 
 
 def render_table(
@@ -150,19 +185,24 @@ def render_table(
 
     ``extra`` adds columns (header → one value per row), e.g. the published figures.
     """
+    ratios = [row.ratio for row in rows]
     header = ["test", "size", f"{base} {unit}", f"{other} {unit}", "% change"]
+    if any(ratios):
+        header[2:4] = [f"{base} {unit} [95 % CI]", f"{other} {unit} [95 % CI]"]
+        header.append(f"{other}/{base} [95 % CI]")
     extra = extra or {}
     header += list(extra)
     lines = [
         [
             row.test,
             row.size,
-            _num(row.base),
-            _num(row.other),
+            _with_interval(row.base, row.base_rounds),
+            _with_interval(row.other, row.other_rounds),
             format_pct(row.change),
+            *([ratio.describe() if ratio else "-"] if any(ratios) else []),
             *(values[index] for values in extra.values()),
         ]
-        for index, row in enumerate(rows)
+        for index, (row, ratio) in enumerate(zip(rows, ratios, strict=True))
     ]
     widths = [max(len(h), *(len(line[i]) for line in lines)) for i, h in enumerate(header)]
     out = ["| " + " | ".join(h.ljust(w) for h, w in zip(header, widths, strict=True)) + " |"]
@@ -183,7 +223,9 @@ def cells_csv(cells: Sequence[Cell]) -> str:
     writer = csv.DictWriter(buffer, fieldnames=CSV_COLUMNS, extrasaction="ignore")
     writer.writeheader()
     for cell in cells:
-        writer.writerow({column: cell.get(column) for column in CSV_COLUMNS})
+        row = {column: cell.get(column) for column in CSV_COLUMNS}
+        row["warnings"] = "; ".join(cell.get("warnings") or ())
+        writer.writerow(row)
     return buffer.getvalue()
 
 
@@ -234,6 +276,42 @@ def _panel(rw: object) -> str:
     return "mixed"
 
 
+def _baseline_first(label: str) -> tuple[int, str]:
+    """Series order: the baseline (bio, stock dm-crypt) before what is compared with it."""
+    return (0 if "stock" in label else 1 if label.startswith("bio") else 2, label)
+
+
+def _interval(cell: Cell, metric: str) -> tuple[float, float] | None:
+    low, high = cell.get(f"{metric}_low"), cell.get(f"{metric}_high")
+    if low is None or high is None:
+        return None
+    return float(low), float(high)
+
+
+def describe_cells(cells: Sequence[Cell]) -> str:
+    """What a plot's title names: cipher, engine, block size and depth (ranges when swept)."""
+
+    def values(axis: str) -> list[Any]:
+        return sorted({cell.get(axis) for cell in cells if cell.get(axis) is not None}, key=str)
+
+    parts = []
+    for axis, show in (
+        ("cipher", str),
+        ("engine", lambda v: f"{v} engine"),
+        ("bs", lambda v: f"bs {format_size(int(v))}"),
+        ("iodepth", lambda v: f"iodepth {v}"),
+    ):
+        found = values(axis)
+        if len(found) == 1:
+            parts.append(show(found[0]))
+        elif axis == "bs" and found:
+            sizes = sorted(int(v) for v in found)
+            parts.append(f"bs {format_size(sizes[0])}-{format_size(sizes[-1])}")
+        elif found:
+            parts.append(f"{len(found)} {axis}s")
+    return ", ".join(parts)
+
+
 def plot_figure(
     cells: Sequence[Cell],
     *,
@@ -241,13 +319,17 @@ def plot_figure(
     title: str = "",
     x_axis: str = "bs",
     published: Sequence[Published] = (),
+    failure: str | None = None,
 ) -> Figure:
     """Throughput vs ``x_axis``: read and write in separate panels, one colour per variant.
 
     A variant (series) is every other axis that varies, so its colour is the same
-    in every panel; published figures are hollow diamonds in their variant's
-    colour; the legend sits outside the data. With ``x_axis="rw"`` each panel
-    shows one bar per variant.
+    in every panel, the baseline first; a cell with an interval gets an error
+    bar, and series sit a little apart on the x axis so no marker hides another.
+    Published figures are hollow diamonds in their variant's colour; the legend
+    sits under the panels. With ``x_axis="rw"`` each panel shows one labelled bar
+    per variant with its value. Values spanning more than a decade get a log y
+    axis. ``failure`` (a failed run's error) is written across the figure.
     """
     import matplotlib
 
@@ -265,7 +347,7 @@ def plot_figure(
     def label(cell: Cell) -> str:
         return " ".join(str(cell.get(a)) for a in series_axes)
 
-    labels = sorted({label(cell) for cell in plotted})
+    labels = sorted({label(cell) for cell in plotted}, key=_baseline_first)
     palette = matplotlib.color_sequences["tab10"]
     colour = {name: palette[index % len(palette)] for index, name in enumerate(labels)}
     panels = [p for p in PANELS if any(_panel(c.get("rw")) == p for c in plotted)] or ["read"]
@@ -273,26 +355,54 @@ def plot_figure(
         not isinstance(cell.get(x_axis), int | float) for cell in plotted
     )
     categories = sorted({str(cell.get(x_axis)) for cell in plotted})
+    logarithmic_x = not categorical and x_axis in LOG2_AXES
+    values = [float(c[metric]) for c in plotted if float(c[metric]) > 0]
+    log_y = bool(values) and max(values) / min(values) > 10
 
-    def position(raw: Any) -> float:
-        return float(categories.index(str(raw))) if categorical else float(raw or 0)
+    def position(raw: Any, index: int) -> float:
+        """The x of series ``index``: spread a little either side of the category or size."""
+        shift = (index - (len(labels) - 1) / 2) * 0.06
+        if categorical:
+            return categories.index(str(raw)) + shift
+        base = float(raw or 0)
+        return base * 2**shift if logarithmic_x else base + shift
 
-    figure = Figure(figsize=(3.2 + 3.6 * len(panels), 4.2), dpi=100, layout="constrained")
+    width = 3.2 + 3.6 * len(panels)
+    figure = Figure(figsize=(width, 4.6), dpi=100, layout="constrained")
     axes_row = figure.subplots(1, len(panels), sharey=True, squeeze=False)[0]
     for axes, panel in zip(axes_row, panels, strict=True):
         in_panel = [c for c in plotted if _panel(c.get("rw")) == panel]
         for index, name in enumerate(labels):
-            points = sorted(
-                (position(c.get(x_axis)) if not bars else float(index), float(c[metric]))
-                for c in in_panel
-                if label(c) == name
+            series = sorted(
+                (c for c in in_panel if label(c) == name),
+                key=lambda c: float(index) if bars else position(c.get(x_axis), index),
             )
-            if not points:
+            if not series:
                 continue
+            ys = [float(c[metric]) for c in series]
+            intervals = [_interval(c, metric) for c in series]
+            errors = [
+                [y - i[0] if i else 0.0 for y, i in zip(ys, intervals, strict=True)],
+                [i[1] - y if i else 0.0 for y, i in zip(ys, intervals, strict=True)],
+            ]
+            has_errors = any(i is not None for i in intervals)
             if bars:
-                axes.bar(index, points[0][1], width=0.6, color=colour[name])
-            else:
-                axes.plot(*zip(*points, strict=True), color=colour[name], **_style(index))
+                container = axes.bar(
+                    index,
+                    ys[0],
+                    width=0.6,
+                    color=colour[name],
+                    yerr=[[errors[0][0]], [errors[1][0]]] if has_errors else None,
+                    capsize=4,
+                )
+                axes.bar_label(container, labels=[_num(ys[0])], padding=2, fontsize=8)
+                continue
+            xs = [position(c.get(x_axis), index) for c in series]
+            axes.plot(xs, ys, color=colour[name], **_style(index))
+            if has_errors:
+                axes.errorbar(
+                    xs, ys, yerr=errors, fmt="none", ecolor=colour[name], capsize=3, linewidth=1
+                )
         for figure_ in published:
             if _panel(figure_.rw) != panel:
                 continue
@@ -304,9 +414,9 @@ def plot_figure(
             if bars:
                 x = labels.index(owner) + 0.4
             elif categorical:
-                x = position(figure_.x) + 0.15
+                x = position(figure_.x, labels.index(owner)) + 0.15
             else:
-                x = position(figure_.x) * (1.1 if x_axis in LOG2_AXES else 1.0)
+                x = position(figure_.x, labels.index(owner)) * (1.1 if logarithmic_x else 1.0)
             axes.plot(
                 [x],
                 [figure_.mb_s],
@@ -319,8 +429,11 @@ def plot_figure(
             )
         axes.set_title(panel)
         axes.grid(True, alpha=0.3)
+        if log_y:
+            axes.set_yscale("log")
         if bars:
-            axes.set_xticks([])
+            wrapped = [name.replace(" (", "\n(").replace(") ", ")\n") for name in labels]
+            axes.set_xticks(range(len(labels)), wrapped, fontsize=8)
             axes.set_xlim(-0.6, len(labels) - 0.2)
         elif categorical:
             axes.set_xticks(range(len(categories)), categories)
@@ -337,11 +450,31 @@ def plot_figure(
                 axes.set_xscale("log", base=2)
                 ticks = sorted({int(c.get(x_axis) or 0) for c in plotted if c.get(x_axis)})
                 axes.set_xticks(ticks, [str(t) for t in ticks])
-    axes_row[0].set_ylabel(f"{kind} MB/s")
-    figure.suptitle(title or f"throughput ({kind})")
+    rounds = max((int(c.get("rounds") or 1) for c in plotted), default=1)
+    statistic = f", median of {rounds} rounds, 95 % CI" if rounds > 1 else ""
+    axes_row[0].set_ylabel(f"{kind} MB/s{statistic}")
+    heading = title or f"throughput ({kind})"
+    described = describe_cells(cells)
+    if described and described not in heading:
+        heading = f"{heading}\n{described}"
+    if failure is not None:
+        heading = f"FAILED: {heading}"
+        figure.text(
+            0.5,
+            0.5,
+            textwrap.fill(f"run failed: {failure}", width=int(width * 8)),
+            ha="center",
+            va="center",
+            color="firebrick",
+            fontsize=11,
+            bbox={"facecolor": "white", "edgecolor": "firebrick"},
+        )
+    figure.suptitle(heading, fontsize=10)
+    # Bars carry their names on the x axis; a legend would only repeat them.
     handles = [
-        Line2D([], [], color=colour[name], label=name, **({} if bars else _style(index)))
+        Line2D([], [], color=colour[name], label=name, **_style(index))
         for index, name in enumerate(labels)
+        if not bars
     ]
     if published:
         handles.append(
@@ -357,7 +490,13 @@ def plot_figure(
             )
         )
     if handles:
-        figure.legend(handles=handles, loc="outside right upper", fontsize=8, frameon=False)
+        figure.legend(
+            handles=handles,
+            loc="outside lower center",
+            ncols=min(len(handles), 4),
+            fontsize=8,
+            frameon=False,
+        )
     return figure
 
 
@@ -368,9 +507,12 @@ def plot_png(
     title: str = "",
     x_axis: str = "bs",
     published: Sequence[Published] = (),
+    failure: str | None = None,
 ) -> bytes:
     """``plot_figure`` as PNG bytes: what the API, the CLI and docs/img serve."""
-    figure = plot_figure(cells, metric=metric, title=title, x_axis=x_axis, published=published)
+    figure = plot_figure(
+        cells, metric=metric, title=title, x_axis=x_axis, published=published, failure=failure
+    )
     buffer = io.BytesIO()
     figure.savefig(buffer, format="png")
     return buffer.getvalue()

@@ -74,10 +74,8 @@ from app.vocab import (
     DispatchMode,
     ElevatorName,
     Op,
+    Wait,
 )
-
-Wait = Callable[[], None]
-"""Returns once a dispatched request is done on the device, raising its error."""
 
 Dispatch = Callable[[Request], Wait | None]
 """Performs a request (returns None), or starts it and returns what waits for it."""

@@ -6,7 +6,7 @@ import itertools
 from enum import IntEnum
 
 from app.blk.bio import Bio, bio_endio
-from app.vocab import SECTOR_SHIFT, Op
+from app.vocab import SECTOR_SHIFT, Op, div_round_up
 
 _serials = itertools.count()
 
@@ -21,7 +21,7 @@ def count_phys_segments(segments: list[memoryview], max_segment_size: int) -> in
     count = 0
     for segment in segments:
         size = segment.nbytes
-        count += 1 if size <= max_segment_size else -(-size // max_segment_size)
+        count += 1 if size <= max_segment_size else div_round_up(size, max_segment_size)
     return count
 
 

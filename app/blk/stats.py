@@ -19,7 +19,7 @@ from typing import Any
 
 from app.blk.bio import WRITE_OPS
 from app.blk.request import Request
-from app.vocab import Op
+from app.vocab import Op, div_round_up
 
 _GROUPS = ("r", "w", "d", "f")
 
@@ -37,7 +37,7 @@ def _group(op: Op) -> str:
 
 def _bucket_kib(nr_bytes: int) -> int:
     """Power-of-two KiB bucket holding a request of ``nr_bytes`` (upper bound, >= 1)."""
-    kib = max(1, -(-nr_bytes // 1024))
+    kib = max(1, div_round_up(nr_bytes, 1024))
     return 1 << (kib - 1).bit_length()
 
 

@@ -110,7 +110,7 @@ class ServingSet:
     def hold(self, volume: Volume, lease: Lease, deadline: float) -> None:
         """Serve ``volume`` under ``lease``: it admits I/O until ``deadline``."""
         self.held[volume.uuid] = Holding(lease, deadline, volume)
-        volume.fence(deadline)
+        volume.hold_lease_until(deadline)
 
     def holding(self, uuid: str) -> Holding | None:
         return self.held.get(uuid)
@@ -137,16 +137,16 @@ class ServingSet:
             lease = leases.get(uuid)
             if lease is not None:
                 self.held[uuid] = Holding(lease, deadline, holding.volume)
-                holding.volume.fence(deadline)
+                holding.volume.hold_lease_until(deadline)
             else:
                 self.held.pop(uuid, None)
-                holding.volume.fence(-math.inf)
+                holding.volume.hold_lease_until(-math.inf)
                 lost.append(holding.volume)
         self.pending = {uuid: leases[uuid] for uuid in self.pending if uuid in leases}
         return lost
 
     def let_go(self, volume: Volume) -> Lease | None:
         """Stop ``volume``'s I/O at once and its lease with it (None: none was held)."""
-        volume.fence(-math.inf)
+        volume.hold_lease_until(-math.inf)
         holding = self.held.pop(volume.uuid, None)
         return None if holding is None else holding.lease

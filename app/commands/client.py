@@ -34,6 +34,9 @@ TokenOption = Annotated[
 ]
 
 
+VolumeName = Annotated[str, typer.Argument(metavar="NAME", help="volume name")]
+
+
 def admin_token_file() -> Path:
     return Path(os.environ.get("REQCRYPT_DATA_DIR") or default_data_dir()) / "admin.token"
 

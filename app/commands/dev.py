@@ -21,7 +21,9 @@ def create(
     size_bytes: Annotated[
         int,
         typer.Argument(
-            metavar="SIZE", parser=size, help="size: 64M, 1G, 4096k or bytes (multiple of 512)"
+            metavar="SIZE",
+            parser=size,
+            help="size, e.g. 64M, 1.5G, 4KiB or bytes (a multiple of 512)",
         ),
     ],
     model: Annotated[

@@ -11,7 +11,7 @@ import sys
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
-from typing import IO, Annotated
+from typing import IO, Annotated, Any
 
 import typer
 from rich.console import Console
@@ -24,7 +24,15 @@ from rich.progress import (
     TransferSpeedColumn,
 )
 
-from app.commands.client import DEFAULT_URL, TokenOption, UrlOption, connect, fail
+from app.commands.client import (
+    DEFAULT_URL,
+    Service,
+    TokenOption,
+    UrlOption,
+    VolumeName,
+    connect,
+    fail,
+)
 from app.commands.sizes import size
 
 CHUNK = 4 << 20
@@ -37,7 +45,7 @@ OffsetOption = Annotated[
         "--offset",
         parser=size,
         metavar="BYTES",
-        help="byte offset in the volume (4k, 64M, 1G or bytes)",
+        help="byte offset in the volume, e.g. 4k, 64M, 1.5G or bytes",
     ),
 ]
 
@@ -73,6 +81,18 @@ class Meter:
             self.progress.stop()
 
 
+def volume_ready(service: Service, command: str, name: str) -> dict[str, Any]:
+    """The volume's record; if it is suspended, say so at once, since I/O waits silently."""
+    volume: dict[str, Any] = service.request("GET", f"/v1/volumes/{name}").json()
+    if volume["state"] == "suspended":
+        typer.echo(
+            f"reqcrypt: io {command} {name}: volume {name} is suspended: waiting up to "
+            f"{volume['suspend_wait_seconds']:g} s for a resume",
+            err=True,
+        )
+    return volume
+
+
 @contextmanager
 def opened(path: str, mode: str) -> Iterator[IO[bytes]]:
     """``-`` is stdin/stdout; anything else a file, with OS errors as one line."""
@@ -89,7 +109,7 @@ def opened(path: str, mode: str) -> Iterator[IO[bytes]]:
 
 @io_app.command()
 def write(
-    name: Annotated[str, typer.Argument(metavar="NAME", help="volume name")],
+    name: VolumeName,
     source: Annotated[str, typer.Argument(metavar="FILE|-", help="bytes to write; - for stdin")],
     offset: OffsetOption = 0,
     url: UrlOption = DEFAULT_URL,
@@ -103,6 +123,7 @@ def write(
         opened(source, "rb") as handle,
         Meter(f"write {name}", total) as meter,
     ):
+        volume_ready(service, "write", name)
         position = offset
         while chunk := handle.read(CHUNK):
             last = position + len(chunk) - 1
@@ -122,7 +143,7 @@ def write(
 
 @io_app.command()
 def read(
-    name: Annotated[str, typer.Argument(metavar="NAME", help="volume name")],
+    name: VolumeName,
     offset: OffsetOption = 0,
     length: Annotated[
         int | None,
@@ -141,9 +162,9 @@ def read(
 ) -> None:
     """Read volume NAME from --offset for --length bytes into FILE or stdout."""
     with connect(url, token) as service:
+        volume = volume_ready(service, "read", name)
         if length is None:
-            volume_size = int(service.request("GET", f"/v1/volumes/{name}").json()["size_bytes"])
-            length = max(0, volume_size - offset)
+            length = max(0, int(volume["size_bytes"]) - offset)
         end = offset + length
         with opened(output, "wb") as handle, Meter(f"read {name}", length) as meter:
             position = offset

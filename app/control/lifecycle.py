@@ -43,8 +43,8 @@ from app.errors import (
     VolumeBusy,
     VolumeNotFound,
 )
-from app.storage.registry import DeviceRegistry, StoreKind
-from app.vocab import SECTOR_SIZE, is_valid_name
+from app.storage.registry import DeviceRegistry
+from app.vocab import SECTOR_SIZE, StoreKind, is_valid_name
 
 log = logging.getLogger("reqcrypt.control")
 
@@ -458,7 +458,7 @@ class Control:
         with self._lock:
             volume = self.volume(name)
             with volume.lock:
-                volume.fence(-math.inf)
+                volume.hold_lease_until(-math.inf)
                 try:
                     volume.drain(self.settings.suspend_wait_seconds)
                 except Unavailable:

@@ -9,10 +9,10 @@ Geometry, as in ``crypt_convert``: ``sector`` is the 512-byte offset of
 ``ReferenceTransform`` makes one cipher call per data unit and is the
 executable specification. ``BulkTransform`` computes the same bytes for a whole
 request around a few OpenSSL ECB calls per chunk (ADR 0001): XTS whitening in
-one C pass per direction (``app/_native.c``, GIL released), CBC decryption in one
-pass (AES with VAES: one native call), AES-CBC encryption in parallel lanes of data
-units (native; other ciphers one block column of all units at a time), CTR counters
-built with numpy.
+one C pass per direction (``app/_native.c``, GIL released), AES-XTS and AES-CBC in one
+native call on the CPU's AES instructions (CBC in parallel lanes of data units; other
+ciphers, or a CPU without AES instructions: ECB plus numpy, CBC encryption one block
+column of all units at a time), CTR counters built with numpy.
 
 XTS with equal key halves, and XTS with 2x192-bit keys, are accepted like the
 kernel outside FIPS mode; OpenSSL refuses both, so those keys go through the
@@ -321,7 +321,7 @@ class BulkTransform(CryptTransform):
         step = sector_size >> SECTOR_SHIFT
         self._unit_steps = np.arange(self._units_per_chunk, dtype=np.uint64) * np.uint64(step)
         self._state = _BulkState()
-        self._cbc_lanes = spec.cipher == "aes" and spec.chainmode == "cbc" and _native.AESNI
+        self._aes_cbc = spec.cipher == "aes" and spec.chainmode == "cbc"
         # aes-xts-plain64 (LUKS' default): IVs made in C, no numpy on a 4 KiB request.
         self._xts_plain64 = (
             spec.cipher == "aes"
@@ -385,7 +385,7 @@ class BulkTransform(CryptTransform):
         """
         if units < self._min_units:
             return True
-        if self._min_units and encrypt and self._spec.chainmode == "cbc" and not self._cbc_lanes:
+        if self._min_units and encrypt and self._spec.chainmode == "cbc" and not self._cbc_lanes():
             return units < self._sector_size // self._spec.block_size // 4
         return False
 
@@ -491,7 +491,7 @@ class BulkTransform(CryptTransform):
         """``out = E(P ^ T) ^ T`` computed in ``out`` itself: no intermediate buffers, so a
         1 MiB request touches 2 MiB of memory, not 4 (the event loop shares the cache).
 
-        AES goes through one native call (VAES where the CPU has it, else OpenSSL's ECB
+        AES goes through one native call (the CPU's AES instructions, else OpenSSL's ECB
         from C, chunk by chunk in cache); the other ciphers through pyca's ECB around the
         native whitening."""
         if self._spec.cipher == "aes":
@@ -511,8 +511,12 @@ class BulkTransform(CryptTransform):
             flat[body:] = tail[:16]
         _native.whiten(flat, flat, first, self._sector_size)
 
+    def _cbc_lanes(self) -> bool:
+        """AES-CBC in native lanes: the module's path, read per call (tests switch it)."""
+        return self._aes_cbc and _native.path() != "openssl"
+
     def _cbc_decrypt(self, source: U8, out: U8, ivs: U8, key_index: int) -> None:
-        if self._cbc_lanes and _native.VAES:
+        if self._cbc_lanes():
             _native.cbc_decrypt(out, source, ivs, self._subkeys[key_index], self._sector_size)
             return
         block = self._spec.block_size
@@ -523,13 +527,10 @@ class BulkTransform(CryptTransform):
 
     def _cbc_encrypt(self, source: U8, out: U8, ivs: U8, key_index: int) -> None:
         # CBC is serial inside a unit but independent across units. AES: the units run in
-        # parallel lanes in one native call (VAES or AES-NI). Other ciphers: block column
+        # parallel lanes in one native call (the module's path). Other ciphers: block column
         # j of every unit in one ECB call, on a column-major copy so each call is contiguous.
-        if self._cbc_lanes:
-            # The module's flag, read per call: tests hide it to take the AES-NI lanes.
-            _native.cbc_encrypt(
-                out, source, ivs, self._subkeys[key_index], self._sector_size, _native.VAES
-            )
+        if self._cbc_lanes():
+            _native.cbc_encrypt(out, source, ivs, self._subkeys[key_index], self._sector_size)
             return
         block = self._spec.block_size
         units = len(source)

@@ -25,9 +25,9 @@ from app.blk.tuning import Tuning
 from app.crypto.keys import KeyUnwrapError, unwrap_key, wrap_key
 from app.db import leases, models
 from app.dm.table import CryptParams, Table, format_table, parse_table
+from app.vocab import StoreKind, VolumeState
 
 Slot = Literal["live", "inactive"]
-VolumeState = Literal["active", "suspended"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,7 +35,7 @@ class StoredDevice:
     name: str
     size_bytes: int
     model: str | None
-    store: Literal["file", "rbd"] = "file"
+    store: StoreKind = "file"
     pool: str | None = None
     image: str | None = None
 

@@ -1,7 +1,10 @@
 """A volume's data path: byte-range I/O in, bios through the block queue, requests to targets.
 
-``read``/``write``/``flush``/``discard``/``write_zeroes`` take byte offsets of
-any alignment; they become bios of whole logical blocks, go through the block
+Front ends reach it through ``app.io`` and its one batch API, ``submit_batch``
+(``start_batch`` is its first half, for an event loop); a stacked volume's
+targets use the one-I/O methods (``read_into``, ``write``, ``flush``,
+``discard``, ``write_zeroes``). Either way byte offsets of any alignment become
+bios of whole logical blocks under one partial-block rule, go through the block
 queue (plug, merge, elevator) and reach ``_dispatch``, which hands each request
 to the one target it lies in (the queue never lets a request cross a target
 boundary). A write with partial edge blocks is a read-modify-write under an
@@ -22,14 +25,14 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
-from typing import Literal
+from typing import Protocol
 
 from typing_extensions import Buffer
 
 from app.blk import mempool
 from app.blk.bio import Bio
 from app.blk.limits import QueueLimits
-from app.blk.queue import BlockQueue, Wait, completed
+from app.blk.queue import BlockQueue, completed
 from app.blk.request import Request
 from app.blk.stats import QueueStats
 from app.blk.tuning import Tuning
@@ -45,20 +48,35 @@ from app.errors import (
     RangeNotSatisfiable,
     Unavailable,
 )
-from app.vocab import DEFAULT_QUEUE_DEPTH, DISPATCH_MODES, SECTOR_SIZE, Op
+from app.vocab import (
+    DEFAULT_QUEUE_DEPTH,
+    DISPATCH_MODES,
+    SECTOR_SIZE,
+    Op,
+    VolumeState,
+    Wait,
+    align_down,
+    align_up,
+)
 
 _CONTEXTS = {mode: MapContext(dispatch_mode=mode) for mode in DISPATCH_MODES}
 
 
-@dataclass(slots=True, eq=False)
-class BatchIo:
-    """One whole-block read or write of ``DataPath.submit_batch``: READ fills ``buffer``."""
+class BlockIo(Protocol):
+    """One I/O of a batch as the batch API reads it (``app.io.Io`` is the one front ends
+    build): an op at a byte ``offset``, ``length`` bytes, any alignment. ``buffer`` is what
+    a read fills and what a write writes (None for the other ops); ``error`` is where its
+    failure lands."""
 
-    op: Literal[Op.READ, Op.WRITE]
+    op: Op
     offset: int
-    buffer: memoryview
-    fua: bool = False
-    error: Exception | None = None
+    length: int
+    buffer: memoryview | None
+    fua: bool
+    error: Exception | None
+
+
+_WRITES = frozenset({Op.WRITE, Op.WRITE_ZEROES, Op.DISCARD})
 
 
 class StartedBatch:
@@ -67,7 +85,7 @@ class StartedBatch:
 
     __slots__ = ("_hold", "_submitted")
 
-    def __init__(self, submitted: list[tuple[BatchIo, Bio]], hold: ExitStack) -> None:
+    def __init__(self, submitted: list[tuple[BlockIo, Bio]], hold: ExitStack) -> None:
         self._submitted = submitted
         self._hold = hold
 
@@ -120,7 +138,7 @@ class DataPath:
     ) -> None:
         self.name = name
         self.suspend_wait_seconds = suspend_wait_seconds
-        self.state: Literal["active", "suspended"] = "suspended"
+        self.state: VolumeState = "suspended"
         self.live: LiveMap | None = None
         self.versions = Generation()
         self.stats = QueueStats()
@@ -143,7 +161,7 @@ class DataPath:
     def generation(self) -> int:
         return self.versions.value
 
-    def read_versioned(self, read: Callable[[], None], attempts: int = 3) -> int | None:
+    def read_versioned(self, read: Callable[[], object], attempts: int = 3) -> int | None:
         """Run ``read`` (again, if a write overlapped it) and return the version its bytes
         belong to; None when writes kept overlapping it."""
         for _ in range(attempts):
@@ -165,13 +183,13 @@ class DataPath:
     def in_flight(self) -> int:
         return self._in_flight
 
-    def _set_state(self, state: Literal["active", "suspended"]) -> None:
+    def _set_state(self, state: VolumeState) -> None:
         """Open or close the gate; waiting I/O re-checks it."""
         with self._gate:
             self.state = state
             self._gate.notify_all()
 
-    def fence(self, deadline: float) -> None:
+    def hold_lease_until(self, deadline: float) -> None:
         """Move the lease deadline; I/O waiting at the gate re-checks it (``-inf``: at once)."""
         with self._gate:
             self.lease_deadline = deadline
@@ -210,6 +228,13 @@ class DataPath:
     def _io(self, *, wait: bool = True) -> Iterator[LiveMap]:
         """Admit one I/O: wait while suspended (bounded), count it in flight.
         ``wait=False``: WouldBlock where it would wait."""
+        live = self._admit(wait)
+        try:
+            yield live
+        finally:
+            self._release()
+
+    def _admit(self, wait: bool = True) -> LiveMap:
         now = time.monotonic()
         deadline = now + self.suspend_wait_seconds
         with self._gate:
@@ -234,13 +259,13 @@ class DataPath:
             if live is None:
                 raise InvalidState(f"volume {self.name} has no live table")
             self._in_flight += 1
-        try:
-            yield live
-        finally:
-            with self._gate:
-                self._in_flight -= 1
-                if self._in_flight == 0:
-                    self._gate.notify_all()
+        return live
+
+    def _release(self) -> None:
+        with self._gate:
+            self._in_flight -= 1
+            if self._in_flight == 0:
+                self._gate.notify_all()
 
     def check_range(self, offset: int, length: int) -> None:
         size = self.size
@@ -256,6 +281,8 @@ class DataPath:
         self.queue.submit_bio(bio)
         bio.wait()
 
+    # ------------------------------------------------- one I/O at a time (stacked use)
+
     def read_into(self, offset: int, buffer: memoryview) -> None:
         """Read ``len(buffer)`` bytes at ``offset``; any alignment."""
         length = len(buffer)
@@ -263,16 +290,7 @@ class DataPath:
         if length == 0:
             return
         with self._io() as live:
-            unit = live.logical_block_size
-            start = offset - offset % unit
-            end = -(-(offset + length) // unit) * unit
-            with self._ranges.hold(start, end, exclusive=False):
-                if start == offset and end == offset + length:
-                    self._submit(Op.READ, start, length, [buffer])
-                else:
-                    with mempool.borrow(end - start) as scratch:
-                        self._submit(Op.READ, start, end - start, [scratch])
-                        buffer[:] = scratch[offset - start : offset - start + length]
+            self._read_into(live.logical_block_size, offset, buffer)
 
     def readv_into(self, offset: int, buffers: Sequence[memoryview]) -> None:
         """Stacked use: a whole request of the volume above becomes one bio here."""
@@ -337,33 +355,66 @@ class DataPath:
         fua: bool = False,
         precondition: Precondition | None = None,
     ) -> int:
-        """Write at ``offset``; partial edge units are read-modify-written under an exclusive
-        lock. ``precondition`` is checked atomically with the write (PreconditionFailed).
-        Returns the version the write made."""
+        """Write at ``offset``, any alignment. ``precondition`` is checked atomically with
+        the write (PreconditionFailed). Returns the version the write made."""
         view = memoryview(data).cast("B")
-        length = len(view)
-        self.check_range(offset, length)
+        self.check_range(offset, len(view))
         with self._io() as live, self.versions.conditional(precondition):
-            if length == 0:
+            if not view:
                 if fua:
                     self._flush_queue()
                 return self.versions.value
-            unit = live.logical_block_size
-            start = offset - offset % unit
-            end = -(-(offset + length) // unit) * unit
             with self.versions.writing() as made:
-                if start == offset and end == offset + length:
-                    with self._ranges.hold(start, end, exclusive=False):
-                        self._submit(Op.WRITE, start, length, [view], fua=fua)
-                else:
-                    self._read_modify_write(unit, offset, view, fua=fua)
+                self._write(live.logical_block_size, offset, view, fua=fua)
         return made[0]
+
+    def flush(self) -> None:
+        """Returns once every write completed before it is durable."""
+        with self._io():
+            self._flush_queue()
+
+    def discard(self, offset: int, length: int) -> None:
+        self.check_range(offset, length)
+        with self._io() as live, self.versions.writing():
+            self._discard(live, offset, length)
+
+    def write_zeroes(self, offset: int, length: int) -> None:
+        self.check_range(offset, length)
+        with self._io() as live, self.versions.writing():
+            self._write_zeroes(live.logical_block_size, offset, length)
+
+    # ------------------------------------------------------ the partial-block rule
+    #
+    # The same for every caller, one I/O or a batch, HTTP or NBD: a read of partial
+    # logical blocks reads the whole blocks around it and copies its bytes out; a write
+    # with partial edge blocks read-modify-writes them under an exclusive range lock;
+    # write-zeroes does the same with zero bytes; a discard is rounded inward (it is
+    # advisory: the partial blocks at its edges keep their data).
+
+    def _read_into(self, unit: int, offset: int, buffer: memoryview) -> None:
+        length = len(buffer)
+        start = align_down(offset, unit)
+        end = align_up(offset + length, unit)
+        with self._ranges.hold(start, end, exclusive=False):
+            if start == offset and end == offset + length:
+                self._submit(Op.READ, start, length, [buffer])
+            else:
+                with mempool.borrow(end - start) as scratch:
+                    self._submit(Op.READ, start, end - start, [scratch])
+                    buffer[:] = scratch[offset - start : offset - start + length]
+
+    def _write(self, unit: int, offset: int, view: memoryview, *, fua: bool) -> None:
+        if offset % unit == 0 and len(view) % unit == 0:
+            with self._ranges.hold(offset, offset + len(view), exclusive=False):
+                self._submit(Op.WRITE, offset, len(view), [view], fua=fua)
+        else:
+            self._read_modify_write(unit, offset, view, fua=fua)
 
     def _read_modify_write(self, unit: int, offset: int, view: memoryview, *, fua: bool) -> None:
         """A write with partial edge units, holding them exclusive from read to write."""
         length = len(view)
-        start = offset - offset % unit
-        end = -(-(offset + length) // unit) * unit
+        start = align_down(offset, unit)
+        end = align_up(offset + length, unit)
         with (
             self._ranges.hold(start, end, exclusive=True),
             mempool.borrow(end - start) as merged,
@@ -377,7 +428,44 @@ class DataPath:
             merged[offset - start : offset - start + length] = view
             self._submit(Op.WRITE, start, len(merged), [merged], fua=fua)
 
-    # ------------------------------------------------------------- batched I/O
+    def _write_zeroes(self, unit: int, offset: int, length: int) -> None:
+        """Encrypted zeros over the whole blocks, zero bytes read-modify-written into the
+        partial ones at the edges."""
+        end = offset + length
+        start = min(align_up(offset, unit), end)
+        stop = max(align_down(end, unit), start)
+        if start > offset:
+            self._read_modify_write(unit, offset, memoryview(bytes(start - offset)), fua=False)
+        self._zero(Op.WRITE_ZEROES, start, stop - start)
+        if end > stop:
+            self._read_modify_write(unit, stop, memoryview(bytes(end - stop)), fua=False)
+
+    def _discard(self, live: LiveMap, offset: int, length: int) -> None:
+        for line in live.table.lines:
+            overlaps = (
+                line.start * SECTOR_SIZE < offset + length and offset < line.end * SECTOR_SIZE
+            )
+            if overlaps and isinstance(line.target, CryptParams) and not line.target.allow_discards:
+                raise InvalidState("discard needs the allow_discards crypt option")
+        unit = live.logical_block_size
+        start = align_up(offset, unit)
+        self._zero(Op.DISCARD, start, align_down(offset + length, unit) - start)
+
+    def _zero(self, op: Op, offset: int, length: int) -> None:
+        """Discard or write-zeroes over whole blocks (nothing when ``length`` <= 0)."""
+        if length <= 0:
+            return
+        with self._ranges.hold(offset, offset + length, exclusive=False):
+            step = self.limits.max_sectors * SECTOR_SIZE
+            for position in range(offset, offset + length, step):
+                self._submit(op, position, min(step, offset + length - position), [])
+
+    def _flush_queue(self) -> None:
+        bio = Bio(Op.FLUSH, 0, 0, [], preflush=True)
+        self.queue.submit_bio(bio)
+        bio.wait()
+
+    # ------------------------------------------------------------------ batches
 
     prompt = False
     """As a device (stacked): its I/O waits on its own queue."""
@@ -389,31 +477,121 @@ class DataPath:
         live = self.live
         return live is not None and all(target.prompt for target in live.targets)
 
-    def submit_batch(self, ios: Sequence[BatchIo]) -> None:
-        """Whole-block reads and writes from one submitter (an NBD client's pipelined
-        requests), queued under one plug and merged as one task's plugged bios are,
-        dispatched at once (``submit_bios``: the batch was the plug's window), then
-        waited for together. Never raises: each I/O's failure lands in its ``error``."""
-        started = self.start_batch(ios)
-        assert started is not None
-        started.finish()
+    def submit_batch(
+        self, ios: Sequence[BlockIo], *, precondition: Precondition | None = None
+    ) -> int:
+        """The batch API every front end uses (through ``app.io``): I/Os of any op and
+        alignment from one submitter, admitted once, done in order where that matters.
 
-    def start_batch(self, ios: Sequence[BatchIo], *, wait: bool = True) -> StartedBatch | None:
-        """``submit_batch`` up to the wait: admitted and queued (requests ready at once are
-        dispatched on this thread), to be ``finish``ed. ``wait=False``: None, with nothing
-        done, where admission would wait (suspended, a range held exclusive)."""
+        Runs of reads and whole-block writes enter the queue together, under one plug
+        (``submit_bios``: the batch was the plug's window), so adjacent ones merge; any
+        other I/O (a partial write, flush, discard, write-zeroes) waits for the run before
+        it and runs alone, so overlapping I/Os apply in batch order. Each I/O's failure
+        lands in its ``error``; only ``precondition`` (checked atomically with the batch)
+        raises, PreconditionFailed, before anything is done. Returns the version the
+        batch's writes made (the current one when it wrote nothing).
+        """
+        try:
+            live = self._admit()
+        except Exception as error:  # not admitted: suspended too long, removed, fenced
+            for io in ios:
+                io.error = error
+            return self.versions.value
+        try:
+            with self.versions.conditional(precondition):
+                if not any(io.op in _WRITES for io in ios):
+                    self._run_batch(live, ios)
+                    return self.versions.value
+                with self.versions.writing() as made:
+                    self._run_batch(live, ios)
+            return made[0]
+        finally:
+            self._release()
+
+    def _run_batch(self, live: LiveMap, ios: Sequence[BlockIo]) -> None:
+        unit = live.logical_block_size
+        if len(ios) == 1:  # nothing to plug with: the one-I/O path (a single-range request)
+            (io,) = ios
+            try:
+                self.check_range(io.offset, io.length)
+                if io.op is Op.READ and io.buffer:
+                    self._read_into(unit, io.offset, io.buffer)
+                else:
+                    self._run_alone(live, io)
+            except Exception as error:
+                io.error = error
+            return
+        run: list[BlockIo] = []
+        for io in self._in_range(ios):
+            if _plugs(io, unit):
+                run.append(io)
+                continue
+            self._run_plugged(unit, run)
+            run = []
+            try:
+                self._run_alone(live, io)
+            except Exception as error:
+                io.error = error
+        self._run_plugged(unit, run)
+
+    def _run_plugged(self, unit: int, run: list[BlockIo]) -> None:
+        """Reads and whole-block writes together; a partial read through a whole-block
+        buffer, copied out once done."""
+        if not run:
+            return
+        ranges: list[tuple[int, int]] = []
+        bios: list[tuple[BlockIo, Bio]] = []
+        copies: list[tuple[BlockIo, memoryview]] = []
+        for io in run:
+            buffer = io.buffer
+            assert buffer is not None
+            start = align_down(io.offset, unit)
+            end = align_up(io.offset + io.length, unit)
+            if start != io.offset or end != io.offset + io.length:
+                whole = memoryview(bytearray(end - start))
+                copies.append((io, whole[io.offset - start : io.offset - start + io.length]))
+                buffer = whole
+            ranges.append((start, end))
+            bios.append((io, _bio(io.op, start, buffer, io.fua)))
+        with self._ranges.hold_shared(ranges):
+            StartedBatch(self._queue(bios), ExitStack()).finish()
+        for io, source in copies:
+            if io.error is None:
+                assert io.buffer is not None
+                io.buffer[:] = source
+
+    def _run_alone(self, live: LiveMap, io: BlockIo) -> None:
+        unit = live.logical_block_size
+        op = io.op
+        if op is Op.WRITE:
+            assert io.buffer is not None
+            if io.length:
+                self._write(unit, io.offset, io.buffer, fua=io.fua)
+                return
+        elif op is Op.WRITE_ZEROES:
+            self._write_zeroes(unit, io.offset, io.length)
+        elif op is Op.DISCARD:
+            self._discard(live, io.offset, io.length)
+        elif op is Op.FLUSH:
+            self._flush_queue()
+            return
+        if io.fua:
+            self._flush_queue()
+
+    def start_batch(self, ios: Sequence[BlockIo], *, wait: bool = True) -> StartedBatch | None:
+        """A batch of whole-block reads and writes admitted and queued (requests ready at
+        once are dispatched on this thread), to be ``finish``ed: the first half of
+        ``submit_batch``, for an event loop. None, with nothing done, when an I/O is not a
+        whole-block read or write, or (``wait=False``) where admission would wait
+        (suspended, a range held exclusive)."""
+        live = self.live
+        if live is None or not all(_whole_blocks(io, live.logical_block_size) for io in ios):
+            return None
         hold = ExitStack()
         try:
             hold.enter_context(self._io(wait=wait))
-            admitted: list[BatchIo] = []
-            for io in ios:
-                try:
-                    self.check_range(io.offset, len(io.buffer))
-                except Exception as error:
-                    io.error = error
-                    continue
-                admitted.append(io)
-            ranges = [(io.offset, io.offset + len(io.buffer)) for io in admitted]
+            admitted = self._in_range(ios)
+            ranges = [(io.offset, io.offset + io.length) for io in admitted]
             hold.enter_context(self._ranges.hold_shared(ranges, wait=wait))
             if any(io.op is Op.WRITE for io in admitted):
                 # Counted once the ranges are held: a refused batch never moves the version.
@@ -429,165 +607,51 @@ class DataPath:
                 if io.error is None:
                     io.error = error
             return StartedBatch([], ExitStack())
-        return StartedBatch(self._queue_batch(admitted), hold)
+        bios = []
+        for io in admitted:
+            assert io.buffer is not None
+            bios.append((io, _bio(io.op, io.offset, io.buffer, io.fua)))
+        return StartedBatch(self._queue(bios), hold)
 
-    def _submit_batch(self, admitted: list[BatchIo]) -> None:
-        StartedBatch(self._queue_batch(admitted), ExitStack()).finish()
+    def _in_range(self, ios: Sequence[BlockIo]) -> list[BlockIo]:
+        """The I/Os within the volume; each of the others fails alone, RangeNotSatisfiable."""
+        within: list[BlockIo] = []
+        for io in ios:
+            try:
+                self.check_range(io.offset, io.length)
+            except RangeNotSatisfiable as error:
+                io.error = error
+                continue
+            within.append(io)
+        return within
 
-    def _queue_batch(self, admitted: list[BatchIo]) -> list[tuple[BatchIo, Bio]]:
-        """Bios for ``admitted`` into the queue; those the queue refuses get its error."""
-        submitted = [
-            (
-                io,
-                Bio(
-                    io.op,
-                    io.offset // SECTOR_SIZE,
-                    len(io.buffer) // SECTOR_SIZE,
-                    [io.buffer],
-                    fua=io.fua,
-                ),
-            )
-            for io in admitted
-        ]
+    def _queue(self, bios: list[tuple[BlockIo, Bio]]) -> list[tuple[BlockIo, Bio]]:
+        """``bios`` into the queue; when the queue refuses one, nothing is queued and every
+        I/O gets its error."""
         try:
-            self.queue.submit_bios([bio for _, bio in submitted])
-        except Exception as error:  # a bio the queue refused: nothing was queued
-            for io in admitted:
+            self.queue.submit_bios([bio for _, bio in bios])
+        except Exception as error:
+            for io, _ in bios:
                 io.error = error
             return []
-        return submitted
+        return bios
 
-    def _submit_together(
-        self, op: Literal[Op.READ, Op.WRITE], ios: Sequence[tuple[int, memoryview]]
-    ) -> list[Exception | None]:
-        """Aligned I/Os of one op as one batch (io_submit): adjacent ones merge into one
-        request, overlapping writes reach the device in order. Returns each one's error."""
-        batch = [BatchIo(op, offset, buffer) for offset, buffer in ios]
-        with self._ranges.hold_shared([(io.offset, io.offset + len(io.buffer)) for io in batch]):
-            self._submit_batch(batch)
-        return [io.error for io in batch]
 
-    def _write_run(
-        self,
-        ios: Sequence[tuple[int, memoryview]],
-        run: list[int],
-        errors: list[Exception | None],
-    ) -> None:
-        if run:
-            for index, error in zip(
-                run, self._submit_together(Op.WRITE, [ios[i] for i in run]), strict=True
-            ):
-                errors[index] = error
+def _bio(op: Op, offset: int, buffer: memoryview, fua: bool) -> Bio:
+    return Bio(op, offset // SECTOR_SIZE, len(buffer) // SECTOR_SIZE, [buffer], fua=fua)
 
-    def read_batch(self, ios: Sequence[tuple[int, memoryview]]) -> None:
-        """Fill each ``(offset, buffer)``, any alignment, all bios submitted together."""
-        for offset, buffer in ios:
-            self.check_range(offset, len(buffer))
-        with self._io() as live:
-            unit = live.logical_block_size
-            aligned: list[tuple[int, memoryview]] = []
-            copies: list[tuple[memoryview, memoryview]] = []
-            for offset, buffer in ios:
-                if not buffer:
-                    continue
-                start = offset - offset % unit
-                end = -(-(offset + len(buffer)) // unit) * unit
-                if start == offset and end == offset + len(buffer):
-                    aligned.append((offset, buffer))
-                    continue
-                whole = memoryview(bytearray(end - start))
-                aligned.append((start, whole))
-                copies.append((buffer, whole[offset - start : offset - start + len(buffer)]))
-            for error in self._submit_together(Op.READ, aligned):
-                if error is not None:
-                    raise error
-            for buffer, source in copies:
-                buffer[:] = source
 
-    def write_batch(
-        self,
-        ios: Sequence[tuple[int, memoryview]],
-        *,
-        fua: bool = False,
-        precondition: Precondition | None = None,
-    ) -> tuple[list[Exception | None], int]:
-        """Independent writes issued together, applied in order where they overlap.
+def _whole_blocks(io: BlockIo, unit: int) -> bool:
+    """A read or write of whole logical blocks: it goes to the queue as it is."""
+    return (
+        (io.op is Op.READ or io.op is Op.WRITE)
+        and io.length > 0
+        and io.offset % unit == 0
+        and io.length % unit == 0
+    )
 
-        Runs of aligned writes go to the queue together; a write with partial
-        edge units is read-modify-written after the run before it completes.
-        Returns each write's error (None: written) and the version the batch made;
-        ``fua`` makes every successful write durable before returning;
-        ``precondition`` holds for the batch as a whole.
-        """
-        for offset, buffer in ios:
-            self.check_range(offset, len(buffer))
-        errors: list[Exception | None] = [None] * len(ios)
-        with (
-            self._io() as live,
-            self.versions.conditional(precondition),
-            self.versions.writing() as made,
-        ):
-            unit = live.logical_block_size
-            run: list[int] = []
-            for index, (offset, buffer) in enumerate(ios):
-                if offset % unit == 0 and len(buffer) % unit == 0:
-                    if buffer:
-                        run.append(index)
-                    continue
-                self._write_run(ios, run, errors)
-                run = []
-                try:
-                    self._read_modify_write(unit, offset, buffer, fua=False)
-                except Exception as error:
-                    errors[index] = error
-            self._write_run(ios, run, errors)
-            if fua and any(error is None for error in errors):
-                self._flush_queue()
-        return errors, made[0]
 
-    def flush(self) -> None:
-        """Returns once every write completed before it is durable."""
-        with self._io():
-            self._flush_queue()
-
-    def _flush_queue(self) -> None:
-        bio = Bio(Op.FLUSH, 0, 0, [], preflush=True)
-        self.queue.submit_bio(bio)
-        bio.wait()
-
-    def _zero_range(self, op: Op, offset: int, length: int) -> None:
-        self.check_range(offset, length)
-        with self._io() as live:
-            unit = live.logical_block_size
-            if offset % unit or length % unit:
-                raise InvalidInput(
-                    f"{op.value} needs offset and length in whole {unit}-byte logical blocks"
-                )
-            if length == 0:
-                return
-            with (
-                self.versions.writing(),
-                self._ranges.hold(offset, offset + length, exclusive=False),
-            ):
-                step = self.limits.max_sectors * SECTOR_SIZE
-                for position in range(offset, offset + length, step):
-                    chunk = min(step, offset + length - position)
-                    self._submit(op, position, chunk, [])
-
-    def discard(self, offset: int, length: int) -> None:
-        live = self.live
-        if live is not None:
-            for line in live.table.lines:
-                overlaps = (
-                    line.start * SECTOR_SIZE < offset + length and offset < line.end * SECTOR_SIZE
-                )
-                if (
-                    overlaps
-                    and isinstance(line.target, CryptParams)
-                    and not line.target.allow_discards
-                ):
-                    raise InvalidState("discard needs the allow_discards crypt option")
-        self._zero_range(Op.DISCARD, offset, length)
-
-    def write_zeroes(self, offset: int, length: int) -> None:
-        self._zero_range(Op.WRITE_ZEROES, offset, length)
+def _plugs(io: BlockIo, unit: int) -> bool:
+    """Joins a batch's run: any read (a partial one through a whole-block buffer), or a
+    whole-block write."""
+    return (io.op is Op.READ and io.length > 0) or _whole_blocks(io, unit)

@@ -6,10 +6,10 @@ from collections.abc import Sequence
 
 from typing_extensions import Buffer
 
-from app.blk.queue import Wait
 from app.dm.targets.base import BlockDevice
 from app.engine.clock import DeviceTimer
 from app.engine.model import DeviceOp
+from app.vocab import Wait
 
 
 class TimedDevice:

@@ -10,7 +10,6 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Literal
 
 from app.blk.limits import QueueLimits
 from app.blk.tuning import Tuning
@@ -38,7 +37,7 @@ from app.dm.targets import (
 from app.dm.timed import TimedDevice
 from app.engine.base import Engine
 from app.errors import InvalidInput, InvalidState, KeyNotSet
-from app.vocab import DEFAULT_QUEUE_DEPTH, SECTOR_SIZE, DispatchMode, ElevatorName
+from app.vocab import DEFAULT_QUEUE_DEPTH, SECTOR_SIZE, DispatchMode, ElevatorName, VolumeState
 
 DeviceResolver = Callable[[DeviceRef], BlockDevice]
 
@@ -85,7 +84,7 @@ def missing_key(table: Table) -> int | None:
 class VolumeInfo:
     name: str
     uuid: str
-    state: Literal["active", "suspended"]
+    state: VolumeState
     event_nr: int
     dispatch_mode: DispatchMode
     engine: str

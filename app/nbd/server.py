@@ -1,15 +1,15 @@
-"""The NBD server: asyncio connections in front of the volumes' block queues.
+"""The NBD server: asyncio connections in front of the volumes, an adapter over ``app.io``.
 
 Threading model. In transmission, every complete request waiting in the buffer
-becomes one batch: its whole-block reads and writes enter the volume's queue
-back to back, under one plug, so request mode merges a client's queue depth as
-the kernel merges a plug. A batch under BIG_BATCH of whole-block I/O on a volume
-that serves promptly (page cache or memory, no paced model) is started on the
-event loop itself (``start_inline``): admission that would wait refuses instead,
-and a request left behind another thread's is waited for on a worker. Any other
-batch is one job of the I/O executor (``execute_batch``). A hop to a worker and
-back with two threads taking turns at the GIL cost 4 KiB writes about half of
-their server CPU. Small requests run one batch at a time per connection (group
+becomes one ``Io`` of one batch (``app.io.batch.submit``): its reads and
+whole-block writes enter the volume's queue back to back, under one plug, so
+request mode merges a client's queue depth as the kernel merges a plug; the
+partial-block rule and the error vocabulary are the I/O layer's, as for HTTP. A
+batch under BIG_BATCH of whole-block I/O on a volume that serves promptly (page
+cache or memory, no paced model) is started on the event loop itself: admission
+that would wait refuses instead, and a request left behind another thread's is
+waited for on a worker. Any other batch is one job of the I/O executor. Small
+requests run one batch at a time per connection (group
 commit), and a batch waits out the volume's plug window before it starts, so the
 rest of a client's burst joins it. With a batch per socket read instead, fio's 4 KiB
 sequential writes at iodepth 32 settled into either ~30 or ~2 requests per batch
@@ -17,11 +17,16 @@ from run to run; one batch at a time, into half the queue depth; with the window
 before each batch, 18-23 on average. Pending requests moving BIG_BATCH bytes or
 more start at once. Replies go out as each batch completes, matched by handle.
 
+Admission. Every request counts against its volume's cap on I/Os in flight
+(``REQCRYPT_MAX_VOLUME_IOS``), shared with HTTP: a batch takes the slots that are
+free, and what finds none stays pending until one frees.
+
 Back-pressure. A worker never blocks on the socket: replies are queued on the
 transport. When the transport's buffer passes its high-water mark (a slow
-reader) or too many requests are in flight, the connection stops reading new
-requests, so a slow or vanished client costs memory bounded per connection and
-never holds a volume's queue.
+reader) or too many requests are in flight (REQCRYPT_NBD_MAX_IN_FLIGHT, and
+their payload bytes REQCRYPT_NBD_MAX_IN_FLIGHT_BYTES), the connection stops
+reading new requests, so a slow or vanished client costs memory bounded per
+connection and never holds a volume's queue.
 
 Lifecycle. A watchdog closes a connection cleanly (stop reading, answer what is
 in flight, close) when its volume is removed, renamed or no longer exported.
@@ -33,18 +38,21 @@ import asyncio
 import contextlib
 import logging
 import ssl
-import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, Protocol, TypeVar, cast
+from typing import Any, TypeVar, cast
 
 from app.blk import mempool
 from app.control import Control
-from app.dm.datapath import BatchIo, StartedBatch
 from app.dm.volume import Volume
-from app.errors import InvalidInput, RangeNotSatisfiable, ReqcryptError
+from app.errors import ReqcryptError
+from app.io.admission import VolumeAdmission
+from app.io.batch import submit
+from app.io.executor import IoExecutor
+from app.io.ops import Io
+from app.io.status import IoStatus, status_of
 from app.nbd import protocol
 from app.nbd.protocol import (
     COMMAND_NAMES,
@@ -65,10 +73,6 @@ T = TypeVar("T")
 
 FUA = int(CommandFlag.FUA)
 
-#: Requests, and their payload bytes, one connection may have in flight before it stops
-#: taking requests off the socket.
-MAX_IN_FLIGHT = 256
-MAX_IN_FLIGHT_BYTES = 64 << 20
 #: Pending requests moving this many bytes start a batch even while one runs: they are
 #: too big to gain from merging, and a second batch runs on another core.
 BIG_BATCH = 1 << 20
@@ -111,131 +115,53 @@ class ExportStats:
 # ---------------------------------------------------------------- the I/O side
 
 
+OPS: dict[int, Op] = {
+    Command.READ: Op.READ,
+    Command.WRITE: Op.WRITE,
+    Command.FLUSH: Op.FLUSH,
+    Command.TRIM: Op.DISCARD,
+    Command.WRITE_ZEROES: Op.WRITE_ZEROES,
+}
+
+ERRNO: dict[IoStatus, Errno] = {
+    IoStatus.NOT_FOUND: Errno.EIO,
+    IoStatus.CONFLICT: Errno.EIO,
+    IoStatus.INVALID: Errno.EINVAL,
+    IoStatus.MALFORMED_RANGE: Errno.EINVAL,
+    IoStatus.OUT_OF_RANGE: Errno.EINVAL,
+    IoStatus.PRECONDITION_FAILED: Errno.EIO,
+    IoStatus.TOO_LARGE: Errno.EOVERFLOW,
+    IoStatus.NO_SPACE: Errno.ENOSPC,
+    IoStatus.TIMEOUT: Errno.EIO,
+    IoStatus.IO_ERROR: Errno.EIO,
+    IoStatus.AGAIN: Errno.EIO,
+}
+"""The error vocabulary (``app.io.status``) as the errors NBD allows; a client sees EIO
+for whatever it cannot act on."""
+
+
 @dataclass(slots=True, eq=False)
 class NbdIo:
-    """One accepted request on its way through a worker."""
+    """One accepted request: its header (for the reply) and, once submitted, its ``Io``."""
 
     header: RequestHeader
     payload: memoryview | None = None
-    data: memoryview | None = None
-    batch_io: BatchIo | None = None
-    error: Exception | None = None
+    io: Io | None = None
 
-
-def _split_batch(volume: Volume, ios: Sequence[NbdIo]) -> tuple[list[BatchIo], list[NbdIo]]:
-    """Whole-block reads and writes as ``BatchIo``s (in ``NbdIo.batch_io``), and the rest."""
-    unit = volume.limits.logical_block_size
-    plugged: list[BatchIo] = []
-    rest: list[NbdIo] = []
-    for io in ios:
-        header = io.header
-        aligned = header.length and not header.offset % unit and not header.length % unit
-        if header.command == Command.READ and aligned:
-            io.data = mempool.page_aligned(header.length).data
-            io.batch_io = BatchIo(Op.READ, header.offset, io.data)
-            plugged.append(io.batch_io)
-        elif header.command == Command.WRITE and aligned:
-            assert io.payload is not None
-            fua = bool(header.flags & FUA)
-            io.batch_io = BatchIo(Op.WRITE, header.offset, io.payload, fua=fua)
-            plugged.append(io.batch_io)
+    def start(self) -> Io:
+        """The request as the neutral op; a read gets its page-aligned reply buffer."""
+        header = self.header
+        command = header.command
+        if command == Command.READ:
+            buffer = mempool.page_aligned(header.length).data
+            self.io = Io(Op.READ, header.offset, header.length, buffer)
         else:
-            rest.append(io)
-    return plugged, rest
-
-
-def _take_errors(ios: Sequence[NbdIo]) -> None:
-    for io in ios:
-        if io.batch_io is not None:
-            io.error = io.batch_io.error
-
-
-def start_inline(volume: Volume, ios: Sequence[NbdIo]) -> StartedBatch | None:
-    """Start a batch on the calling thread (the event loop) when nothing in it can wait
-    on another thread, a timer or the network: the volume serves promptly, admission
-    would not wait, and every request is a whole-block read or write. None: it was not
-    started (``execute_batch`` on a worker does it all). Whatever is not complete when
-    this returns (a request behind another thread's) is ``finish_inline``d on a worker."""
-    if not volume.serves_promptly():
-        return None
-    plugged, rest = _split_batch(volume, ios)
-    if rest:
-        return None
-    return volume.start_batch(plugged, wait=False)
-
-
-def finish_inline(started: StartedBatch, ios: Sequence[NbdIo]) -> None:
-    started.finish()
-    _take_errors(ios)
-
-
-def execute_batch(volume: Volume, ios: Sequence[NbdIo]) -> None:
-    """One worker job per batch: whole-block reads and writes go to the queue together
-    (``Volume.submit_batch``); partial blocks, flush, trim and write-zeroes follow one by one."""
-    plugged, rest = _split_batch(volume, ios)
-    volume.submit_batch(plugged)
-    _take_errors(ios)
-    for io in rest:
-        try:
-            _execute_one(volume, io)
-        except Exception as error:
-            io.error = error
-
-
-def _execute_one(volume: Volume, io: NbdIo) -> None:
-    header = io.header
-    fua = bool(header.flags & FUA)
-    command = Command(header.command)
-    if command is Command.READ:
-        io.data = mempool.page_aligned(header.length).data
-        volume.read_into(header.offset, io.data)
-    elif command is Command.WRITE:
-        assert io.payload is not None
-        volume.write(header.offset, io.payload, fua=fua)
-    elif command is Command.FLUSH:
-        volume.flush()
-    elif command is Command.TRIM:
-        unit = volume.limits.logical_block_size
-        start = -(-header.offset // unit) * unit
-        end = (header.offset + header.length) // unit * unit
-        if end > start:  # a trim is advisory: the partial blocks at its edges are kept
-            volume.discard(start, end - start)
-        if fua:
-            volume.flush()
-    elif command is Command.WRITE_ZEROES:
-        _write_zeroes(volume, header.offset, header.length)
-        if fua:
-            volume.flush()
-
-
-def _write_zeroes(volume: Volume, offset: int, length: int) -> None:
-    """Encrypted zeros (never a hole, so NO_HOLE always holds); partial edge blocks
-    are read-modify-written with zero bytes."""
-    unit = volume.limits.logical_block_size
-    start = min(-(-offset // unit) * unit, offset + length)
-    end = max((offset + length) // unit * unit, start)
-    zeros = memoryview(bytes(unit))
-    if start > offset:
-        volume.write(offset, zeros[: start - offset])
-    if end > start:
-        volume.write_zeroes(start, end - start)
-    if offset + length > end:
-        volume.write(end, zeros[: offset + length - end])
-
-
-def errno_of(error: BaseException) -> Errno:
-    if isinstance(error, InvalidInput | RangeNotSatisfiable):
-        return Errno.EINVAL
-    return Errno.EIO
+            fua = bool(header.flags & FUA) and command != Command.FLUSH
+            self.io = Io(OPS[command], header.offset, header.length, self.payload, fua)
+        return self.io
 
 
 # ------------------------------------------------------------------ the server
-
-
-class Executor(Protocol):
-    """Runs blocking work off the event loop (the service's ``IoExecutor``)."""
-
-    def submit(self, func: Callable[..., T], *args: Any) -> asyncio.Future[T]: ...
 
 
 class NbdServer:
@@ -244,14 +170,20 @@ class NbdServer:
     def __init__(
         self,
         control: Control,
-        executor: Executor,
+        executor: IoExecutor,
+        admission: VolumeAdmission,
         *,
         host: str,
         port: int,
+        max_in_flight: int,
+        max_in_flight_bytes: int,
         tls: ssl.SSLContext | None = None,
     ) -> None:
         self.control = control
         self.executor = executor
+        self.admission = admission
+        self.max_in_flight = max_in_flight
+        self.max_in_flight_bytes = max_in_flight_bytes
         self.host = host
         self.requested_port = port
         self.tls = tls
@@ -379,6 +311,7 @@ class NbdConnection(asyncio.BufferedProtocol):
         self._reading_paused = False
         self._writing_paused = False
         self._negotiation: asyncio.Task[None] | None = None
+        self._awaiting_slot = False
 
     # ----------------------------------------------------------- asyncio hooks
 
@@ -575,8 +508,8 @@ class NbdConnection(asyncio.BufferedProtocol):
             while (
                 not self.closing
                 and not self._writing_paused
-                and self.in_flight < MAX_IN_FLIGHT
-                and self.in_flight_bytes < MAX_IN_FLIGHT_BYTES
+                and self.in_flight < self.server.max_in_flight
+                and self.in_flight_bytes < self.server.max_in_flight_bytes
             ):
                 if self._discard:
                     dropped = min(self._discard, size - position)
@@ -667,38 +600,40 @@ class NbdConnection(asyncio.BufferedProtocol):
             self._submit()
 
     def _submit(self) -> None:
-        """Small batches start here, on the loop (``start_inline``): a hop to a worker and
-        back, and two threads taking turns at the GIL, cost more CPU than their I/O. Big
-        ones, and those that could wait, run on a worker (``execute_batch``)."""
+        """Admit what the volume's cap allows of the pending requests (the rest wait for a
+        slot) and submit them as one batch: small ones start here, on the loop, big ones
+        run on a worker (``app.io.batch.submit``)."""
         batch = self.pending
-        if not batch:
-            return
-        big = self.pending_bytes >= BIG_BATCH
-        self.pending = []
-        self.pending_bytes = 0
         volume = self.volume
-        assert volume is not None
+        if not batch or self._awaiting_slot or volume is None:
+            return
+        admission = self.server.admission
+        granted = admission.take(volume, len(batch))
+        if not granted:
+            self._awaiting_slot = True
+            admission.when_free(volume, self._slot_freed)
+            return
+        self.pending = batch[granted:]
+        batch = batch[:granted]
+        moved = self.pending_bytes
+        if self.pending:
+            moved = sum(io.header.length for io in batch if io.header.command <= Command.WRITE)
+        self.pending_bytes -= moved
         self.jobs += 1
-        executor = self.server.executor
-        started = None if big else start_inline(volume, batch)
-        try:
-            if started is None:
-                job = executor.submit(execute_batch, volume, batch)
-            elif started.done():
-                finish_inline(started, batch)
-                job = asyncio.get_running_loop().create_future()
-                job.set_result(None)
-            else:
-                job = executor.submit(finish_inline, started, batch)
-        except RuntimeError as error:  # the executor is shut down: the batch fails
-            if started is not None:  # but what was queued still ends, off the loop
-                threading.Thread(target=started.finish, daemon=True).start()
-            job = asyncio.get_running_loop().create_future()
-            job.set_exception(error)
-        job.add_done_callback(self._completion(batch))
+        ios = [io.start() for io in batch]
+        job = submit(self.server.executor, volume, ios, inline=moved < BIG_BATCH)
+        job.add_done_callback(self._completion(volume, batch))
 
-    def _completion(self, batch: list[NbdIo]) -> Callable[[asyncio.Future[None]], None]:
-        def done(job: asyncio.Future[None]) -> None:
+    def _slot_freed(self) -> None:
+        self._awaiting_slot = False
+        if self.transmission and not self.closed:
+            self._schedule()
+
+    def _completion(
+        self, volume: Volume, batch: list[NbdIo]
+    ) -> Callable[[asyncio.Future[Any]], None]:
+        def done(job: asyncio.Future[Any]) -> None:
+            self.server.admission.leave(volume, len(batch))
             failure = None if job.cancelled() else job.exception()
             parts: list[bytes | memoryview] = []
             stats = self.stats
@@ -715,15 +650,19 @@ class NbdConnection(asyncio.BufferedProtocol):
                 counts[COMMAND_NAMES[command]] += 1
                 if command <= Command.WRITE:
                     payload += header.length
-                error = io.error if failure is None else failure
+                error = failure
+                if error is None and io.io is not None:
+                    error = io.io.error
                 if error is not None:
                     stats.errors += 1
                     if not isinstance(error, ReqcryptError):
                         log.error("NBD %s failed", COMMAND_NAMES[command], exc_info=error)
                     detail = error.detail if isinstance(error, ReqcryptError) else "I/O error"
-                    parts.append(self._error_reply(header.handle, errno_of(error), detail))
+                    errno = ERRNO[status_of(error)]
+                    parts.append(self._error_reply(header.handle, errno, detail))
                 elif command == Command.READ:
-                    assert io.data is not None
+                    assert io.io is not None
+                    assert io.io.buffer is not None
                     read_bytes += header.length
                     if structured:
                         parts.append(
@@ -731,7 +670,7 @@ class NbdConnection(asyncio.BufferedProtocol):
                         )
                     else:
                         parts.append(pack(magic, 0, header.handle))
-                    parts.append(io.data)
+                    parts.append(io.io.buffer)
                 else:
                     if command == Command.WRITE:
                         written_bytes += header.length
@@ -767,8 +706,8 @@ class NbdConnection(asyncio.BufferedProtocol):
                 transport.close()
             return
         pause = (
-            self.in_flight >= MAX_IN_FLIGHT
-            or self.in_flight_bytes >= MAX_IN_FLIGHT_BYTES
+            self.in_flight >= self.server.max_in_flight
+            or self.in_flight_bytes >= self.server.max_in_flight_bytes
             or self._writing_paused
         )
         if pause and not self._reading_paused:

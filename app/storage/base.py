@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import ClassVar
 
 from typing_extensions import Buffer
 
-Wait = Callable[[], None]
-"""Returns once a submitted I/O is done, raising its error (``wait_for_completion``)."""
+from app.vocab import Wait
 
 
 def _done() -> None:

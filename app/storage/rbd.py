@@ -21,7 +21,8 @@ from typing import Any, NoReturn
 from typing_extensions import Buffer
 
 from app.errors import AlreadyExists, DeviceBusy, DeviceClaimed, Fenced, InvalidInput, Unavailable
-from app.storage.base import BackingStore, Wait
+from app.storage.base import BackingStore
+from app.vocab import Wait
 
 try:
     import rados

@@ -7,14 +7,12 @@ import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
 
 from app.errors import AlreadyExists, DeviceNotFound, InvalidInput
 from app.storage.base import BackingStore
 from app.storage.file import FileStore
 from app.storage.rbd import CephCluster, RbdStore
-
-StoreKind = Literal["file", "rbd"]
+from app.vocab import StoreKind
 
 
 @dataclass(frozen=True, slots=True)

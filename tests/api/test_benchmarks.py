@@ -9,9 +9,13 @@ from typing import Any
 import anyio
 import httpx
 import pytest
+from fastapi import FastAPI
 
+from app.bench import report
+from app.bench.spec import DEFAULT_ROUNDS
 from app.engine.cost import ModelledWorkload, predict_workload
 from app.engine.model import DeviceModel, EngineProfile
+from app.errors import InvalidInput
 from tests.support.keys import CBC_KEY
 
 pytestmark = pytest.mark.anyio
@@ -69,7 +73,8 @@ async def test_a_template_job_reports_one_cell_per_sweep_point(
     finished: dict[str, Any],
 ) -> None:
     assert finished["progress"] == 1.0
-    assert finished["bytes_done"] == 2 * (1 << 20)
+    # two cells, each one warm-up round and DEFAULT_ROUNDS kept rounds of 1 MiB
+    assert finished["bytes_done"] == 2 * (1 << 20) * (DEFAULT_ROUNDS + 1)
     cells = finished["cells"]
     assert [cell["dispatch_mode"] for cell in cells] == ["bio", "request"]
     for cell in cells:
@@ -210,3 +215,95 @@ async def test_a_workload_larger_than_the_device_is_a_422(client: httpx.AsyncCli
 async def test_the_io_token_cannot_start_a_job(io_client: httpx.AsyncClient) -> None:
     response = await io_client.post("/v1/benchmarks", json=JOB)
     assert response.status_code == 403
+
+
+async def test_an_engine_that_cannot_run_the_cipher_is_a_422_at_submission(
+    client: httpx.AsyncClient,
+) -> None:
+    xts = {**TEMPLATE, "table": f"0 8192 crypt aes-xts-plain64 {CBC_KEY}{CBC_KEY} 0 {{dev}} 0"}
+    response = await client.post("/v1/benchmarks", json={**JOB, "volume_template": xts})
+    assert response.status_code == 422
+    assert response.json()["detail"] == (
+        "engine omap-aes-am335x cannot run cell 0: chain mode xts is not supported "
+        "(has cbc, ctr, ecb)"
+    )
+    assert (await client.get("/v1/benchmarks")).json() == []
+
+
+async def test_each_cell_is_the_median_of_its_rounds_with_an_interval(
+    client: httpx.AsyncClient,
+) -> None:
+    done = await run_job(client, {**JOB, "rounds": 3, "warmup": 0})
+    for cell in done["cells"]:
+        assert len(cell["measured_mb_s_rounds"]) == cell["rounds"] == 3
+        assert cell["measured_mb_s"] == sorted(cell["measured_mb_s_rounds"])[1]
+        assert cell["measured_mb_s_low"] <= cell["measured_mb_s"] <= cell["measured_mb_s_high"]
+        assert any("covers only 75 %" in warning for warning in cell["warnings"])
+
+
+async def test_csv_export_carries_the_intervals(
+    client: httpx.AsyncClient, finished: dict[str, Any]
+) -> None:
+    response = await client.get(f"/v1/benchmarks/{finished['id']}/results.csv")
+    row = next(csv.DictReader(io.StringIO(response.text)))
+    cell = finished["cells"][0]
+    assert (row["rounds"], row["modelled_mb_s_low"], row["modelled_mb_s_high"]) == (
+        "6",
+        str(cell["modelled_mb_s_low"]),
+        str(cell["modelled_mb_s_high"]),
+    )
+
+
+async def test_a_named_volume_whose_cipher_the_engine_cannot_run_is_a_422(
+    client: httpx.AsyncClient,
+) -> None:
+    await client.post("/v1/devices", json={"name": "sdx", "size_bytes": 1 << 20})
+    table = f"0 2048 crypt aes-xts-plain64 {CBC_KEY}{CBC_KEY} 0 sdx 0"
+    await client.post("/v1/volumes", json={"name": "xv", "table": table})
+    job = {"volume": "xv", "engine": "mv-cesa", "workload": {"bs": "4k", "size": "64k"}}
+    response = await client.post("/v1/benchmarks", json=job)
+    assert response.status_code == 422
+    assert response.json()["detail"].startswith("engine mv-cesa cannot run cell 0: chain mode xts")
+
+
+async def test_rounds_are_interleaved_across_cells(
+    app: FastAPI, client: httpx.AsyncClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Round r of every cell runs before round r + 1 of any: load drift hits both sides."""
+    runner = app.state.reqcrypt.benchmarks.cells
+    order: list[str] = []
+    measure = runner._measure
+
+    def recorded(volume: Any, plan: Any, *args: Any) -> Any:
+        order.append(str(plan.dispatch_mode))
+        return measure(volume, plan, *args)
+
+    monkeypatch.setattr(runner, "_measure", recorded)
+    await run_job(client, {**JOB, "rounds": 2, "warmup": 1})
+    assert order == ["bio", "request"] * 3
+
+
+async def test_a_failed_runs_plot_is_drawn_as_failed_with_the_error(
+    app: FastAPI, client: httpx.AsyncClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    runner = app.state.reqcrypt.benchmarks.cells
+
+    def broken(*_: Any) -> Any:
+        raise InvalidInput("the device went away")
+
+    monkeypatch.setattr(runner, "_measure", broken)
+    run_id = (await client.post("/v1/benchmarks", json=JOB)).json()["id"]
+    with anyio.fail_after(20):
+        while (await client.get(f"/v1/benchmarks/{run_id}")).json()["state"] != "failed":
+            await anyio.sleep(0.05)
+    drawn: dict[str, Any] = {}
+    plot_png = report.plot_png
+
+    def spy(cells: Any, **options: Any) -> bytes:
+        drawn.update(options)
+        return plot_png(cells, **options)
+
+    monkeypatch.setattr(report, "plot_png", spy)
+    response = await client.get(f"/v1/benchmarks/{run_id}/plot.png")
+    assert response.status_code == 200
+    assert drawn["failure"] == "the device went away"

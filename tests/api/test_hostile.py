@@ -212,7 +212,6 @@ async def test_malformed_key_messages_are_refused_without_echoing_the_key(
         ("discard", {"offset": 512, "length": 2**70}, 416),
         ("discard", {"offset": 2**63 - 512, "length": 2**63}, 416),
         ("write-zeroes", {"offset": 1 << 20, "length": 512}, 416),
-        ("write-zeroes", {"offset": 511, "length": 512}, 422),
         ("write-zeroes", {"offset": 0, "length": 10**40}, 416),
         ("write-zeroes", {"offset": 0.5, "length": 512}, 422),
         ("write-zeroes", {"offset": "0", "length": 512}, 422),

@@ -6,20 +6,24 @@ on an RBD image exported over NBD (fio's nbd engine) by a reqcrypt with aio (the
 default) and by one with ``REQCRYPT_RBD_AIO=false`` (one synchronous librbd call per
 request, as before aio); one on a sparse file; and a bare RBD image through fio's own
 rbd engine (librbd, no crypto, no NBD): the peer, what the cluster gives a client that
-adds nothing. The cluster is the throwaway mon + memstore OSD of ``tests/support/ceph.py``;
+adds nothing. The cluster is the throwaway mon + memstore OSD of ``tests/ceph.py``;
 memstore stalls 0.3-1 s now and then, so this prints figures and asserts none of them.
+The reqcrypt servers run on one core and fio on the other (``tests/bench/cores.py``; the
+cluster's daemons are left where the scheduler puts them); each figure has the server's CPU
+per I/O and per MiB and fio's CPU (``/proc/<pid>/stat``) beside it.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
-import subprocess
 from statistics import median
 from typing import Any
 
 import pytest
 
+from tests.bench.cores import SERVER_CORE, busy_clients, cpu_seconds, pin, run_client
 from tests.support import ceph
 from tests.support.keys import XTS_KEY
 from tests.support.nbd_servers import make_export
@@ -39,8 +43,12 @@ WORKLOADS = {  # name: (fio rw, block size, iodepth)
 }
 
 
-def fio(target: dict[str, str], rw: str, bs: str, iodepth: int, env: dict[str, str]) -> float:
-    """IOPS (4 KiB) or MB/s (1 MiB) of one time-based fio job."""
+def fio(
+    target: dict[str, str], rw: str, bs: str, iodepth: int, env: dict[str, str], server: int | None
+) -> dict[str, float]:
+    """One time-based fio job on the client core: its figure (IOPS at 4 KiB, MB/s at 1 MiB),
+    the CPU of ``server`` (a pid; none for the peer) per I/O and per MiB over the ramp and the
+    run at the run's rate, and fio's CPU per second."""
     options = {
         "name": "bench",
         **target,
@@ -53,18 +61,21 @@ def fio(target: dict[str, str], rw: str, bs: str, iodepth: int, env: dict[str, s
         "ramp_time": "1",
         "output-format": "json",
     }
-    result = subprocess.run(
-        ["fio", *(f"--{key}={value}" for key, value in options.items())],
-        capture_output=True,
-        timeout=300,
-        env=env,
+    before = sum(cpu_seconds(server)) if server is not None else 0.0
+    run = run_client(["fio", *(f"--{key}={value}" for key, value in options.items())], env)
+    server_cpu = (
+        (sum(cpu_seconds(server)) - before) / (DURATION_S + 1) if server is not None else math.nan
     )
-    assert result.returncode == 0, result.stderr.decode()
-    output = result.stdout.decode()
-    job: dict[str, Any] = json.loads(output[output.index("{") :])["jobs"][0]
+    assert run.returncode == 0, run.stderr
+    job: dict[str, Any] = json.loads(run.stdout[run.stdout.index("{") :])["jobs"][0]
     assert job["error"] == 0
     side = job["read"] if "read" in rw else job["write"]
-    return float(side["iops"] if bs == "4k" else side["bw_bytes"] / 1e6)
+    return {
+        "figure": float(side["iops"] if bs == "4k" else side["bw_bytes"] / 1e6),
+        "us_per_io": server_cpu / side["iops"] * 1e6,
+        "ms_per_mib": server_cpu / (side["bw_bytes"] / MIB) * 1e3,
+        "client": run.cores,
+    }
 
 
 def test_rbd_volume_against_a_file_volume_and_librbd(
@@ -88,6 +99,7 @@ def test_rbd_volume_against_a_file_volume_and_librbd(
         port = servers[aio].env["REQCRYPT_NBD_PORT"]
         return {"ioengine": "nbd", "uri": f"nbd://127.0.0.1:{port}/{export}"}
 
+    servers_of = {"reqcrypt rbd aio": "true", "reqcrypt rbd sync": "false", "reqcrypt file": "true"}
     targets = {
         "reqcrypt rbd aio": nbd("true", "on-rbd"),
         "reqcrypt rbd sync": nbd("false", "on-rbd"),
@@ -98,10 +110,12 @@ def test_rbd_volume_against_a_file_volume_and_librbd(
         "true": (("on-rbd", "rbd0", "rbd"), ("on-file", "pv", "file")),
         "false": (("on-rbd", "rbd0", "rbd"),),
     }
-    results: dict[str, dict[str, list[float]]] = {}
+    results: dict[str, dict[str, list[dict[str, float]]]] = {}
     try:
         for aio, server in servers.items():
             server.start()
+            assert server.process is not None
+            pin(server.process.pid)
             with server.client() as http:
                 for export, device, store in exports[aio]:
                     created = http.post(
@@ -118,7 +132,9 @@ def test_rbd_volume_against_a_file_volume_and_librbd(
             runs = results.setdefault(name, {who: [] for who in targets})
             for _ in range(ROUNDS):
                 for who, target in targets.items():
-                    runs[who].append(fio(target, rw, bs, iodepth, env))
+                    process = servers[servers_of[who]].process if who in servers_of else None
+                    pid = process.pid if process is not None else None
+                    runs[who].append(fio(target, rw, bs, iodepth, env, pid))
         for aio, server in servers.items():
             with server.client() as http:
                 for export, device, _ in exports[aio]:
@@ -141,13 +157,31 @@ def test_rbd_volume_against_a_file_volume_and_librbd(
         + f"{'aio/sync':>10}{'aio/file':>10}{'aio/peer':>10}"
     )
     for name, runs in results.items():
+        figures = {who: [run["figure"] for run in found] for who, found in runs.items()}
         cells = "".join(
             f"{median(values):>9.0f} ({min(values):.0f}-{max(values):.0f})".rjust(22)
-            for values in runs.values()
+            for values in figures.values()
         )
-        ours = median(runs["reqcrypt rbd aio"])
+        ours = median(figures["reqcrypt rbd aio"])
         ratios = "".join(
-            f"{ours / median(runs[other]):>9.2f}x"
+            f"{ours / median(figures[other]):>9.2f}x"
             for other in ("reqcrypt rbd sync", "reqcrypt file", "fio rbd")
         )
         print(f"{name:<18}{cells}{ratios}")
+    print(
+        f"\nservers on core {SERVER_CORE}, fio on the other: server CPU µs/IO, ms/MiB; fio cores "
+        "(the peer's librbd work is fio's own)"
+    )
+    print(f"{'workload':<18}" + "".join(f"{who:>26}" for who in targets))
+    client_cores: dict[str, list[float]] = {}
+    for name, runs in results.items():
+        cells = ""
+        for who, found in runs.items():
+            client_cores[f"{name} on {who}"] = [run["client"] for run in found]
+            per_io = median(run["us_per_io"] for run in found)
+            per_mib = median(run["ms_per_mib"] for run in found)
+            client = median(client_cores[f"{name} on {who}"])
+            cells += f"{per_io:>8.0f} {per_mib:6.2f} {client:5.2f}".rjust(26)
+        print(f"{name:<18}{cells}")
+    for warning in busy_clients(client_cores):
+        print(warning)

@@ -105,7 +105,7 @@ def test_user_errors_are_the_problem_detail_on_stderr_without_traceback(server: 
     assert missing.returncode == 1
     assert (
         missing.stderr.decode()
-        == "reqcrypt: GET /v1/volumes/novolume/data: 404 volume novolume not found\n"
+        == "reqcrypt: GET /v1/volumes/novolume: 404 volume novolume not found\n"
     )
     assert missing.stdout == b""
     no_file = reqcrypt(server, "io", "write", "novolume", "/nonexistent/file", ok=False)
@@ -176,6 +176,26 @@ def test_io_draws_a_progress_bar_on_a_terminal_only(server: Server, tmp_path: Pa
     os.close(leader)
     assert b"write bar" in shown
     assert b"1.0/1.0 MiB" in shown
+
+
+def test_io_to_a_suspended_volume_says_at_once_it_waits_for_a_resume(server: Server) -> None:
+    make_volume(server, "held", size=1 * MIB)
+    with admin(server) as client:
+        client.post("/v1/volumes/held/suspend", json={}).raise_for_status()
+        reader = subprocess.Popen(
+            [REQCRYPT, "io", "read", "held", "--length", "4k"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=environment(server),
+        )
+        assert reader.stderr is not None
+        first = reader.stderr.readline().decode()
+        client.post("/v1/volumes/held/resume").raise_for_status()
+        out, _ = reader.communicate(timeout=60)
+    assert first == (
+        "reqcrypt: io read held: volume held is suspended: waiting up to 30 s for a resume\n"
+    )
+    assert (reader.returncode, len(out)) == (0, 4096)
 
 
 def stats_of(server: Server, name: str) -> dict[str, float]:

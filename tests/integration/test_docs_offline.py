@@ -28,7 +28,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
 
 def chromium() -> str:
     found = shutil.which("chromium") or shutil.which("chromium-browser")
-    assert found, "chromium is missing: scripts/setup installs Debian's chromium"
+    assert found, "chromium is missing: scripts/setup --test installs Debian's chromium"
     return found
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -63,3 +64,41 @@ def test_readme_run_command_serves_docs_health_and_asks_for_a_token(tmp_path: Pa
     printed = log.read_text()
     assert f"http://localhost:{port}/docs" in printed
     assert str(token_file) in printed
+
+
+def setup_with_fake_apt(tmp_path: Path, *args: str, **env: str) -> list[str]:
+    """Run scripts/setup where no test tool is installed and apt-get only records its calls."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    calls = tmp_path / "apt-calls"
+    (bin_dir / "apt-get").write_text(f'#!/bin/sh\necho "$*" >> {calls}\n')
+    (bin_dir / "dpkg").write_text("#!/bin/sh\nexit 1\n")  # nothing is installed
+    for fake in ("apt-get", "dpkg"):
+        (bin_dir / fake).chmod(0o755)
+    for tool in ("dirname", "id", "cc", "mkdir", "ln", "sh", "cat"):
+        found = shutil.which(tool)
+        assert found is not None, tool
+        (bin_dir / tool).symlink_to(found)
+    subprocess.run(
+        [shutil.which("bash") or "bash", str(ROOT / "scripts" / "setup"), *args],
+        env={"PATH": str(bin_dir), "HOME": str(tmp_path), **env},
+        check=True,
+        capture_output=True,
+        timeout=120,
+    )
+    return calls.read_text().splitlines() if calls.exists() else []
+
+
+def test_setup_for_serving_installs_no_test_tool(tmp_path: Path) -> None:
+    assert setup_with_fake_apt(tmp_path) == []
+
+
+def test_setup_for_serving_rbd_installs_only_the_ceph_client(tmp_path: Path) -> None:
+    (call,) = setup_with_fake_apt(tmp_path, REQCRYPT_CEPH_CONF="/etc/ceph/ceph.conf")
+    assert call.split()[-3:] == ["ceph-common", "python3-rbd", "python3-rados"]
+
+
+def test_setup_for_tests_installs_the_test_tools(tmp_path: Path) -> None:
+    installed = " ".join(setup_with_fake_apt(tmp_path, "--test")).split()
+    for package in ("qemu-utils", "libnbd-bin", "fio", "chromium", "ceph-mon", "ceph-osd"):
+        assert package in installed

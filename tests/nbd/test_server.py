@@ -512,3 +512,105 @@ async def test_small_whole_block_io_on_a_file_volume_is_served_on_the_event_loop
     answer = await asyncio.wait_for(raw.request(Command.READ, 0, 4096), 5)
     assert (answer.error, answer.data) == (0, b"\x07" * 4096)
     await raw.close()
+
+
+async def test_an_nbd_request_in_flight_counts_against_the_volume_cap_http_is_held_to(
+    app: FastAPI, port: int, exported: str, client: httpx.AsyncClient
+) -> None:
+    state = app.state.reqcrypt
+    state.admission.max_ios = 1
+    volume = state.control.volume(exported)
+    raw = await RawClient.open(port, exported)
+    assert (await client.post("/v1/volumes/vol/suspend")).status_code == 200
+    handle = raw.send(Command.READ, 0, 512)  # admitted, then held by the suspended volume
+    await raw.writer.drain()
+    async with asyncio.timeout(5):
+        while state.admission.in_flight(volume) != 1:
+            await asyncio.sleep(0.01)
+    response = await client.get("/v1/volumes/vol/data", headers={"Range": "bytes=0-511"})
+    assert response.status_code == 503
+    assert "REQCRYPT_MAX_VOLUME_IOS" in response.json()["detail"]
+    assert response.headers["Retry-After"] == "1"
+    assert (await client.post("/v1/volumes/vol/resume")).status_code == 200
+    answer = await asyncio.wait_for(raw.answer(), 5)
+    assert (answer.handle, answer.error) == (handle, 0)
+    assert state.admission.in_flight(volume) == 0
+    await raw.close()
+
+
+async def test_an_nbd_request_waits_for_a_slot_the_cap_has_not_free(
+    app: FastAPI, port: int, exported: str
+) -> None:
+    state = app.state.reqcrypt
+    state.admission.max_ios = 1
+    volume = state.control.volume(exported)
+    state.admission.enter(volume)  # what an HTTP I/O in flight holds
+    raw = await RawClient.open(port, exported)
+    handle = raw.send(Command.WRITE, 0, 4096, payload=b"\x09" * 4096)
+    pending = asyncio.ensure_future(raw.answer())
+    await asyncio.sleep(0.3)
+    assert not pending.done()  # not refused: a block client cannot be told to retry
+    assert volume.read(0, 4096) != b"\x09" * 4096
+    state.admission.leave(volume)
+    answer = await asyncio.wait_for(pending, 5)
+    assert (answer.handle, answer.error) == (handle, 0)
+    assert volume.read(0, 4096) == b"\x09" * 4096
+    assert state.admission.in_flight(volume) == 0
+    await raw.close()
+
+
+async def apply_over_http(
+    client: httpx.AsyncClient, volume: str, op: str, offset: int, data: bytes | int
+) -> None:
+    if op == "write":
+        assert isinstance(data, bytes)
+        headers = {"Content-Range": f"bytes {offset}-{offset + len(data) - 1}/*"}
+        response = await client.put(f"/v1/volumes/{volume}/data", content=data, headers=headers)
+    else:
+        body = {"offset": offset, "length": data}
+        response = await client.post(f"/v1/volumes/{volume}/{op}", json=body)
+    assert response.status_code == 204, response.text
+
+
+async def apply_over_nbd(port: int, volume: str, op: str, offset: int, data: bytes | int) -> None:
+    raw = await RawClient.open(port, volume)
+    if op == "write":
+        assert isinstance(data, bytes)
+        answer = await raw.request(Command.WRITE, offset, len(data), payload=data)
+    else:
+        assert isinstance(data, int)
+        command = Command.TRIM if op == "discard" else Command.WRITE_ZEROES
+        answer = await raw.request(command, offset, data)
+    assert answer.error == 0
+    await raw.close()
+
+
+@pytest.mark.parametrize("front_end", ["http", "nbd"])
+async def test_one_partial_block_rule_for_every_front_end(
+    port: int, client: httpx.AsyncClient, front_end: str
+) -> None:
+    """Partial 4 KiB blocks: a write and write-zeroes read-modify-write them, a discard keeps
+    them (rounded inward); HTTP and NBD leave the same bytes."""
+    await make_device(client, "pvr", MIB)
+    table = xts_table("pvr", 2048, " 2 allow_discards sector_size:4096")
+    await make_volume(client, "rule", table, nbd_export=True)
+    original = bytes(range(256)) * 16 * 6  # six 4 KiB blocks
+    await apply_over_http(client, "rule", "write", 0, original)
+    steps: list[tuple[str, int, bytes | int]] = [
+        ("write", 4000, b"\xaa" * 200),
+        ("write-zeroes", 8000, 5000),
+        ("discard", 14000, 2 * 4096),  # whole only over block 4 (16384-20479)
+    ]
+    for op, offset, data in steps:
+        if front_end == "http":
+            await apply_over_http(client, "rule", op, offset, data)
+        else:
+            await apply_over_nbd(port, "rule", op, offset, data)
+    response = await client.get("/v1/volumes/rule/data", headers={"Range": "bytes=0-24575"})
+    read = response.content
+    expected = bytearray(original)
+    expected[4000:4200] = b"\xaa" * 200
+    expected[8000:13000] = bytes(5000)
+    assert read[:16384] == expected[:16384]
+    assert read[20480:] == expected[20480:]
+    assert read[16384:20480] != expected[16384:20480]  # discarded: decrypted zeros

@@ -1,7 +1,7 @@
 """A throwaway Ceph cluster for the RBD tests: one monitor and one memstore OSD (data in
 RAM) on loopback ports, pool size 1, no auth, everything under one directory.
 
-The RBD tests run for real wherever ``scripts/setup`` ran (it installs Debian's
+The RBD tests run for real wherever ``scripts/setup --test`` ran (it installs Debian's
 ceph-mon, ceph-osd, ceph-common, python3-rbd and python3-rados); nothing skips.
 """
 

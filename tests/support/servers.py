@@ -79,23 +79,3 @@ def pattern(first: int, length: int) -> bytes:
     words = range(first // 8, (first + length + 7) // 8)
     data = b"".join(word.to_bytes(8, "little") for word in words)
     return data[first % 8 : first % 8 + length]
-
-
-TICKS = os.sysconf("SC_CLK_TCK")
-"""Clock ticks per second, the unit of /proc/PID/task/*/stat."""
-
-
-def cpu_seconds(pid: int) -> tuple[float, float]:
-    """(event loop thread, all other threads) user + system CPU seconds of ``pid``."""
-    loop = workers = 0.0
-    for task in Path(f"/proc/{pid}/task").iterdir():
-        try:
-            fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
-        except FileNotFoundError:  # a thread that just ended
-            continue
-        seconds = (int(fields[11]) + int(fields[12])) / TICKS
-        if task.name == str(pid):
-            loop += seconds
-        else:
-            workers += seconds
-    return loop, workers

@@ -30,6 +30,8 @@ ALLOWED: dict[str, set[str]] = {
     # records: the control plane's rows, tables parsed and keys wrapped on the way
     "db": {"blk", "config", "crypto", "dm", "errors", "vocab"},
     "dm": {"blk", "crypto", "engine", "errors", "vocab"},
+    # the one I/O layer under every front end
+    "io": {"dm", "errors", "vocab"},
     # cluster → control → db: control states the ownership guard it needs and never
     # imports the cluster that implements it; db knows neither
     "control": {"blk", "config", "db", "dm", "engine", "errors", "storage", "vocab"},
@@ -50,9 +52,9 @@ ALLOWED: dict[str, set[str]] = {
         "main",  # `reqcrypt bench` builds the service's state in process
     },
     "metrics": {"cluster", "control", "nbd"},
-    "nbd": {"blk", "control", "dm", "errors", "vocab"},
+    "nbd": {"blk", "control", "dm", "errors", "io", "vocab"},
     "keyfiles": {"config"},
-    "state": {"api", "bench", "cluster", "config", "control", "engine", "nbd"},
+    "state": {"bench", "cluster", "config", "control", "engine", "io", "nbd"},
     "api": {
         "bench",
         "blk",
@@ -63,8 +65,9 @@ ALLOWED: dict[str, set[str]] = {
         "engine",
         "errors",
         "integers",
+        "io",
         "vocab",
-        "state",  # the lifespan's typed State, which also holds the api's executor
+        "state",  # the lifespan's typed State
         "cluster",  # the routing middleware adapts cluster.routing and cluster.relay
         "nbd",  # volume info and status list the NBD connections
     },
@@ -76,6 +79,7 @@ ALLOWED: dict[str, set[str]] = {
         "control",
         "db",
         "engine",
+        "io",
         "keyfiles",
         "metrics",
         "nbd",
@@ -89,8 +93,8 @@ ALLOWED: dict[str, set[str]] = {
 }
 WEB = {"fastapi", "starlette"}
 SQL = {"sqlalchemy", "alembic"}
-NO_WEB = LEAVES | CORE | {"dm", "db", "control", "cluster", "bench", "nbd"}
-NO_SQL = LEAVES | CORE | {"dm", "control", "cluster", "nbd"}
+NO_WEB = LEAVES | CORE | {"dm", "io", "db", "control", "cluster", "bench", "nbd"}
+NO_SQL = LEAVES | CORE | {"dm", "io", "control", "cluster", "nbd"}
 
 
 def units() -> list[str]:
@@ -136,6 +140,22 @@ def test_imports_point_downward(unit: str) -> None:
                 offending.append(f"{path.relative_to(APP)} imports {module} (web)")
             if unit in NO_SQL and top in SQL:
                 offending.append(f"{path.relative_to(APP)} imports {module} (SQL)")
+    assert offending == []
+
+
+def test_nothing_but_main_imports_the_http_front_end() -> None:
+    assert sorted(unit for unit, allowed in ALLOWED.items() if "api" in allowed) == ["main"]
+
+
+def test_front_ends_reach_the_data_path_only_through_the_io_layer() -> None:
+    """The batch API is ``io``'s way into a volume: no front end drives ``DataPath`` itself."""
+    offending = [
+        f"{path.relative_to(APP)} imports {module}"
+        for unit in ("api", "nbd")
+        for path in files_of(unit)
+        for module in imported_modules(path)
+        if module == "app.dm.datapath"
+    ]
     assert offending == []
 
 

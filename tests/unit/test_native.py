@@ -1,18 +1,24 @@
-"""The C inner loops: AES-XTS and AES-CBC against pyca, whitening against GF(2^128) in Python
-ints, gather."""
+"""The C inner loops: AES-XTS and AES-CBC against pyca on every AES path this CPU runs,
+whitening against GF(2^128) in Python ints, gather."""
 
 from __future__ import annotations
 
 import ctypes
 import mmap
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
+import numpy as np
+import numpy.typing as npt
 import pytest
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 
 from app import _native
+from tests.unit.conftest import ALL_PATHS
+
+_Bytes = bytes | bytearray | memoryview | npt.NDArray[Any]
 
 MASK128 = (1 << 128) - 1
 
@@ -100,35 +106,6 @@ def xts_by_pyca(data: bytes, ivs: bytes, key: bytes, unit_bytes: int, encrypt: b
     return out
 
 
-@pytest.mark.parametrize("vaes", [True, False], ids=["vaes", "openssl"])
-@pytest.mark.parametrize("key_bytes", [32, 64])
-@pytest.mark.parametrize(
-    ("unit_bytes", "units"), [(512, 1), (512, 37), (4096, 5), (16384, 2), (48, 5), (304, 19)]
-)
-@pytest.mark.parametrize("encrypt", [True, False])
-def test_xts_equals_pyca_aes_xts_unit_by_unit(
-    vaes: bool, key_bytes: int, unit_bytes: int, units: int, encrypt: bool
-) -> None:
-    """37 units of 512 B cross 8 KiB chunk edges mid-request and groups of 16 first tweaks;
-    16 KiB units exceed a chunk; 48- and 304-byte units end 3 blocks past a 16-block stride."""
-    data, ivs, key = os.urandom(units * unit_bytes), os.urandom(16 * units), os.urandom(key_bytes)
-    out = bytearray(len(data))
-    _native.xts(out, data, ivs, key, unit_bytes, encrypt, vaes)
-    assert bytes(out) == xts_by_pyca(data, ivs, key, unit_bytes, encrypt)
-
-
-@pytest.mark.parametrize("vaes", [True, False], ids=["vaes", "openssl"])
-@pytest.mark.parametrize("encrypt", [True, False])
-def test_xts_in_place_equals_xts_into_another_buffer(vaes: bool, encrypt: bool) -> None:
-    """Reads decrypt in place in the bio's pages."""
-    data, ivs, key = os.urandom(19 * 4096), os.urandom(16 * 19), os.urandom(64)
-    out = bytearray(len(data))
-    _native.xts(out, data, ivs, key, 4096, encrypt, vaes)
-    buffer = bytearray(data)
-    _native.xts(buffer, buffer, ivs, key, 4096, encrypt, vaes)
-    assert buffer == out
-
-
 def cpu_flags() -> set[str]:
     for line in Path("/proc/cpuinfo").read_text().splitlines():
         if line.startswith("flags"):
@@ -136,17 +113,108 @@ def cpu_flags() -> set[str]:
     return set()
 
 
-def test_xts_takes_the_vaes_path_on_a_cpu_that_has_it() -> None:
-    """Otherwise a broken CPU check would silently fall back to the 2.4x slower path."""
-    assert _native.VAES is ({"aes", "avx512f", "avx512bw", "vaes"} <= cpu_flags())
+PATH_FLAGS = {
+    "avx512": {"aes", "pclmulqdq", "avx512f", "avx512bw", "vaes", "vpclmulqdq"},
+    "avx2": {"aes", "pclmulqdq", "avx2", "vaes", "vpclmulqdq"},
+    "aesni": {"aes", "pclmulqdq"},
+    "openssl": set(),
+}
 
 
-def test_xts_accepts_aes_192_keys_and_works_in_place() -> None:
-    """pyca has no AES-192-XTS: checked as decrypt(encrypt(x)) == x, in place."""
+def test_paths_are_those_the_cpu_flags_allow_fastest_first() -> None:
+    """The kernel lists a flag only if the OS saves its registers (XCR0), as the module checks:
+    otherwise a broken check would silently leave a CPU on a slower path, or crash it."""
+    flags = cpu_flags()
+    expected = tuple(name for name in ALL_PATHS if PATH_FLAGS[name] <= flags)
+    assert expected == _native.PATHS
+
+
+def test_calls_take_the_fastest_path_by_default() -> None:
+    assert _native.path() == _native.PATHS[0]
+
+
+@pytest.mark.parametrize("name", ALL_PATHS)
+def test_set_path_takes_a_path_the_cpu_runs_and_refuses_one_it_lacks_naming_the_flags(
+    name: str,
+) -> None:
+    before = _native.path()
+    try:
+        if name in _native.PATHS:
+            _native.set_path(name)
+            assert _native.path() == name
+        else:
+            with pytest.raises(
+                RuntimeError, match=f"cannot run the {name} path: it needs aes(,| and) pclmulqdq"
+            ):
+                _native.set_path(name)
+            assert _native.path() == before
+    finally:
+        _native.set_path(before)
+
+
+def test_set_path_refuses_an_unknown_name() -> None:
+    with pytest.raises(ValueError, match="unknown path 'vaes'"):
+        _native.set_path("vaes")
+
+
+@pytest.mark.parametrize("key_bytes", [32, 64])
+@pytest.mark.parametrize(
+    ("unit_bytes", "units"),
+    [(512, 1), (512, 37), (512, 1025), (4096, 5), (4096, 33), (16384, 2), (48, 5), (304, 19)],
+)
+@pytest.mark.parametrize("encrypt", [True, False])
+def test_xts_equals_pyca_aes_xts_unit_by_unit(
+    aes_path: str, key_bytes: int, unit_bytes: int, units: int, encrypt: bool
+) -> None:
+    """Odd unit counts cross 8 KiB chunk edges mid-request and end part way through a group of
+    16 first tweaks; 1025 units are half a MiB; 16 KiB units exceed a chunk; 48- and 304-byte
+    units end 3 blocks past a 16-block step (an 8-block step on aesni)."""
+    data, ivs, key = os.urandom(units * unit_bytes), os.urandom(16 * units), os.urandom(key_bytes)
+    out = bytearray(len(data))
+    _native.xts(out, data, ivs, key, unit_bytes, encrypt)
+    assert bytes(out) == xts_by_pyca(data, ivs, key, unit_bytes, encrypt)
+
+
+@pytest.mark.parametrize("encrypt", [True, False])
+def test_xts_in_place_equals_xts_into_another_buffer(aes_path: str, encrypt: bool) -> None:
+    """Reads decrypt in place in the bio's pages."""
+    data, ivs, key = os.urandom(19 * 4096), os.urandom(16 * 19), os.urandom(64)
+    out = bytearray(len(data))
+    _native.xts(out, data, ivs, key, 4096, encrypt)
+    buffer = bytearray(data)
+    _native.xts(buffer, buffer, ivs, key, 4096, encrypt)
+    assert buffer == out
+
+
+def misaligned(data: bytes, offset: int) -> memoryview:
+    """data in a writable buffer offset bytes past a 64-byte boundary."""
+    raw = np.zeros(len(data) + 128, np.uint8)
+    start = -raw.ctypes.data % 64 + offset
+    view = memoryview(raw)[start : start + len(data)]
+    view[:] = data
+    return view
+
+
+@pytest.mark.parametrize("offset", [1, 8, 17, 63])
+@pytest.mark.parametrize("encrypt", [True, False])
+def test_xts_reads_and_writes_misaligned_buffers(aes_path: str, offset: int, encrypt: bool) -> None:
+    data, ivs, key = os.urandom(9 * 512), os.urandom(16 * 9), os.urandom(64)
+    out = misaligned(bytes(len(data)), offset)
+    _native.xts(out, misaligned(data, 64 - offset), misaligned(ivs, offset), key, 512, encrypt)
+    assert bytes(out) == xts_by_pyca(data, ivs, key, 512, encrypt)
+
+
+def test_xts_aes_192_equals_openssl_ecb_construction_and_round_trips(aes_path: str) -> None:
+    """pyca has no AES-192-XTS: every path must agree with the OpenSSL ECB construction (the
+    openssl path), and decrypt(encrypt(x)) == x in place."""
     data, ivs, key = os.urandom(2048), os.urandom(64), os.urandom(48)
     buffer = bytearray(data)
     _native.xts(buffer, buffer, ivs, key, 512, True)
-    assert buffer != data
+    _native.set_path("openssl")
+    expected = bytearray(len(data))
+    _native.xts(expected, data, ivs, key, 512, True)
+    _native.set_path(aes_path)
+    assert buffer == expected
     _native.xts(buffer, buffer, ivs, key, 512, False)
     assert buffer == data
 
@@ -170,83 +238,70 @@ def test_xts_refuses_inconsistent_arguments(
     assert out == bytes(size)
 
 
-def cbc_by_pyca(data: bytes, ivs: bytes, key: bytes, unit_bytes: int) -> bytes:
-    """One pyca AES-CBC encryption per data unit, starting from the unit's IV."""
+def cbc_by_pyca(data: bytes, ivs: bytes, key: bytes, unit_bytes: int, encrypt: bool) -> bytes:
+    """One pyca AES-CBC operation per data unit, starting from the unit's IV."""
     out = b""
     for unit in range(len(data) // unit_bytes):
         cipher = Cipher(algorithms.AES(key), modes.CBC(ivs[16 * unit : 16 * unit + 16]))
-        out += cipher.encryptor().update(data[unit * unit_bytes : (unit + 1) * unit_bytes])
+        context = cipher.encryptor() if encrypt else cipher.decryptor()
+        out += context.update(data[unit * unit_bytes : (unit + 1) * unit_bytes])
     return out
 
 
-@pytest.mark.parametrize("vaes", [True, False], ids=["vaes", "aes-ni"])
+def cbc(encrypt: bool) -> Callable[[_Bytes, _Bytes, _Bytes, bytes, int], None]:
+    return _native.cbc_encrypt if encrypt else _native.cbc_decrypt
+
+
 @pytest.mark.parametrize("key_bytes", [16, 24, 32])
 @pytest.mark.parametrize(
     ("unit_bytes", "units"),
-    [(512, 1), (512, 16), (512, 37), (4096, 5), (4096, 24), (16, 3), (48, 9)],
+    [(512, 1), (512, 16), (512, 37), (512, 257), (4096, 5), (4096, 24), (16, 3), (48, 9), (272, 4)],
 )
 @pytest.mark.parametrize("in_place", [False, True], ids=["out-of-place", "in-place"])
-def test_cbc_encrypt_equals_pyca_aes_cbc_unit_by_unit(
-    vaes: bool, key_bytes: int, unit_bytes: int, units: int, in_place: bool
+@pytest.mark.parametrize("encrypt", [True, False], ids=["encrypt", "decrypt"])
+def test_cbc_equals_pyca_aes_cbc_unit_by_unit(
+    lane_path: str, key_bytes: int, unit_bytes: int, units: int, in_place: bool, encrypt: bool
 ) -> None:
-    """Unit counts that fill the 16 VAES lanes and the 8 AES-NI lanes, and counts that leave
-    lanes empty in the last group (1, 5, 9, 37); one-block and three-block units."""
+    """Unit counts that fill the lanes (16 on avx512 and avx2, 8 on aesni) and counts that leave
+    lanes empty in the last group (1, 5, 9, 37, 257); one- and three-block units (no whole
+    decryption step); 272 bytes, a 16-block step and one block: the tail chains from the
+    step's last ciphertext block."""
     data, ivs, key = os.urandom(units * unit_bytes), os.urandom(16 * units), os.urandom(key_bytes)
     out = bytearray(data) if in_place else bytearray(len(data))
-    _native.cbc_encrypt(out, out if in_place else data, ivs, key, unit_bytes, vaes)
-    assert bytes(out) == cbc_by_pyca(data, ivs, key, unit_bytes)
+    cbc(encrypt)(out, out if in_place else data, ivs, key, unit_bytes)
+    assert bytes(out) == cbc_by_pyca(data, ivs, key, unit_bytes, encrypt)
 
 
-def cbc_decrypt_by_pyca(data: bytes, ivs: bytes, key: bytes, unit_bytes: int) -> bytes:
-    out = b""
-    for unit in range(len(data) // unit_bytes):
-        cipher = Cipher(algorithms.AES(key), modes.CBC(ivs[16 * unit : 16 * unit + 16]))
-        out += cipher.decryptor().update(data[unit * unit_bytes : (unit + 1) * unit_bytes])
-    return out
-
-
-needs_vaes = pytest.mark.skipif(not _native.VAES, reason="cbc_decrypt needs VAES")
-
-
-@needs_vaes
-@pytest.mark.parametrize("key_bytes", [16, 24, 32])
-@pytest.mark.parametrize(
-    ("unit_bytes", "units"), [(512, 1), (512, 37), (4096, 5), (16, 3), (48, 9), (272, 4)]
-)
-@pytest.mark.parametrize("in_place", [False, True], ids=["out-of-place", "in-place"])
-def test_cbc_decrypt_equals_pyca_aes_cbc_unit_by_unit(
-    key_bytes: int, unit_bytes: int, units: int, in_place: bool
+@pytest.mark.parametrize("offset", [1, 8, 17])
+@pytest.mark.parametrize("encrypt", [True, False], ids=["encrypt", "decrypt"])
+def test_cbc_reads_and_writes_misaligned_buffers(
+    lane_path: str, offset: int, encrypt: bool
 ) -> None:
-    """Units of one and three blocks (no 16-block step), 272 bytes (a step and one block:
-    the tail chains from the step's last ciphertext block), and whole steps."""
-    data, ivs, key = os.urandom(units * unit_bytes), os.urandom(16 * units), os.urandom(key_bytes)
-    out = bytearray(data) if in_place else bytearray(len(data))
-    _native.cbc_decrypt(out, out if in_place else data, ivs, key, unit_bytes)
-    assert bytes(out) == cbc_decrypt_by_pyca(data, ivs, key, unit_bytes)
+    data, ivs, key = os.urandom(19 * 512), os.urandom(16 * 19), os.urandom(32)
+    out = misaligned(bytes(len(data)), offset)
+    cbc(encrypt)(out, misaligned(data, 64 - offset), misaligned(ivs, offset), key, 512)
+    assert bytes(out) == cbc_by_pyca(data, ivs, key, 512, encrypt)
 
 
-def test_cbc_decrypt_refuses_to_run_without_vaes_or_with_inconsistent_arguments() -> None:
+@pytest.mark.parametrize("encrypt", [True, False], ids=["encrypt", "decrypt"])
+def test_cbc_refuses_the_openssl_path(encrypt: bool) -> None:
+    """The openssl path has no lanes: the bulk transform takes ECB and numpy instead."""
+    before = _native.path()
     out = bytearray(512)
-    with pytest.raises(ValueError, match="16 bytes per data unit"):
-        _native.cbc_decrypt(out, bytes(512), bytes(8), bytes(32), 512)
-    with pytest.raises(ValueError, match="16, 24 or 32 bytes"):
-        _native.cbc_decrypt(out, bytes(512), bytes(16), bytes(31), 512)
-    if not _native.VAES:
-        with pytest.raises(RuntimeError, match="no VAES"):
-            _native.cbc_decrypt(out, bytes(512), bytes(16), bytes(32), 512)
+    _native.set_path("openssl")
+    try:
+        with pytest.raises(RuntimeError, match="current path is openssl"):
+            cbc(encrypt)(out, bytes(512), bytes(16), bytes(32), 512)
+    finally:
+        _native.set_path(before)
     assert out == bytes(512)
 
 
-def test_cbc_encrypt_reads_one_iv_per_unit_even_from_a_longer_buffer() -> None:
+def test_cbc_reads_one_iv_per_unit_even_from_a_longer_buffer(lane_path: str) -> None:
     data, ivs, key = os.urandom(3 * 512), os.urandom(16 * 5), os.urandom(32)
     out = bytearray(len(data))
     _native.cbc_encrypt(out, data, ivs, key, 512)
-    assert bytes(out) == cbc_by_pyca(data, ivs[:48], key, 512)
-
-
-def test_cbc_encrypt_has_aes_ni_lanes_on_a_cpu_that_has_them() -> None:
-    """Otherwise AES-CBC encryption would silently fall back to the numpy block columns."""
-    assert _native.AESNI is ("aes" in cpu_flags())
+    assert bytes(out) == cbc_by_pyca(data, ivs[:48], key, 512, True)
 
 
 @pytest.mark.parametrize(
@@ -259,18 +314,20 @@ def test_cbc_encrypt_has_aes_ni_lanes_on_a_cpu_that_has_them() -> None:
         (1024, 16, 32, 512, "16 bytes per data unit"),
     ],
 )
-def test_cbc_encrypt_refuses_inconsistent_arguments(
-    size: int, ivs: int, key: int, unit_bytes: int, message: str
+@pytest.mark.parametrize("encrypt", [True, False], ids=["encrypt", "decrypt"])
+def test_cbc_refuses_inconsistent_arguments(
+    size: int, ivs: int, key: int, unit_bytes: int, message: str, encrypt: bool
 ) -> None:
     out = bytearray(size)
     with pytest.raises(ValueError, match=message):
-        _native.cbc_encrypt(out, bytes(size), bytes(ivs), bytes(key), unit_bytes)
+        cbc(encrypt)(out, bytes(size), bytes(ivs), bytes(key), unit_bytes)
     assert out == bytes(size)
 
 
-def test_cbc_encrypt_needs_a_writable_destination() -> None:
+@pytest.mark.parametrize("encrypt", [True, False], ids=["encrypt", "decrypt"])
+def test_cbc_needs_a_writable_destination(encrypt: bool) -> None:
     with pytest.raises(TypeError):
-        _native.cbc_encrypt(bytes(512), bytes(512), bytes(16), bytes(32), 512)
+        cbc(encrypt)(bytes(512), bytes(512), bytes(16), bytes(32), 512)
 
 
 @pytest.fixture
@@ -289,18 +346,35 @@ def page_before_a_guard() -> Iterator[memoryview]:
     pages.close()
 
 
-@pytest.mark.parametrize("vaes", [True, False], ids=["vaes", "aes-ni"])
+def ivs_at_the_end(page: memoryview, units: int) -> memoryview:
+    """Random IVs for units data units in the last bytes of page."""
+    ivs = page[mmap.PAGESIZE - 16 * units :]
+    ivs[:] = os.urandom(16 * units)
+    return ivs
+
+
 @pytest.mark.parametrize("units", [1, 5, 18])
 def test_cbc_encrypt_reads_no_iv_past_the_last_unit(
-    page_before_a_guard: memoryview, vaes: bool, units: int
+    page_before_a_guard: memoryview, lane_path: str, units: int
 ) -> None:
     """The IVs end where the readable memory ends; a lane past the last unit must not load one."""
-    ivs = page_before_a_guard[mmap.PAGESIZE - 16 * units :]
-    ivs[:] = os.urandom(16 * units)
+    ivs = ivs_at_the_end(page_before_a_guard, units)
     data, key = os.urandom(units * 512), os.urandom(32)
     out = bytearray(len(data))
-    _native.cbc_encrypt(out, data, ivs, key, 512, vaes)
-    assert bytes(out) == cbc_by_pyca(data, bytes(ivs), key, 512)
+    _native.cbc_encrypt(out, data, ivs, key, 512)
+    assert bytes(out) == cbc_by_pyca(data, bytes(ivs), key, 512, True)
+
+
+@pytest.mark.parametrize("units", [1, 5, 18])
+def test_xts_reads_no_iv_past_the_last_unit(
+    page_before_a_guard: memoryview, aes_path: str, units: int
+) -> None:
+    """The first tweaks are encrypted a group at a time; a slot past the last unit loads none."""
+    ivs = ivs_at_the_end(page_before_a_guard, units)
+    data, key = os.urandom(units * 512), os.urandom(64)
+    out = bytearray(len(data))
+    _native.xts(out, data, ivs, key, 512, True)
+    assert bytes(out) == xts_by_pyca(data, bytes(ivs), key, 512, True)
 
 
 @pytest.mark.parametrize(
@@ -309,19 +383,17 @@ def test_cbc_encrypt_reads_no_iv_past_the_last_unit(
     ids=["one-unit", "4k-step", "heap-ivs", "wraps", "wraps-by-8"],
 )
 @pytest.mark.parametrize("encrypt", [True, False])
-def test_xts_plain64_equals_xts_with_le64_sector_ivs(
-    first: int, step: int, units: int, encrypt: bool
+def test_xts_plain64_equals_pyca_with_le64_sector_tweaks(
+    aes_path: str, first: int, step: int, units: int, encrypt: bool
 ) -> None:
     """37 units need more IVs than the call keeps on its stack; the sector wraps like sector_t."""
     data, key = os.urandom(units * 512), os.urandom(64)
     ivs = b"".join(
         ((first + unit * step) % 2**64).to_bytes(8, "little") + bytes(8) for unit in range(units)
     )
-    expected = bytearray(len(data))
-    _native.xts(expected, data, ivs, key, 512, encrypt)
     out = bytearray(len(data))
     _native.xts_plain64(out, data, first, step, key, 512, encrypt)
-    assert out == expected
+    assert bytes(out) == xts_by_pyca(data, ivs, key, 512, encrypt)
 
 
 def test_xts_plain64_refuses_a_bad_key_or_unit_size() -> None:

@@ -11,7 +11,7 @@ from app.api.deps import AdminDep, RoleDep, StateDep
 from app.api.problems import responses
 from app.bench import report
 from app.bench.jobs import BenchmarkJobs
-from app.bench.spec import JobSpec
+from app.bench.spec import DEFAULT_ROUNDS, MAX_ROUNDS, MAX_WARMUP, JobSpec
 from app.integers import JsonInt
 from app.vocab import DispatchMode
 
@@ -85,6 +85,15 @@ class BenchmarkCreate(BaseModel):
     workload: WorkloadIn = Field(default_factory=WorkloadIn)
     sweep: SweepIn = Field(default_factory=SweepIn)
     label: str = ""
+    rounds: JsonInt = Field(
+        default=DEFAULT_ROUNDS,
+        ge=1,
+        le=MAX_ROUNDS,
+        description="rounds kept per cell: its figure is their median with a 95 % interval",
+    )
+    warmup: JsonInt = Field(
+        default=1, ge=0, le=MAX_WARMUP, description="rounds run first and discarded"
+    )
 
 
 class BenchmarkStarted(BaseModel):
@@ -157,9 +166,13 @@ def plot(
         Query(description="default: measured for the software engine, modelled otherwise"),
     ] = None,
 ) -> Response:
-    """Throughput vs block size, one line per mode/engine; the y label says measured or modelled."""
+    """Throughput vs block size, one line per mode/engine, with 95 % error bars.
+
+    The title names cipher, engine, block size and depth; a failed run says so across it.
+    """
     run = jobs.get(run_id)
-    title = run["spec"].get("label") or f"benchmark {run_id[:8]}"
-    return Response(
-        report.plot_png(run["cells"], metric=metric, title=title), media_type="image/png"
+    failure = run["error"] or "failed" if run["state"] == "failed" else None
+    png = report.plot_png(
+        run["cells"], metric=metric, title=run["spec"].get("label") or "", failure=failure
     )
+    return Response(png, media_type="image/png")

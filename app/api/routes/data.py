@@ -1,23 +1,24 @@
 """The data path: ranged reads and writes, flush, discard, write-zeroes.
 
-Bodies stream in and out in chunks of ``io_chunk_bytes``; crypto and file I/O
-run off the event loop. No SQL and no pydantic on payloads here.
+An adapter over ``app.io``: each request becomes ``Io``s of one batch, run off
+the event loop; the partial-block rule, admission and error vocabulary are the
+I/O layer's, as for NBD. Bodies stream in and out in chunks of
+``io_chunk_bytes``. No SQL and no pydantic on payloads here.
 """
 
 from __future__ import annotations
 
 import functools
 import secrets
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 
 from fastapi import APIRouter, Request, Response
 from fastapi.responses import StreamingResponse
 from starlette.exceptions import HTTPException
 
 from app import _native
-from app.api.admission import paced
+from app.api.deadline import body_within_deadline
 from app.api.deps import BEARER_SECURITY, IoContext, IoDep
-from app.api.executor import IoExecutor
 from app.api.multipart import multipart_boundary, parse_byteranges_body
 from app.api.problems import responses
 from app.api.ranges import ByteRange, parse_content_range, parse_range
@@ -33,6 +34,10 @@ from app.errors import (
     PreconditionFailed,
     ReqcryptError,
 )
+from app.io.batch import execute, run
+from app.io.executor import IoExecutor
+from app.io.ops import Io
+from app.vocab import Op
 
 router = APIRouter(prefix="/v1/volumes/{name}", tags=["data"], responses=responses(401, 404))
 
@@ -282,8 +287,8 @@ async def write_data(name: str, request: Request, io: IoDep, fua: bool = False) 
         return await write_range(request, io, volume, fua)
 
 
-def paced_body(request: Request, settings: Settings, length: int) -> AsyncIterator[bytes]:
-    return paced(
+def request_body(request: Request, settings: Settings, length: int) -> AsyncIterator[bytes]:
+    return body_within_deadline(
         request.stream(), length, settings.body_timeout_seconds, settings.body_min_rate_bytes
     )
 
@@ -309,7 +314,7 @@ async def write_range(request: Request, io: IoContext, volume: Volume, fua: bool
     position = byte_range.first
     end = byte_range.last + 1
     next_cut = min(end, (position // chunk + 1) * chunk)
-    async for piece in paced_body(request, settings, byte_range.length):
+    async for piece in request_body(request, settings, byte_range.length):
         view = memoryview(piece)
         while view:
             take = min(len(view), next_cut - position - filled)
@@ -342,7 +347,7 @@ async def write_batch(
     check_batch_bytes(int(declared), io.settings.max_batch_bytes)
     data = bytearray(int(declared))
     filled = 0
-    async for piece in paced_body(request, io.settings, len(data)):
+    async for piece in request_body(request, io.settings, len(data)):
         if filled + len(piece) > len(data):
             raise InvalidRange(f"body is longer than its Content-Length {declared}")
         data[filled : filled + len(piece)] = piece
@@ -352,15 +357,16 @@ async def write_batch(
     parts = parse_byteranges_body(
         memoryview(data), boundary, volume.size, max_parts=io.settings.max_ranges
     )
-    errors, version = await io.executor.run(
-        functools.partial(
-            volume.write_batch,
-            [(p.range.first, p.data) for p in parts],
-            fua=fua,
-            precondition=if_match(request, volume),
-        )
+    writes = [Io.write(part.range.first, part.data) for part in parts]
+    flush = [Io(Op.FLUSH, 0, 0)] if fua else []
+    version = await io.executor.run(
+        functools.partial(execute, volume, writes + flush, precondition=if_match(request, volume))
     )
-    failed = [(part, error) for part, error in zip(parts, errors, strict=True) if error is not None]
+    failed = [
+        (part, write.error)
+        for part, write in zip(parts, writes, strict=True)
+        if write.error is not None
+    ]
     if failed:
         first_error = failed[0][1]
         raise BatchFailed(
@@ -375,7 +381,14 @@ async def write_batch(
                 for part, error in failed
             ],
         )
+    raise_first(flush)
     return Response(status_code=204, headers={"ETag": etag(volume, version)})
+
+
+def raise_first(ios: Sequence[Io]) -> None:
+    for io in ios:
+        if io.error is not None:
+            raise io.error
 
 
 def _read_batch(
@@ -393,29 +406,33 @@ def _read_batch(
     ]
     tail = f"\r\n--{boundary}--\r\n".encode()
     body = memoryview(bytearray(sum(map(len, heads)) + sum(r.length for r in ranges) + len(tail)))
-    ios: list[tuple[int, memoryview]] = []
+    ios: list[Io] = []
     position = 0
     for head, byte_range in zip(heads, ranges, strict=True):
         body[position : position + len(head)] = head
         position += len(head)
-        ios.append((byte_range.first, body[position : position + byte_range.length]))
+        ios.append(Io.read(byte_range.first, body[position : position + byte_range.length]))
         position += byte_range.length
     body[position:] = tail
-    version = volume.read_versioned(lambda: volume.read_batch(ios))
-    return body, version
+
+    def read() -> None:
+        execute(volume, ios)
+        raise_first(ios)
+
+    return body, volume.read_versioned(read)
 
 
 def _read(volume: Volume, offset: int, length: int) -> memoryview:
     """A response body: uninitialized (every byte is read into it), not a zeroed bytearray,
     and page-aligned, as the device reads straight into it (``mempool.page_aligned``)."""
     buffer = mempool.page_aligned(length).data
-    volume.read_into(offset, buffer)
+    run(volume, Io.read(offset, buffer))
     return buffer
 
 
 def _read_versioned(volume: Volume, offset: int, length: int) -> tuple[memoryview, int | None]:
     buffer = mempool.page_aligned(length).data
-    version = volume.read_versioned(lambda: volume.read_into(offset, buffer))
+    version = volume.read_versioned(lambda: run(volume, Io.read(offset, buffer)))
     return buffer, version
 
 
@@ -429,10 +446,10 @@ def _write(
 ) -> int:
     """Gather the body's pieces (copied off the event loop, without the GIL) and write."""
     if len(pieces) == 1:
-        return volume.write(position, pieces[0], fua=fua, precondition=precondition)
+        return run(volume, Io.write(position, pieces[0], fua=fua), precondition=precondition)
     with mempool.borrow(length) as data:
         _native.gather(data, pieces)
-        return volume.write(position, data, fua=fua, precondition=precondition)
+        return run(volume, Io.write(position, data, fua=fua), precondition=precondition)
 
 
 @router.post("/flush", status_code=204, responses=responses(503), openapi_extra=BEARER_SECURITY)
@@ -440,7 +457,7 @@ async def flush(name: str, io: IoDep) -> Response:
     """Returns once every write acknowledged before it is durable (fsync)."""
     volume = io.control.volume(name)
     with io.admission.slot(volume):
-        await io.executor.run(volume.flush)
+        await io.executor.run(run, volume, Io(Op.FLUSH, 0, 0))
     return Response(status_code=204)
 
 
@@ -451,13 +468,14 @@ async def flush(name: str, io: IoDep) -> Response:
     openapi_extra=BEARER_SECURITY,
 )
 async def discard(name: str, body: RangeIn, io: IoDep) -> Response:
-    """Deallocate whole logical blocks (crypt needs allow_discards, else 409).
+    """Deallocate the whole logical blocks in the range (crypt needs allow_discards, else
+    409). Advisory, as NBD's trim: partial blocks at its edges keep their data.
 
     Discarded sectors read back as dm-crypt returns them: the decryption of zeros.
     """
     volume = io.control.volume(name)
     with io.admission.slot(volume):
-        await io.executor.run(volume.discard, body.offset, body.length)
+        await io.executor.run(run, volume, Io(Op.DISCARD, body.offset, body.length))
     return Response(status_code=204, headers={"ETag": etag(volume)})
 
 
@@ -468,8 +486,9 @@ async def discard(name: str, body: RangeIn, io: IoDep) -> Response:
     openapi_extra=BEARER_SECURITY,
 )
 async def write_zeroes(name: str, body: RangeIn, io: IoDep) -> Response:
-    """Write encrypted zeros over whole logical blocks."""
+    """Write encrypted zeros over the range; partial logical blocks at its edges are
+    read-modify-written, as for a write."""
     volume = io.control.volume(name)
     with io.admission.slot(volume):
-        await io.executor.run(volume.write_zeroes, body.offset, body.length)
+        await io.executor.run(run, volume, Io(Op.WRITE_ZEROES, body.offset, body.length))
     return Response(status_code=204, headers={"ETag": etag(volume)})

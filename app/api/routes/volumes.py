@@ -78,6 +78,7 @@ def info_out(
     nbd_export: bool,
     nbd_connections: list[NbdConnectionOut],
     owner: OwnerOut | None,
+    suspend_wait_seconds: float,
 ) -> VolumeOut:
     tables: list[Any] = (["LIVE"] if info.has_live else []) + (
         ["INACTIVE"] if info.has_inactive else []
@@ -101,6 +102,7 @@ def info_out(
         logical_block_size=info.limits.logical_block_size,
         nbd_export=nbd_export,
         nbd_connections=nbd_connections,
+        suspend_wait_seconds=suspend_wait_seconds,
         owner=owner,
     )
 
@@ -127,6 +129,7 @@ def volume_out(volume: Volume, state: State, nbd: NbdServer | None = None) -> Vo
         if nbd is not None
         else [],
         owner=owner_out(volume, state.cluster),
+        suspend_wait_seconds=state.settings.suspend_wait_seconds,
     )
 
 
@@ -157,6 +160,7 @@ def cluster_volumes(state: State) -> list[VolumeOut]:
                 nbd_export=record.nbd_export,
                 nbd_connections=[],
                 owner=recorded_owner_out(owners.get(record.info.uuid)),
+                suspend_wait_seconds=state.settings.suspend_wait_seconds,
             )
         )
     return listed

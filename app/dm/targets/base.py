@@ -9,9 +9,8 @@ from typing import Protocol
 
 from typing_extensions import Buffer
 
-from app.blk.queue import Wait
 from app.blk.request import Request
-from app.vocab import DispatchMode
+from app.vocab import DispatchMode, Wait
 
 
 class BlockDevice(Protocol):

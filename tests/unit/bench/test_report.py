@@ -6,6 +6,7 @@ import csv
 import io
 
 import pytest
+from matplotlib.container import ErrorbarContainer
 
 from app.bench import report
 from app.bench.report import cells_csv, compare, format_pct, pct_change, render_table
@@ -186,3 +187,65 @@ def test_an_rw_axis_draws_one_bar_per_variant_per_panel():
 
 def test_plot_png_is_a_png():
     assert report.plot_png(sweep_cells()).startswith(b"\x89PNG\r\n\x1a\n")
+
+
+def with_intervals(cells):
+    return [
+        {
+            **c,
+            "modelled_mb_s_low": c["modelled_mb_s"] - 1,
+            "modelled_mb_s_high": c["modelled_mb_s"] + 2,
+        }
+        for c in cells
+    ]
+
+
+def test_cells_with_intervals_get_error_bars():
+    read, _ = report.plot_figure(with_intervals(sweep_cells())).axes
+    bars = [c for c in read.containers if isinstance(c, ErrorbarContainer)]
+    assert len(bars) == 2
+    _, _, (ranges,) = bars[0].lines
+    first = ranges.get_segments()[0]
+    assert [float(y) for y in first[:, 1]] == [9.0, 12.0]
+
+
+def test_series_sit_apart_so_no_marker_hides_another():
+    read, _ = report.plot_figure(sweep_cells()).axes
+    bio_x = line_with(read, [10.0, 20.0]).get_xdata()
+    request_x = line_with(read, [30.0, 40.0]).get_xdata()
+    assert bio_x[0] < 4096 < request_x[0] < 4096 * 1.1
+
+
+def test_values_spanning_decades_get_a_log_axis_and_close_ones_do_not():
+    spread = [{**c, "modelled_mb_s": c["modelled_mb_s"] ** 2} for c in sweep_cells()]
+    assert report.plot_figure(spread).axes[0].get_yscale() == "log"
+    assert report.plot_figure(sweep_cells()).axes[0].get_yscale() == "linear"
+
+
+def test_the_title_names_cipher_engine_block_size_and_depth():
+    cells = [{**c, "cipher": "aes-cbc-plain64", "iodepth": 4} for c in sweep_cells()]
+    title = report.plot_figure(cells, title="sweep").get_suptitle()
+    assert title == "sweep\naes-cbc-plain64, omap-aes-am335x engine, bs 4k-64k, iodepth 4"
+
+
+def test_a_failed_run_says_so_across_the_plot():
+    figure = report.plot_figure([], failure="engine x cannot run cell 0")
+    assert figure.get_suptitle().startswith("FAILED: ")
+    assert "run failed: engine x cannot run cell 0" in [t.get_text() for t in figure.texts]
+
+
+def test_bars_name_their_category_baseline_first_with_values():
+    cells = [
+        {**c, "dispatch_mode": name}
+        for c, name in zip(
+            [c for c in sweep_cells() if c["bs"] == 4096 and c["rw"] == "read"],
+            ["request (bulk engine)", "bio (stock dm-crypt)"],
+            strict=True,
+        )
+    ]
+    (read,) = report.plot_figure(cells, x_axis="rw").axes
+    assert [t.get_text() for t in read.get_xticklabels()] == [
+        "bio\n(stock dm-crypt)",
+        "request\n(bulk engine)",
+    ]
+    assert [t.get_text() for t in read.texts] == ["30.00", "10.00"]

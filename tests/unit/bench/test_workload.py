@@ -57,10 +57,22 @@ def test_rwmixread_extremes(rwmixread: int, expected: set[str]) -> None:
 
 @pytest.mark.parametrize(
     ("text", "value"),
-    [("4k", 4096), ("512KiB", 512 << 10), ("1M", 1 << 20), ("2g", 2 << 30), ("512", 512)],
+    [
+        ("4k", 4096),
+        ("512KiB", 512 << 10),
+        ("1M", 1 << 20),
+        ("2g", 2 << 30),
+        ("512", 512),
+        ("1.5G", 3 << 29),
+    ],
 )
 def test_parse_size_reads_fio_sizes(text: str, value: int) -> None:
     assert parse_size(text) == value
+
+
+def test_parse_size_refuses_a_fraction_of_a_byte() -> None:
+    with pytest.raises(InvalidInput, match="whole number of bytes"):
+        parse_size("1.3k")
 
 
 def test_format_size_is_the_short_form() -> None:

@@ -129,7 +129,7 @@ def test_plaintext_recipe_matches_what_the_kernel_was_given(name):
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
-def test_ciphertext_matches_kernel_dm_crypt(name, cbc_path):
+def test_ciphertext_matches_kernel_dm_crypt(name, aes_path):
     case = CASES[name]
     expected = case["kernel"]
     for impl in impls_for(parse_line(case["table"][0], case["keys"]).cipher):

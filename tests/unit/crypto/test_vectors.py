@@ -38,7 +38,7 @@ def test_ieee1619_xts_vector_matches_aes_xts_plain64(vector, impl):
 
 
 @pytest.mark.parametrize("vector", ESSIV["vectors"], ids=lambda v: f"aes{v['key_bits']}-{v['len']}")
-def test_linux_testmgr_essiv_vector_matches_aes_cbc_essiv_sha256(vector, impl, cbc_path):
+def test_linux_testmgr_essiv_vector_matches_aes_cbc_essiv_sha256(vector, impl, aes_path):
     key = KeyMaterial.from_hex(vector["key_hex"])
     transform = make_transform(parse_cipher_spec(ESSIV["dm_crypt_cipher"]), key, impl=impl)
     plaintext = bytes.fromhex(vector["plaintext_hex"])
@@ -56,7 +56,7 @@ def _iv_generator_cases():
 
 
 @pytest.mark.parametrize(("vector", "output"), list(_iv_generator_cases()))
-def test_cryptsetup_iv_generator_vector_matches(vector, output, impl, cbc_path):
+def test_cryptsetup_iv_generator_vector_matches(vector, output, impl, aes_path):
     transform = make_transform(
         parse_cipher_spec(vector["cipher"]),
         KeyMaterial.from_hex(vector["key_hex"]),

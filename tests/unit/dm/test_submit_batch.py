@@ -5,32 +5,31 @@ from __future__ import annotations
 import threading
 import time
 
-from app.dm.datapath import BatchIo
 from app.dm.rangelock import RangeLock
 from app.engine.registry import EngineRegistry
 from app.errors import RangeNotSatisfiable, Unavailable
+from app.io.ops import Io
 from app.storage.memory import MemoryStore
-from app.vocab import Op
 from tests.support.volumes import SECTORS, make_volume
 
 
 def test_sequential_writes_of_one_batch_merge_and_read_back() -> None:
     volume = make_volume(MemoryStore(SECTORS * 512), plug_window_us=0)
-    writes = [BatchIo(Op.WRITE, i * 4096, memoryview(bytes([i]) * 4096)) for i in range(16)]
+    writes = [Io.write(i * 4096, memoryview(bytes([i]) * 4096)) for i in range(16)]
     volume.submit_batch(writes)
     assert [io.error for io in writes] == [None] * 16
     stats = volume.stats.snapshot()
     assert stats["w_bios"] == 16
     assert stats["w_ios"] == 1  # all sixteen were plugged before any was dispatched
     buffers = [memoryview(bytearray(4096)) for _ in range(16)]
-    volume.submit_batch([BatchIo(Op.READ, i * 4096, buffers[i]) for i in range(16)])
+    volume.submit_batch([Io.read(i * 4096, buffers[i]) for i in range(16)])
     assert [bytes(buffer) for buffer in buffers] == [bytes([i]) * 4096 for i in range(16)]
 
 
 def test_one_bad_io_fails_alone() -> None:
     volume = make_volume(MemoryStore(SECTORS * 512))
-    good = BatchIo(Op.WRITE, 0, memoryview(b"\x01" * 512))
-    beyond = BatchIo(Op.WRITE, SECTORS * 512, memoryview(b"\x02" * 512))
+    good = Io.write(0, memoryview(b"\x01" * 512))
+    beyond = Io.write(SECTORS * 512, memoryview(b"\x02" * 512))
     volume.submit_batch([good, beyond])
     assert good.error is None
     assert isinstance(beyond.error, RangeNotSatisfiable)
@@ -40,7 +39,7 @@ def test_one_bad_io_fails_alone() -> None:
 def test_a_batch_on_a_volume_suspended_too_long_fails_every_io() -> None:
     volume = make_volume(MemoryStore(SECTORS * 512))
     volume.suspend()
-    ios = [BatchIo(Op.READ, 0, memoryview(bytearray(512))) for _ in range(3)]
+    ios = [Io.read(0, memoryview(bytearray(512))) for _ in range(3)]
     volume.submit_batch(ios)
     assert all(isinstance(io.error, Unavailable) for io in ios)
 
@@ -67,14 +66,14 @@ def test_shared_ranges_wait_for_an_overlapping_exclusive_holder() -> None:
 def test_a_batch_started_without_waiting_is_refused_on_a_suspended_volume() -> None:
     volume = make_volume(MemoryStore(SECTORS * 512))
     volume.suspend()
-    io = BatchIo(Op.READ, 0, memoryview(bytearray(512)))
+    io = Io.read(0, memoryview(bytearray(512)))
     assert volume.start_batch([io], wait=False) is None
     assert (io.error, volume.in_flight) == (None, 0)
 
 
 def test_a_batch_started_without_waiting_is_refused_behind_an_exclusive_range() -> None:
     volume = make_volume(MemoryStore(SECTORS * 512))
-    io = BatchIo(Op.WRITE, 0, memoryview(bytes(4096)))
+    io = Io.write(0, memoryview(bytes(4096)))
     before = volume.versions.snapshot()
     with volume._ranges.hold(0, 512, exclusive=True):
         assert volume.start_batch([io], wait=False) is None
@@ -84,7 +83,7 @@ def test_a_batch_started_without_waiting_is_refused_behind_an_exclusive_range() 
 
 def test_a_started_batch_completes_at_once_and_holds_the_volume_until_finished() -> None:
     volume = make_volume(MemoryStore(SECTORS * 512), plug_window_us=0)
-    io = BatchIo(Op.WRITE, 0, memoryview(b"\x05" * 4096))
+    io = Io.write(0, memoryview(b"\x05" * 4096))
     started = volume.start_batch([io], wait=False)
     assert started is not None
     assert started.done()  # dispatched on this thread
@@ -96,7 +95,7 @@ def test_a_started_batch_completes_at_once_and_holds_the_volume_until_finished()
 
 def test_a_started_batch_on_a_held_queue_finishes_after_release() -> None:
     volume = make_volume(MemoryStore(SECTORS * 512))
-    io = BatchIo(Op.WRITE, 0, memoryview(b"\x06" * 4096))
+    io = Io.write(0, memoryview(b"\x06" * 4096))
     volume.queue.hold()  # what a noflush suspend does after admission
     started = volume.start_batch([io], wait=False)
     assert started is not None

@@ -271,12 +271,12 @@ def test_resume_with_a_new_table_drains_in_flight_writes_first() -> None:
 
 def test_io_past_the_lease_deadline_is_refused_and_writes_nothing(volume: Volume) -> None:
     volume.write(0, b"a" * 4096)
-    volume.fence(time.monotonic() - 1)
+    volume.hold_lease_until(time.monotonic() - 1)
     with pytest.raises(LeaseExpired):
         volume.write(0, b"b" * 4096)
     with pytest.raises(LeaseExpired):
         volume.read(0, 4096)
-    volume.fence(math.inf)
+    volume.hold_lease_until(math.inf)
     assert volume.read(0, 4096) == b"a" * 4096
 
 
@@ -294,7 +294,7 @@ def test_fencing_wakes_io_waiting_on_a_suspended_volume(volume: Volume) -> None:
     thread = threading.Thread(target=writer)
     thread.start()
     time.sleep(0.2)
-    volume.fence(-math.inf)
+    volume.hold_lease_until(-math.inf)
     thread.join(timeout=10)
     assert not thread.is_alive()
     assert [type(error) for error in failures] == [LeaseExpired]

@@ -10,12 +10,11 @@ from collections.abc import Iterator, Sequence
 
 import pytest
 
-from app.dm.datapath import BatchIo
 from app.errors import Fenced
+from app.io.ops import Io
 from app.storage.base import Wait
 from app.storage.memory import MemoryStore
 from app.storage.rbd import CephCluster, RbdStore
-from app.vocab import Op
 from tests.support import ceph
 from tests.support.keys import XTS_KEY
 from tests.support.volumes import make_volume
@@ -72,7 +71,7 @@ def test_the_reads_of_one_batch_are_on_the_osd_together(
     writer.close()  # a new handle below: nothing is served from this one's cache
     store = CountingRbdStore(connection.ioctx(ceph.POOL), images[0], SIZE)
     volume = make_volume({"pv": store}, crypt_line(0, "pv"))
-    ios = [BatchIo(Op.READ, index * 8192, memoryview(bytearray(4096))) for index in range(count)]
+    ios = [Io.read(index * 8192, memoryview(bytearray(4096))) for index in range(count)]
     reader = threading.Thread(target=volume.submit_batch, args=(ios,))
     try:
         with ceph_cluster.osd_paused():
@@ -111,10 +110,10 @@ def test_a_fenced_image_fails_only_its_requests_of_a_batch(
         owner.claim(take_over=True)
         owner.close()
         ios = [
-            BatchIo(Op.WRITE, 0, memoryview(b"x" * 4096)),
-            BatchIo(Op.WRITE, SIZE, memoryview(b"y" * 4096)),
-            BatchIo(Op.WRITE, 8192, memoryview(b"x" * 4096), fua=True),
-            BatchIo(Op.WRITE, SIZE + 8192, memoryview(b"z" * 4096), fua=True),
+            Io.write(0, memoryview(b"x" * 4096)),
+            Io.write(SIZE, memoryview(b"y" * 4096)),
+            Io.write(8192, memoryview(b"x" * 4096), fua=True),
+            Io.write(SIZE + 8192, memoryview(b"z" * 4096), fua=True),
         ]
         volume.submit_batch(ios)
         assert [type(io.error) for io in ios] == [Fenced, type(None), Fenced, type(None)]
@@ -140,16 +139,13 @@ def test_the_image_holds_the_ciphertext_a_memory_store_gets(
     for store in (rbd_store, memory):
         volume = make_volume({"pv": store}, crypt_line(0, "pv"))
         volume.submit_batch(
-            [
-                BatchIo(Op.WRITE, 4096 * index, memoryview(bytes([index + 1]) * 4096))
-                for index in range(32)
-            ]
+            [Io.write(4096 * index, memoryview(bytes([index + 1]) * 4096)) for index in range(32)]
         )
         volume.submit_batch(
             [
-                BatchIo(Op.WRITE, 0, memoryview(b"a" * 16384)),
-                BatchIo(Op.WRITE, 8192, memoryview(b"b" * 4096), fua=True),
-                BatchIo(Op.WRITE, 65536, memoryview(b"c" * 4096)),
+                Io.write(0, memoryview(b"a" * 16384)),
+                Io.write(8192, memoryview(b"b" * 4096), fua=True),
+                Io.write(65536, memoryview(b"c" * 4096)),
             ]
         )
         volume.write(100, b"partial")

@@ -1,15 +1,16 @@
-"""VolumeAdmission: a slot per I/O in flight, held by a streamed response until it ends."""
+"""VolumeAdmission: one cap per volume for every front end; HTTP is refused at it, NBD waits."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
-from app.api.admission import VolumeAdmission
 from app.errors import Unavailable
+from app.io.admission import VolumeAdmission
 
 pytestmark = pytest.mark.anyio
 
@@ -63,3 +64,31 @@ async def test_a_stream_dropped_half_way_releases_its_slot() -> None:
     await anext(stream)
     await stream.aclose()
     assert admission.in_flight(v) == 0
+
+
+def test_take_grants_what_the_cap_leaves_and_shares_it_with_enter() -> None:
+    admission = VolumeAdmission(3)
+    v = volume("a")
+    admission.enter(v)
+    assert admission.take(v, 5) == 2
+    assert admission.take(v, 1) == 0
+    with pytest.raises(Unavailable):
+        admission.enter(v)
+    admission.leave(v, 2)
+    assert admission.in_flight(v) == 1
+
+
+async def test_a_waiter_is_called_once_when_a_slot_frees() -> None:
+    admission = VolumeAdmission(1)
+    v = volume("a")
+    admission.enter(v)
+    calls: list[int] = []
+    admission.when_free(v, lambda: calls.append(admission.take(v, 1)))
+    await asyncio.sleep(0)
+    assert calls == []
+    admission.leave(v)
+    await asyncio.sleep(0)
+    assert calls == [1]
+    admission.leave(v)
+    await asyncio.sleep(0)
+    assert calls == [1]

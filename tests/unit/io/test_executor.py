@@ -7,7 +7,7 @@ import threading
 import anyio
 import pytest
 
-from app.api.executor import IoExecutor
+from app.io.executor import IoExecutor
 
 pytestmark = pytest.mark.anyio
 

@@ -1,0 +1,103 @@
+"""``reqcrypt vol``: a volume's tuning (engine, dispatch mode, elevator, plug window, NBD export).
+
+``set`` takes ``key=value`` words, sysctl style, and sends them as one PATCH, so
+either every setting changes or none does; ``show`` prints the current ones.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Annotated
+
+import typer
+
+from app.commands.client import DEFAULT_URL, TokenOption, UrlOption, VolumeName, connect
+
+vol_app = typer.Typer(
+    help="A volume's tuning: engine, dispatch mode, NBD export.", no_args_is_help=True
+)
+
+_SWITCH = {"on": True, "true": True, "yes": True, "1": True}
+_SWITCH |= {"off": False, "false": False, "no": False, "0": False}
+
+
+def _switch(text: str) -> bool:
+    try:
+        return _SWITCH[text.lower()]
+    except KeyError:
+        raise ValueError("expected on or off") from None
+
+
+def _microseconds(text: str) -> int:
+    value = int(text.removesuffix("us"))
+    if value < 0:
+        raise ValueError("expected microseconds, 0 or more")
+    return value
+
+
+# key on the command line: (field of PATCH /v1/volumes/NAME, how to read the value)
+SETTINGS: dict[str, tuple[str, Callable[[str], object]]] = {
+    "engine": ("engine", str),
+    "dispatch_mode": ("dispatch_mode", str),
+    "elevator": ("elevator", str),
+    "plug_window_us": ("plug_window_us", _microseconds),
+    "nbd_export": ("nbd_export", _switch),
+}
+SHOWN = ("engine", "dispatch_mode", "elevator", "plug_window_us", "nbd_export")
+
+
+def parse_settings(words: list[str]) -> dict[str, object]:
+    """``key=value`` words as a PATCH body; an unknown key or a bad value is a usage error."""
+    body: dict[str, object] = {}
+    for word in words:
+        key, equals, text = word.partition("=")
+        if not equals or key not in SETTINGS:
+            raise typer.BadParameter(
+                f"{word}: expected KEY=VALUE with KEY one of {', '.join(SETTINGS)}"
+            )
+        field, read = SETTINGS[key]
+        try:
+            body[field] = read(text)
+        except ValueError as error:
+            raise typer.BadParameter(f"{word}: {error}") from None
+    return body
+
+
+@vol_app.command("set")
+def set_tuning(
+    name: VolumeName,
+    settings: Annotated[
+        list[str],
+        typer.Argument(
+            metavar="KEY=VALUE...",
+            help="engine=NAME, dispatch_mode=bio|request, elevator=none|mq-deadline, "
+            "plug_window_us=MICROSECONDS, nbd_export=on|off",
+        ),
+    ],
+    url: UrlOption = DEFAULT_URL,
+    token: TokenOption = None,
+) -> None:
+    """Change volume NAME's settings, all at once or none; prints them afterwards."""
+    body = parse_settings(settings)
+    with connect(url, token) as service:
+        volume = service.request("PATCH", f"/v1/volumes/{name}", json=body).json()
+    _print(volume)
+
+
+@vol_app.command("show")
+def show(
+    name: VolumeName,
+    url: UrlOption = DEFAULT_URL,
+    token: TokenOption = None,
+) -> None:
+    """Print volume NAME's settings as KEY=VALUE lines, the words set takes."""
+    with connect(url, token) as service:
+        volume = service.request("GET", f"/v1/volumes/{name}").json()
+    _print(volume)
+
+
+def _print(volume: dict[str, object]) -> None:
+    for key in SHOWN:
+        value = volume[key]
+        shown = ("on" if value else "off") if isinstance(value, bool) else value
+        typer.echo(f"{key}={shown}")

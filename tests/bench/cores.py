@@ -1,0 +1,107 @@
+"""Benchmarks that measure the server, not the load generator, on a 2-core machine.
+
+The server (and a peer server, in turn) runs on one core, the load generator on the other
+(``taskset``, util-linux): without that, wrk or fio take CPU the server would have used and
+the figure is theirs. Each client run is measured from ``/proc/<pid>/stat`` (its CPU over its
+wall time, the process as a whole with the children it waited for) and printed beside the
+figure; a client that comes near a core makes the run suspect, which is printed as a warning
+rather than failing it (the machine is shared, and the figures are still the best this run
+has).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+TICKS = os.sysconf("SC_CLK_TCK")
+CORES = sorted(os.sched_getaffinity(0))
+SERVER_CORE = CORES[0]
+CLIENT_CORE = CORES[-1]
+"""One core each where there are two; with one, both share it (and pinning is moot)."""
+CLIENT_BUSY = 0.8
+"""Client CPU per second of its run past which the run is flagged: a saturated client (1.0
+for wrk -t1 or one fio job) bounds the rate, not the server."""
+
+
+def cpu_seconds(pid: int) -> tuple[float, float]:
+    """(main thread, all other threads) user + system CPU seconds of ``pid``."""
+    main = others = 0.0
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
+        except FileNotFoundError:  # a thread that just ended
+            continue
+        seconds = (int(fields[11]) + int(fields[12])) / TICKS
+        if task.name == str(pid):
+            main += seconds
+        else:
+            others += seconds
+    return main, others
+
+
+def pin(pid: int, core: int = SERVER_CORE) -> None:
+    """Every thread of ``pid`` onto ``core``; threads it starts later inherit it."""
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            os.sched_setaffinity(int(task.name), {core})
+        except ProcessLookupError:  # a thread that just ended
+            continue
+
+
+def on_client_core(command: list[str]) -> list[str]:
+    assert shutil.which("taskset"), "pinning needs taskset: apt-get install util-linux"
+    return ["taskset", "-c", str(CLIENT_CORE), *command]
+
+
+@dataclass(frozen=True)
+class ClientRun:
+    stdout: str
+    stderr: str
+    returncode: int
+    cpu_s: float
+    wall_s: float
+
+    @property
+    def cores(self) -> float:
+        """The client's CPU per second of its run."""
+        return self.cpu_s / self.wall_s
+
+
+def run_client(command: list[str], env: dict[str, str] | None = None) -> ClientRun:
+    """Run a load generator on the client core; its CPU is read from ``/proc/<pid>/stat``
+    once it has exited and before it is reaped (``waitid(WNOWAIT)``), so it covers the whole
+    process, every thread, and the children it waited for (fio runs its jobs in forked
+    processes: utime + stime + cutime + cstime). Output goes through files: a pipe left
+    unread could stall it."""
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        start = time.perf_counter()
+        process = subprocess.Popen(on_client_core(command), stdout=out, stderr=err, env=env)
+        os.waitid(os.P_PID, process.pid, os.WEXITED | os.WNOWAIT)
+        wall = time.perf_counter() - start
+        fields = Path(f"/proc/{process.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        returncode = process.wait()
+        out.seek(0)
+        err.seek(0)
+        return ClientRun(
+            out.read().decode(),
+            err.read().decode(),
+            returncode,
+            sum(int(field) for field in fields[11:15]) / TICKS,
+            wall,
+        )
+
+
+def busy_clients(cores: dict[str, list[float]]) -> list[str]:
+    """Warnings for the figures whose client came near a core in some round."""
+    return [
+        f"WARNING: {name}: the client used up to {max(values):.2f} of a core; "
+        "the figure may be the client's"
+        for name, values in cores.items()
+        if values and max(values) >= CLIENT_BUSY
+    ]

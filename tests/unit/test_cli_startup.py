@@ -1,0 +1,41 @@
+"""What ``reqcrypt serve`` says as it starts: every listener, and where the secrets are."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from app.cli import startup_lines
+from app.config import Settings
+
+
+def lines(tmp_path: Path, **fields: object) -> list[str]:
+    settings = Settings(data_dir=tmp_path, **fields)  # type: ignore[arg-type]
+    return startup_lines(settings, tmp_path / "admin.token")
+
+
+def test_http_alone_names_its_url_the_token_file_and_the_key(tmp_path: Path) -> None:
+    assert lines(tmp_path, port=8123) == [
+        "HTTP on http://localhost:8123 (docs at http://localhost:8123/docs)",
+        f"authenticate with 'Authorization: Bearer TOKEN'; the admin token is in "
+        f"{tmp_path / 'admin.token'}",
+        f"the master key is in {tmp_path / 'master.key'}",
+    ]
+
+
+def test_an_nbd_listener_is_listed_with_whether_it_has_tls(tmp_path: Path) -> None:
+    plain = lines(tmp_path, port=8123, nbd_port=10809)
+    assert plain[1] == "NBD on localhost:10809 (no TLS), exported volumes only"
+    pem = tmp_path / "x.pem"
+    pem.write_text("")
+    secured = lines(
+        tmp_path, port=8123, nbd_port=10809, nbd_tls_cert=pem, nbd_tls_key=pem, nbd_tls_ca=pem
+    )
+    assert secured[1] == (
+        "NBD on localhost:10809 (TLS, client certificates required), exported volumes only"
+    )
+
+
+def test_an_io_token_from_the_environment_is_named(tmp_path: Path) -> None:
+    shown = lines(tmp_path, io_token="i" * 32)
+    assert "the io token (data path, read-only status) is in REQCRYPT_IO_TOKEN" in shown
+    assert not any("i" * 32 in line for line in shown)
