@@ -21,6 +21,8 @@ from app.commands.dev import dev_app
 from app.commands.engines import engines
 from app.commands.io import io_app
 from app.commands.iostat import iostat
+from app.commands.luks import luks_app
+from app.commands.trace import trace
 from app.commands.vol import vol_app
 from app.config import Settings, describe
 from app.dmsetup import dmsetup_app
@@ -181,8 +183,9 @@ def serve(
     """Migrate the database (unless REQCRYPT_MIGRATE_ON_START=false) and serve the API."""
     import uvicorn
 
+    from app.db.checks import DatabaseRefused
     from app.keyfiles import MasterKeyError, ServiceRunning, admin_token_path, data_dir_lock
-    from app.main import check_master_key, create_app
+    from app.main import check_master_key, create_app, http_protocol
 
     if workers != 1:
         raise typer.BadParameter(
@@ -209,8 +212,9 @@ def serve(
                 log_level=settings.log_level,
                 proxy_headers=False,
                 timeout_keep_alive=settings.keep_alive_seconds,
+                http=http_protocol(settings),
             )
-    except (MasterKeyError, ServiceRunning) as error:
+    except (DatabaseRefused, MasterKeyError, ServiceRunning) as error:
         typer.echo(f"reqcrypt: {error}", err=True)
         raise typer.Exit(1) from None
 
@@ -221,6 +225,7 @@ def rotate_master_key() -> None:
 
     Crash-safe: an interrupted rotation is finished or undone at the next start.
     """
+    from app.db.checks import DatabaseRefused
     from app.keyfiles import MasterKeyError, ServiceRunning, data_dir_lock
     from app.main import rotate_master_key as rotate
 
@@ -228,7 +233,7 @@ def rotate_master_key() -> None:
     try:
         with data_dir_lock(settings, exclusive=True):
             count = rotate(settings)
-    except (MasterKeyError, ServiceRunning) as error:
+    except (DatabaseRefused, MasterKeyError, ServiceRunning) as error:
         typer.echo(f"reqcrypt: {error}", err=True)
         raise typer.Exit(1) from None
     typer.echo(
@@ -245,9 +250,15 @@ def migrate(
 ) -> None:
     """Upgrade the database to REVISION (default: head)."""
     from app.db import migrate as migrations
+    from app.db.checks import DatabaseRefused, check_server
 
     settings = load_settings()
     settings.data_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        check_server(settings.resolved_database_url)
+    except DatabaseRefused as error:
+        typer.echo(f"reqcrypt: {error}", err=True)
+        raise typer.Exit(1) from None
     migrations.upgrade(settings.resolved_database_url, revision)
     typer.echo(f"reqcrypt: database at {revision}")
 
@@ -256,7 +267,9 @@ cli.add_typer(dev_app, name="dev")
 cli.add_typer(dmsetup_app, name="dmsetup")
 cli.add_typer(io_app, name="io")
 cli.add_typer(vol_app, name="vol")
+cli.add_typer(luks_app, name="luks")
 cli.command()(iostat)
+cli.command()(trace)
 cli.command()(engines)
 cli.add_typer(bench_app, name="bench")
 

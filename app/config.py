@@ -80,6 +80,17 @@ class NbdSettings(SettingsView):
     nbd_tls_ca: Path | None
 
 
+class LuksSettings(SettingsView):
+    """LUKS key derivation: the most one may cost (REQCRYPT_LUKS_MAX_PBKDF_*), and how many
+    run at once."""
+
+    luks_max_pbkdf_memory_kib: int
+    luks_max_pbkdf_time: int
+    luks_max_pbkdf_parallel: int
+    luks_max_pbkdf_iterations: int
+    luks_pbkdf_workers: int
+
+
 class Settings(BaseSettings):
     # An empty variable (``REQCRYPT_ADMIN_TOKEN=`` in .env.example) means unset, as in a shell.
     model_config = SettingsConfigDict(env_prefix="REQCRYPT_", extra="ignore", env_ignore_empty=True)
@@ -152,6 +163,13 @@ class Settings(BaseSettings):
     )
     keep_alive_seconds: int = Field(
         default=5, ge=1, description="an idle keep-alive connection closes after this long"
+    )
+    head_timeout_seconds: float = Field(
+        default=10.0,
+        gt=0,
+        le=3600,
+        description="a request's line and headers must arrive within this long of the "
+        "connection or of their first byte (else 408; a connection that sent nothing closes)",
     )
     suspend_wait_seconds: float = Field(default=30.0, ge=0)
     plug_window_us: int = Field(default=50, ge=0, le=1_000_000)
@@ -226,6 +244,21 @@ class Settings(BaseSettings):
         le=1000,
         description="really wait the modelled engine/device time, scaled by this factor",
     )
+    luks_max_pbkdf_memory_kib: int = Field(
+        default=1 << 20, ge=32, le=4 << 20, description="Argon2 memory a LUKS keyslot may ask"
+    )
+    luks_max_pbkdf_time: int = Field(
+        default=64, ge=4, le=1 << 20, description="Argon2 passes a LUKS keyslot may ask"
+    )
+    luks_max_pbkdf_parallel: int = Field(
+        default=16, ge=1, le=1 << 10, description="Argon2 threads a LUKS keyslot may ask"
+    )
+    luks_max_pbkdf_iterations: int = Field(
+        default=50_000_000, ge=1000, description="PBKDF2 iterations a LUKS keyslot may ask"
+    )
+    luks_pbkdf_workers: int = Field(
+        default=1, ge=1, le=64, description="LUKS key derivations run at once (more wait)"
+    )
 
     @field_validator("admin_token", "io_token")
     @classmethod
@@ -289,6 +322,10 @@ class Settings(BaseSettings):
     @property
     def control(self) -> ControlSettings:
         return ControlSettings.model_validate(self)
+
+    @property
+    def luks(self) -> LuksSettings:
+        return LuksSettings.model_validate(self)
 
     @property
     def cluster(self) -> ClusterSettings | None:

@@ -4,13 +4,20 @@ Master key rotation keeps the key file and the database in step across a crash:
 the new key is first written durably beside the file (``master.key.new``), the
 database is re-wrapped under it in one transaction, then the side file is renamed
 over the old one. ``settle_master_key`` at start finishes or rolls back a rotation
-that was interrupted, by asking which of the two keys unwraps the stored keys.
+that was interrupted, by asking which of the two keys the database's check value names.
+
+One master key per deployment: the first node to start records ``key_check_value``
+of its key in SQL; every node compares its own against it at start, and a node whose
+key file is missing never generates one when a value is recorded (it would be a
+second key, and its volumes unreadable by the rest of the cluster).
 """
 
 from __future__ import annotations
 
 import contextlib
 import fcntl
+import hashlib
+import hmac
 import os
 import secrets
 from collections.abc import Callable, Iterator
@@ -20,6 +27,14 @@ from app.config import Settings
 
 KeyProbe = Callable[[bytes], bool | None]
 """Whether a master key unwraps every stored key: True, False, or None when none is stored."""
+
+KEY_CHECK_LABEL = b"reqcrypt master key check v1"
+
+
+def key_check_value(key: bytes) -> bytes:
+    """What SQL holds of the master key: an HMAC of a fixed label under it. Equal values
+    mean equal keys; the value tells nothing of the key."""
+    return hmac.new(key, KEY_CHECK_LABEL, hashlib.sha256).digest()
 
 
 class MasterKeyError(Exception):
@@ -55,12 +70,18 @@ def _read_private(path: Path) -> str:
     return path.read_text().strip()
 
 
-def load_master_key(settings: Settings) -> bytes:
-    """The key-wrapping key: from the environment, else a 0600 file made on first start."""
+def load_master_key(settings: Settings, *, create: bool = True) -> bytes:
+    """The key-wrapping key: from the environment, else a 0600 file made on first start
+    (unless ``create`` is false: the database already has a key recorded)."""
     if settings.master_key is not None:
         return bytes.fromhex(settings.master_key.get_secret_value())
     path = settings.resolved_master_key_file
     if not path.exists():
+        if not create:
+            raise MasterKeyError(
+                f"{path} does not exist and the database has a master key recorded: "
+                "supply the cluster's master key (that file or REQCRYPT_MASTER_KEY)"
+            )
         with contextlib.suppress(FileExistsError):
             _write_private(path, secrets.token_hex(32))
     return _read_key(path)
@@ -81,6 +102,13 @@ def master_key_source(settings: Settings) -> str:
     if settings.master_key is not None:
         return "REQCRYPT_MASTER_KEY"
     return str(settings.resolved_master_key_file)
+
+
+def not_the_recorded_key(settings: Settings) -> MasterKeyError:
+    return MasterKeyError(
+        f"the master key in {master_key_source(settings)} is not the one recorded in the "
+        "database: supply the cluster's master key"
+    )
 
 
 def pending_master_key_path(settings: Settings) -> Path:
@@ -106,29 +134,38 @@ def commit_pending_master_key(settings: Settings) -> None:
     _fsync_dir(path.parent)
 
 
-def settle_master_key(settings: Settings, unwraps: KeyProbe) -> bytes:
-    """The master key that unwraps the stored keys, finishing or undoing a cut-short rotation.
+def settle_master_key(settings: Settings, unwraps: KeyProbe, recorded: bytes | None) -> bytes:
+    """The master key the stored keys are under, finishing or undoing a cut-short rotation.
 
-    Raises ``MasterKeyError`` when the key does not unwrap them: serving with it would
-    give garbage (or nothing) for every volume.
+    ``recorded`` is the database's check value; without one (a database from before it
+    was kept) the stored keys themselves are asked. Raises ``MasterKeyError`` when the
+    key does not fit: serving with it would give garbage (or nothing) for every volume.
     """
-    key = load_master_key(settings)
+
+    def fits(key: bytes) -> bool:
+        if recorded is not None:
+            return hmac.compare_digest(key_check_value(key), recorded)
+        return unwraps(key) is not False
+
+    key = load_master_key(settings, create=recorded is None)
     pending = pending_master_key_path(settings)
     if settings.master_key is None and pending.exists():
         new = _read_key(pending)
-        if unwraps(new) is not False:  # the re-wrap committed: finish the rename
+        if fits(new):  # the re-wrap committed: finish the rename
             commit_pending_master_key(settings)
             return new
-        if unwraps(key) is not False:  # it did not: the old key stays
+        if fits(key):  # it did not: the old key stays
             pending.unlink()
             _fsync_dir(pending.parent)
             return key
-    if unwraps(key) is False:
-        raise MasterKeyError(
-            f"the master key in {master_key_source(settings)} does not unwrap the stored keys "
-            "(wrong key, or a key file from another data directory)"
-        )
-    return key
+    if fits(key):
+        return key
+    if recorded is not None:
+        raise not_the_recorded_key(settings)
+    raise MasterKeyError(
+        f"the master key in {master_key_source(settings)} does not unwrap the stored keys "
+        "(wrong key, or a key file from another data directory)"
+    )
 
 
 @contextlib.contextmanager

@@ -18,8 +18,19 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from app.api import docs, manual, problems
 from app.api.bodylimit import ControlBodyLimit
+from app.api.connections import BoundedHeadProtocol, bounded_head_protocol
 from app.api.ownership import OwnerRouting
-from app.api.routes import benchmarks, ceiling, data, devices, engines, health, volumes
+from app.api.routes import (
+    benchmarks,
+    ceiling,
+    data,
+    devices,
+    engines,
+    health,
+    luks,
+    trace,
+    volumes,
+)
 from app.api.schemas import Problem, TableIn
 from app.bench.jobs import BenchmarkJobs
 from app.cluster import ClusterNode
@@ -27,7 +38,7 @@ from app.cluster.relay import CONNECT_SECONDS
 from app.cluster.serving import ServingSet
 from app.config import Settings, get_settings
 from app.control import Control
-from app.db import migrate
+from app.db import checks, keycheck, migrate
 from app.db.leases import Leases
 from app.db.queries import SqlRegistryStore
 from app.db.records import Records, master_key_unwraps, rewrap_keys
@@ -39,7 +50,9 @@ from app.keyfiles import (
     MasterKeyError,
     admin_token_path,
     commit_pending_master_key,
+    key_check_value,
     load_admin_token,
+    not_the_recorded_key,
     settle_master_key,
     write_pending_master_key,
 )
@@ -82,6 +95,11 @@ def forward_timeout(settings: Settings) -> httpx.Timeout:
     )
 
 
+def http_protocol(settings: Settings) -> type[BoundedHeadProtocol]:
+    """What ``serve`` runs uvicorn with: its protocol plus a bounded request head."""
+    return bounded_head_protocol(settings.head_timeout_seconds)
+
+
 def ceph_cluster(settings: Settings) -> CephCluster | None:
     """The cluster rbd devices live on; it connects at first use, not here."""
     if settings.ceph_conf is None:
@@ -95,21 +113,38 @@ def ceph_cluster(settings: Settings) -> CephCluster | None:
 
 
 def open_master_key(settings: Settings, sessions: sessionmaker[Session]) -> bytes:
-    """The master key, checked against the stored keys (``keyfiles.MasterKeyError`` if wrong)."""
-    return settle_master_key(settings, lambda key: master_key_unwraps(sessions, key))
+    """The master key, checked against the database's check value (recorded here by the
+    first node to start) or, on a database without one, the stored keys."""
+    recorded = keycheck.recorded(sessions)
+    key = settle_master_key(settings, lambda key: master_key_unwraps(sessions, key), recorded)
+    if recorded is None:
+        value = key_check_value(key)
+        if keycheck.record(sessions, value) != value:  # another node's first start won
+            raise not_the_recorded_key(settings)
+    return key
 
 
 def migrated_engine(settings: Settings) -> Engine:
-    """The database engine, migrated first unless REQCRYPT_MIGRATE_ON_START is off."""
+    """The database engine once the server and schema are checked (``checks.DatabaseRefused``
+    if not usable) and, unless ``migrate_on_start`` is off, migrated to head. Off, a
+    database behind the code is served as it is and ``/readyz`` answers 503."""
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     url = settings.resolved_database_url
-    if settings.migrate_on_start:
-        migrate.upgrade(url)
-    return make_engine(url)
+    checks.check_server(url)
+    db_engine = make_engine(url)
+    try:
+        checks.check_revision(db_engine, url)
+        if settings.migrate_on_start:
+            migrate.upgrade(url)
+    except BaseException:
+        db_engine.dispose()
+        raise
+    return db_engine
 
 
 def check_master_key(settings: Settings) -> None:
-    """``serve``'s check before it binds a port: the database is migrated and the key fits."""
+    """``serve``'s check before it binds a port: the database is usable, migrated, and the
+    key fits."""
     db_engine = migrated_engine(settings)
     try:
         open_master_key(settings, make_sessionmaker(db_engine))
@@ -133,7 +168,7 @@ def rotate_master_key(settings: Settings) -> int:
         sessions = make_sessionmaker(db_engine)
         old_key = open_master_key(settings, sessions)
         new_key = write_pending_master_key(settings)
-        count = rewrap_keys(sessions, old_key, new_key)
+        count = rewrap_keys(sessions, old_key, new_key, key_check_value(new_key))
         commit_pending_master_key(settings)
         return count
     finally:
@@ -366,7 +401,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         app.include_router(ceiling.router)
     app.include_router(health.router)
     app.include_router(devices.router)
+    app.include_router(luks.router)
     app.include_router(volumes.router)
+    app.include_router(trace.router)
     app.include_router(benchmarks.router)
     app.include_router(engines.router)
     docs.install(app)

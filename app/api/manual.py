@@ -58,6 +58,25 @@ CONTENT_RANGE = header(
 )
 
 
+RETRY_AFTER = {
+    "Retry-After": {"description": "seconds to wait before retrying", "schema": {"type": "integer"}}
+}
+WAIT = {
+    "description": "I/O to a suspended volume waits for its resume up to "
+    "REQCRYPT_SUSPEND_WAIT_SECONDS (default 30 s) before this answer, with Retry-After: "
+    "that wait in seconds (at least 1). Also at once, with Retry-After: 1, when "
+    "REQCRYPT_MAX_VOLUME_IOS I/Os are in flight on the volume, or when a cluster's owner "
+    "of the volume cannot be reached. Set a client timeout above the suspend wait.",
+    "headers": RETRY_AFTER,
+}
+STALE = "If-Match names another ETag than the volume's current one: it changed since"
+OUTSIDE = (
+    "the range lies outside the volume; Content-Range: bytes */SIZE gives its size "
+    "(a property of the volume, not of the request)"
+)
+DATA_RESPONSES: dict[str, Any] = {"503": WAIT, "416": OUTSIDE}
+
+
 def body(*examples: tuple[str, Any], media: str = "application/json") -> dict[str, Any]:
     return {
         media: {"examples": {name: {"summary": name, "value": value} for name, value in examples}}
@@ -103,6 +122,49 @@ OPERATIONS: dict[tuple[str, str], dict[str, Any]] = {
         "summary": "Delete a backing device",
         "description": "Removes the file. 409 while a volume maps the device.",
     },
+    ("post", "/v1/devices/{name}/luks"): {
+        "summary": "Format a device as LUKS (cryptsetup luksFormat)",
+        "description": "A new random volume key, sealed in keyslot 0 by the passphrase (or "
+        "the base64 bytes of a key file). Defaults are cryptsetup's: LUKS2, aes-xts-plain64, "
+        "512-bit key, argon2id (LUKS1: pbkdf2), 16 MiB of header before the data. PBKDF costs "
+        "above the service's REQCRYPT_LUKS_MAX_PBKDF_* ceiling are refused (422), as is a "
+        "device a volume maps (409). The answer is the new header's dump.",
+        "examples": body(
+            ("LUKS2, 4 KiB sectors", {"passphrase": "correct horse", "sector_size": 4096}),
+            (
+                "LUKS1 for qemu, cheap PBKDF2",
+                {
+                    "type": "luks1",
+                    "passphrase": "correct horse",
+                    "pbkdf": {"type": "pbkdf2", "hash": "sha256", "iterations": 100000},
+                },
+            ),
+        ),
+    },
+    ("get", "/v1/devices/{name}/luks"): {
+        "summary": "Show a device's LUKS header (cryptsetup luksDump)",
+        "description": "Version, UUID, label, cipher, sector size, data offset and length, "
+        "keyslots with their PBKDF parameters, the digest and tokens; never key material or "
+        "salts. `header_copy` says `secondary` when the primary LUKS2 copy is corrupt. 404 "
+        "when the device holds no LUKS header, 422 when it holds one reqcrypt refuses.",
+    },
+    ("post", "/v1/devices/{name}/luks/keyslots"): {
+        "summary": "Add a passphrase (cryptsetup luksAddKey)",
+        "description": "`passphrase` (or `key_file`) opens an existing keyslot; the lowest "
+        "free keyslot then also opens with `new_passphrase`. A wrong passphrase is 403.",
+        "examples": body(
+            ("second passphrase", {"passphrase": "correct horse", "new_passphrase": "battery"}),
+        ),
+    },
+    ("delete", "/v1/devices/{name}/luks/keyslots/{slot}"): {
+        "summary": "Remove a keyslot (cryptsetup luksKillSlot)",
+        "description": "`passphrase` must open another keyslot (403 otherwise). The last "
+        "keyslot goes only with `force`: the data is then unreadable for good (409 without).",
+        "examples": body(
+            ("with another slot's passphrase", {"passphrase": "battery"}),
+            ("the last slot", {"force": True}),
+        ),
+    },
     ("get", "/v1/volumes"): {
         "summary": "List volumes (dmsetup ls)",
         "description": "Every volume with its state, size, dispatch mode, engine and "
@@ -113,9 +175,12 @@ OPERATIONS: dict[tuple[str, str], dict[str, Any]] = {
         "description": "`table` is dmsetup's table text: `<start> <length> <target> <args…>` "
         "per line, in 512-byte sectors. Targets: crypt, linear, zero, error. "
         "`dispatch_mode` is `bio` (every bio alone) or `request` (bios merged in the plug "
-        "window); `engine` names a crypto engine model.",
+        "window); `engine` names a crypto engine model. Instead of `table`, `luks` opens a "
+        "LUKS device (cryptsetup open): the table is derived from its header and the "
+        "passphrase, which is never stored; a wrong one is 403.",
         "examples": body(
             ("aes-xts-plain64", {"name": "secret", "table": XTS_TABLE}),
+            ("LUKS", {"name": "secret", "luks": {"device": "sda2", "passphrase": "correct horse"}}),
             (
                 "cbc-essiv, bio mode, engine model",
                 {
@@ -204,13 +269,26 @@ OPERATIONS: dict[tuple[str, str], dict[str, Any]] = {
         "description": "Counters and averages start again from zero; in-flight requests "
         "stay counted.",
     },
+    ("get", "/v1/volumes/{name}/trace"): {
+        "summary": "Trace the block layer (blktrace, blkparse's text)",
+        "description": "Streams the volume's block-layer events for `seconds` as `blktrace "
+        "-d DEV -o - | blkparse -i -` prints them: Q (bio queued), M/F (back/front merge), "
+        "G (new request), P/U (plug opened/flushed), I (into the elevator), D (dispatched), "
+        "C (completed, with its status) and `m` lines for the crypt engine calls (calls, "
+        "bulk or per-unit, data units, IV mode). Admin token only. A listener holds a "
+        "bounded buffer: events a slow reader misses are dropped, never waited for, and "
+        "counted in the closing `Skips:` line. At most four traces per volume (503). "
+        "`reqcrypt trace NAME --summary` turns it into btt's latencies and merge ratio.",
+    },
     ("get", "/v1/volumes/{name}/data"): {
         "summary": "Read bytes (Range)",
         "headers": [RANGE, IF_MATCH, IF_NONE_MATCH, IF_RANGE],
+        "responses": {**DATA_RESPONSES, "412": STALE},
     },
     ("head", "/v1/volumes/{name}/data"): {
         "summary": "Size, ETag and Content-Range without the bytes",
         "headers": [RANGE, IF_MATCH, IF_NONE_MATCH, IF_RANGE],
+        "responses": {**DATA_RESPONSES, "412": STALE},
     },
     ("put", "/v1/volumes/{name}/data"): {
         "summary": "Write bytes (Content-Range), or a batch (multipart/byteranges)",
@@ -220,6 +298,7 @@ OPERATIONS: dict[tuple[str, str], dict[str, Any]] = {
         "Content-Range; the whole body is checked before anything is written, then the "
         "parts enter the queue together.",
         "headers": [IF_MATCH],
+        "responses": {**DATA_RESPONSES, "412": STALE},
         "examples": {
             "application/octet-stream": {
                 "examples": {
@@ -243,14 +322,24 @@ OPERATIONS: dict[tuple[str, str], dict[str, Any]] = {
     },
     ("post", "/v1/volumes/{name}/flush"): {
         "summary": "Flush (REQ_PREFLUSH)",
+        "responses": {"503": WAIT},
     },
     ("post", "/v1/volumes/{name}/discard"): {
         "summary": "Discard a range",
         "examples": body(("first MiB", {"offset": 0, "length": 1 << 20})),
+        "responses": {
+            **DATA_RESPONSES,
+            "409": "a crypt target of the table has no allow_discards",
+            "422": "offset and length must be whole logical blocks of this volume",
+        },
     },
     ("post", "/v1/volumes/{name}/write-zeroes"): {
         "summary": "Write zeroes to a range",
         "examples": body(("first MiB", {"offset": 0, "length": 1 << 20})),
+        "responses": {
+            **DATA_RESPONSES,
+            "422": "offset and length must be whole logical blocks of this volume",
+        },
     },
     ("get", "/v1/benchmarks"): {
         "summary": "List benchmark runs",
@@ -278,6 +367,35 @@ OPERATIONS: dict[tuple[str, str], dict[str, Any]] = {
             (
                 "an existing volume",
                 {"volume": "secret", "workload": {"rw": "randwrite", "bs": "4k", "iodepth": 8}},
+            ),
+            (
+                "replay a blkparse trace",
+                {
+                    "label": "my database's disk",
+                    "replay": {
+                        "trace": "  8,16   1        1     0.000000000  2233  Q  WS 4096 + 8 "
+                        "[postgres]\n  8,16   1        2     0.000004100  2233  Q  WS 4104 + 8 "
+                        "[postgres]\n  8,16   0        3     0.000950000  2240  Q   R 81920 + 256 "
+                        "[postgres]\n",
+                        "cipher": "aes-cbc-plain64",
+                        "engine": "omap-aes-am335x",
+                        "device_model": "sdcard-bbb",
+                    },
+                },
+            ),
+            (
+                "replay a fio iolog in closed loop",
+                {
+                    "replay": {
+                        "trace": "fio version 3 iolog\n0 /dev/sdb add\n0 /dev/sdb open\n"
+                        "1 /dev/sdb write 0 4096\n1 /dev/sdb write 4096 4096\n"
+                        "2 /dev/sdb read 1048576 65536\n3 /dev/sdb close\n",
+                        "cipher": "aes-xts-plain64",
+                        "engine": "software",
+                        "loop": "closed",
+                        "iodepth": 8,
+                    }
+                },
             ),
         ),
     },
@@ -322,7 +440,11 @@ OPERATIONS: dict[tuple[str, str], dict[str, Any]] = {
     },
     ("post", "/v1/device-models"): {
         "summary": "Add a device timing model",
-        "description": "Reads and writes cost `latency + bytes / bytes_per_s`; flushes `flush_ns`.",
+        "description": "Reads and writes cost `latency + bytes / bytes_per_s`; flushes "
+        "`flush_ns`. With a write buffer, a write stream from idle takes its first "
+        "`write_buffer_bytes` at `write_bytes_per_s` (the burst) and the rest at "
+        "`write_sustained_bytes_per_s`; idle time drains the buffer. Both or neither, the "
+        "sustained rate at most the burst rate (422 otherwise).",
         "examples": body(
             (
                 "an SD card",
@@ -334,7 +456,20 @@ OPERATIONS: dict[tuple[str, str], dict[str, Any]] = {
                     "write_bytes_per_s": 8.9e6,
                     "flush_ns": 2000000,
                 },
-            )
+            ),
+            (
+                "an SSD with an SLC write cache",
+                {
+                    "name": "ssd-slc",
+                    "read_latency_ns": 80000,
+                    "read_bytes_per_s": 500e6,
+                    "write_latency_ns": 30000,
+                    "write_bytes_per_s": 450e6,
+                    "write_buffer_bytes": 8589934592,
+                    "write_sustained_bytes_per_s": 120e6,
+                    "queue_depth": 32,
+                },
+            ),
         ),
     },
     ("get", "/v1/device-models/{name}"): {
@@ -452,9 +587,10 @@ def apply(schema: dict[str, Any], problem: dict[str, Any]) -> None:
                 content = operation.setdefault("requestBody", {}).setdefault("content", {})
                 for media, examples in entry["examples"].items():
                     content.setdefault(media, {}).update(examples)
-            for status, description in entry.get("responses", {}).items():
+            for status, answer in entry.get("responses", {}).items():
+                answer = answer if isinstance(answer, dict) else {"description": answer}
                 operation["responses"][status] = {
-                    "description": description,
+                    **answer,
                     "content": {"application/problem+json": problem},
                 }
     links(schema)

@@ -14,6 +14,7 @@ from starlette.routing import Match
 
 from app import errors
 from app.io.status import IoStatus, status_of
+from app.luks.errors import NoKeyAvailable
 
 log = logging.getLogger("reqcrypt.api")
 
@@ -36,6 +37,8 @@ HTTP_STATUS: dict[IoStatus, int] = {
 
 
 def status_for(exc: errors.ReqcryptError) -> int:
+    if isinstance(exc, NoKeyAvailable):  # a LUKS passphrase refused: no I/O path meets it
+        return 403
     return HTTP_STATUS[status_of(exc)]
 
 
@@ -139,11 +142,13 @@ async def _unhandled(request: Request, exc: Exception) -> JSONResponse:
         type(exc).__name__,
         exc_info=exc,
     )
+    # Starlette re-raises after sending this, and uvicorn then closes the connection:
+    # say so, or a keep-alive client sends its next request into a closed socket.
     return problem(
         500,
         f"internal error; quote request id {request_id} when reporting it",
         instance=request.url.path,
-        headers={"X-Request-ID": request_id},
+        headers={"X-Request-ID": request_id, "Connection": "close"},
     )
 
 

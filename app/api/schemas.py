@@ -7,6 +7,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 
+from app.api.luks_schemas import LuksOpenIn
 from app.blk.limits import DEFAULT_NR_REQUESTS, MAX_NR_REQUESTS, QueueLimits
 from app.blk.tuning import Tuning, TuningPatch
 from app.integers import JsonInt, integral_float
@@ -115,10 +116,20 @@ class QueueLimitsIn(BaseModel):
 
 
 class VolumeCreate(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True)
+    model_config = ConfigDict(
+        extra="forbid",
+        strict=True,
+        json_schema_extra={
+            "oneOf": [
+                {"required": ["table"], "properties": {"table": {"type": "string"}}},
+                {"required": ["luks"], "properties": {"luks": {"type": "object"}}},
+            ]
+        },
+    )
 
     name: str = Field(pattern=NAME_PATTERN, examples=["secret"])
-    table: str = Field(
+    table: str | None = Field(
+        default=None,
         min_length=1,
         pattern=TABLE_PATTERN,
         description="dmsetup table text; devices by name, /dev/name or /dev/mapper/volume",
@@ -135,6 +146,17 @@ class VolumeCreate(BaseModel):
         default=None, description="request mode's plug window; default: service setting"
     )
     nbd_export: bool = Field(default=False, description="serve over NBD under the volume's name")
+    luks: LuksOpenIn | None = Field(
+        default=None,
+        description="luksOpen instead of a table: the crypt table cryptsetup maps is derived "
+        "from the device's LUKS header and the passphrase (which is never stored)",
+    )
+
+    @model_validator(mode="after")
+    def _table_or_luks(self) -> VolumeCreate:
+        if (self.table is None) == (self.luks is None):
+            raise ValueError("give exactly one of table and luks")
+        return self
 
     def tuning(self) -> Tuning:
         return Tuning(

@@ -96,6 +96,9 @@ class CellResult(Mapping[str, Any]):
     measured_mb_s_rounds: list[float] = field(default_factory=list, metadata=_MEASURED)
     modelled_mb_s_rounds: list[float] = field(default_factory=list, metadata=_MODELLED)
     warnings: list[str] = field(default_factory=list)
+    write_regime: str | None = field(default=None, metadata=_MODELLED)
+    """Where the device model's write buffer had the cell's writes: ``burst``,
+    ``sustained`` or ``burst+sustained`` (None: no writes, or no buffer)."""
 
     def __getitem__(self, key: str) -> Any:
         if key not in _FIELD_NAMES:
@@ -265,6 +268,7 @@ class CellRunner:
         engine = volume.engine
         profile: EngineProfile = engine.profile
         timer = self.engines.device_timer(device_model)
+        timer.settle()
         stats_before = volume.stats.snapshot()
         engine_before = engine.snapshot()
         timer_before = timer.snapshot()
@@ -276,6 +280,11 @@ class CellRunner:
         n_requests = counters["r_ios"] + counters["w_ios"]
         device_ios = sum(timer_after["ios"].values()) - sum(timer_before["ios"].values())
         storage_ns = timer_after["busy_ns"] - timer_before["busy_ns"]
+        regimes = [
+            regime
+            for regime, nbytes in timer_after["write_bytes_by_regime"].items()
+            if nbytes > timer_before["write_bytes_by_regime"][regime]
+        ]
         engine_busy_ns = engine_after.clock.busy_ns - engine_before.clock.busy_ns
         engine_cpu_ns = engine_after.cpu_ns - engine_before.cpu_ns
         crypto_ns = engine_busy_ns + engine_cpu_ns
@@ -347,6 +356,7 @@ class CellRunner:
                 )
                 + f"; storage: the data path's {device_model} device timer"
             ),
+            write_regime="+".join(regimes) or None,
         )
 
 

@@ -291,6 +291,69 @@ def run_scenario(
         typer.echo(rendered.markdown)
 
 
+@bench_app.command("replay")
+def replay_command(
+    trace_file: Annotated[
+        Path, typer.Argument(help="blkparse text or fio iolog (v2, v3); - for stdin")
+    ],
+    cipher: Annotated[str, typer.Option(help="dm-crypt cipher")] = "aes-xts-plain64",
+    sector_size: Annotated[int, typer.Option(help="data unit bytes")] = 512,
+    device_model: Annotated[str, typer.Option(help="device model preset")] = "none",
+    engine: Annotated[str, typer.Option(help="engine preset")] = "software",
+    elevator: Annotated[str, typer.Option(help="none or mq-deadline")] = "none",
+    queue_depth: Annotated[
+        int | None, typer.Option(help="device tags (default: the model's)")
+    ] = None,
+    plug_window_us: Annotated[int, typer.Option(help="plug window")] = 50,
+    loop: Annotated[
+        str, typer.Option(help="open: at the trace's times; closed: --iodepth in flight")
+    ] = "open",
+    iodepth: Annotated[int, typer.Option(help="bios in flight in closed loop")] = 1,
+    as_json: Annotated[bool, typer.Option("--json", help="print the report as JSON")] = False,
+    csv: Annotated[Path | None, typer.Option(help="write the cells as CSV")] = None,
+    plot: Annotated[Path | None, typer.Option(help="write the throughput plot as PNG")] = None,
+) -> None:
+    """Replay a block trace against a modelled volume, bio vs request mode (modelled time)."""
+    import sys
+
+    from app.bench import replay, report
+    from app.engine.presets import DEVICE_MODELS, ENGINES
+
+    if engine not in ENGINES or device_model not in DEVICE_MODELS:
+        typer.echo(
+            f"reqcrypt bench: engines: {', '.join(ENGINES)}; device models: "
+            f"{', '.join(DEVICE_MODELS)}",
+            err=True,
+        )
+        raise typer.Exit(2)
+    text = sys.stdin.read() if str(trace_file) == "-" else trace_file.read_text(errors="replace")
+    config = replay.ReplayConfig(
+        cipher=cipher,
+        sector_size=sector_size,
+        elevator="mq-deadline" if elevator == "mq-deadline" else "none",
+        queue_depth=queue_depth,
+        plug_window_us=plug_window_us,
+        loop="closed" if loop == "closed" else "open",
+        iodepth=iodepth,
+    )
+    try:
+        if elevator not in ("none", "mq-deadline") or loop not in ("open", "closed"):
+            raise ReqcryptError("--elevator is none or mq-deadline, --loop open or closed")
+        result = replay.replay(
+            replay.parse_trace(text), ENGINES[engine], DEVICE_MODELS[device_model], config
+        )
+    except ReqcryptError as exc:
+        raise _fail("replay", exc) from None
+    if csv is not None:
+        csv.write_text(report.cells_csv(result["cells"]))
+    if plot is not None:
+        plot.write_bytes(report.plot_png(result["cells"], title=f"replay of {trace_file.name}"))
+    if as_json:
+        typer.echo(json.dumps(result, indent=2))
+    else:
+        typer.echo(replay.render_report(result), nl=False)
+
+
 @bench_app.command("scenarios")
 def list_scenarios() -> None:
     """List the built-in scenarios."""

@@ -56,6 +56,7 @@ CSV_COLUMNS = (
     "crypto_ms",
     "storage_ms",
     "device_ios",
+    "write_regime",
     "modelled_basis",
     "rounds",
     "coverage",

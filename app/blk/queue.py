@@ -64,8 +64,9 @@ from app.blk.merge import (
 from app.blk.plug import Plug
 from app.blk.request import Request, RqState, count_phys_segments
 from app.blk.stats import QueueStats
+from app.blk.trace import TraceBuffer, Tracer
 from app.blk.wait import WaitQueue
-from app.errors import InvalidInput
+from app.errors import InvalidInput, Unavailable
 from app.vocab import (
     DEFAULT_QUEUE_DEPTH,
     DISPATCH_MODES,
@@ -89,6 +90,8 @@ def completed() -> None:
 _CHUNK_SHIFT = 11
 #: A dispatching thread stops taking ready requests once its batch holds this much.
 _DISPATCH_BATCH_BYTES = 128 * 1024
+#: Trace listeners one queue feeds at once: each holds a bounded buffer.
+MAX_TRACE_LISTENERS = 4
 
 
 def _chunks(start: int, end: int) -> range:
@@ -97,6 +100,16 @@ def _chunks(start: int, end: int) -> range:
 
 def _is_barrier(bio: Bio) -> bool:
     return bio.op is Op.FLUSH or bio.preflush or bio.fua
+
+
+def _trace_completions(
+    tracer: Tracer, batch: list[Request], done: list[int], statuses: list[Exception | None]
+) -> None:
+    """C events: status 0, or -5 (EIO) for a request that failed."""
+    for rq, when, status in zip(batch, done, statuses, strict=True):
+        tracer.request(
+            when, "C", rq.op, rq.sector, rq.nr_sectors, rq.fua, "0" if status is None else "-5"
+        )
 
 
 class BlockQueue:
@@ -140,6 +153,8 @@ class BlockQueue:
         # Requests created and not yet dispatched or absorbed: what nr_requests bounds.
         self._scheduled = 0
         self._held = False
+        #: None unless someone listens (``listen``): every trace hook tests only this.
+        self.tracer: Tracer | None = None
 
     # ---------------------------------------------------------------- tuning
 
@@ -228,6 +243,40 @@ class BlockQueue:
         with self._lock:
             self._window_ns = plug_window_us * 1000
             self._cond.notify_all()
+
+    # ----------------------------------------------------------------- trace
+
+    def listen(self, capacity: int | None = None, expires: float | None = None) -> TraceBuffer:
+        """A new trace listener (blktrace); raises Unavailable past MAX_TRACE_LISTENERS.
+
+        ``expires`` (``time.monotonic()``) lets a listener whose reader vanished without
+        ``unlisten`` be dropped by the next ``listen``.
+        """
+        buffer = (
+            TraceBuffer(expires=expires) if capacity is None else TraceBuffer(capacity, expires)
+        )
+        now = time.monotonic()
+        with self._lock:
+            current = self.tracer.buffers if self.tracer is not None else ()
+            current = tuple(
+                listener
+                for listener in current
+                if listener.expires is None or listener.expires > now
+            )
+            if len(current) >= MAX_TRACE_LISTENERS:
+                raise Unavailable(
+                    f"{len(current)} traces already run on this volume; at most "
+                    f"{MAX_TRACE_LISTENERS}",
+                    retry_after=5,
+                )
+            self.tracer = Tracer((*current, buffer))
+        return buffer
+
+    def unlisten(self, buffer: TraceBuffer) -> None:
+        with self._lock:
+            current = self.tracer.buffers if self.tracer is not None else ()
+            rest = tuple(listener for listener in current if listener is not buffer)
+            self.tracer = Tracer(rest) if rest else None
 
     # ------------------------------------------------------------ submission
 
@@ -411,6 +460,9 @@ class BlockQueue:
         May drop and retake the lock while it waits for a request slot; placement
         is then decided again, since pending requests may have completed meanwhile.
         """
+        tracer = self.tracer
+        if tracer is not None:
+            tracer.bio(now, "Q", bio.op, bio.sector, bio.nr_sectors, bio.fua)
         while True:
             conflicts = self._conflicts(bio) if self._pending else []
             if (
@@ -422,11 +474,18 @@ class BlockQueue:
                 merged = self._attempt_merges(bio, now)
                 if merged is not None:
                     self.stats.account_bio(bio.op, merged.value)
+                    if tracer is not None:
+                        action = "M" if merged is MergeType.BACK else "F"
+                        tracer.bio(now, action, bio.op, bio.sector, bio.nr_sectors, bio.fua)
                     return False
             if self._held or self._scheduled < self._limits.nr_requests:
                 break
             self._wait_for_request_slot()
         rq = Request.from_bio(bio, self._limits.max_segment_size, now)
+        tracer = self.tracer  # a listener may have come while this thread waited for a slot
+        if tracer is not None:
+            rq.tracer = tracer
+            tracer.bio(now, "G", bio.op, bio.sector, bio.nr_sectors, bio.fua)
         for earlier in conflicts:
             earlier.dependents.append(rq)
             earlier.ordered = True
@@ -446,12 +505,16 @@ class BlockQueue:
             self._flush_plug_locked(now)
             rq.state = RqState.QUEUED
             self._elevator.insert(rq, now)
+            if tracer is not None:
+                tracer.request(now, "I", rq.op, rq.sector, rq.nr_sectors, rq.fua, "")
             return True
         run = False
         plug = self._plug
         if plug.requests and plug.needs_flush():
             self._flush_plug_locked(now)
             run = True
+        if tracer is not None and not plug.requests:
+            tracer.emit(now, "P", "N", 0, 0)
         plug.add_request(rq, now)
         bio.plug_generation = plug.generation
         self._hash_add(rq)
@@ -550,9 +613,15 @@ class BlockQueue:
             return False
         if now is None:
             now = time.perf_counter_ns()
-        for rq in self._plug.finish_plug():
+        requests = self._plug.finish_plug()
+        tracer = self.tracer
+        if tracer is not None:
+            tracer.emit(now, "U", "N", 0, 0, str(len(requests)))
+        for rq in requests:
             rq.state = RqState.QUEUED
             self._elevator.insert(rq, now)
+            if tracer is not None:
+                tracer.request(now, "I", rq.op, rq.sector, rq.nr_sectors, rq.fua, "")
         self._cond.notify_all()
         return True
 
@@ -629,6 +698,9 @@ class BlockQueue:
                     done[index] = time.perf_counter_ns()
                 # Accounted before the bios end: whoever sees its I/O done sees it counted.
                 self.stats.requests_done(batch, done)
+                tracer = self.tracer
+                if tracer is not None:
+                    _trace_completions(tracer, batch, done, statuses)
                 for rq, status in zip(batch, statuses, strict=True):
                     rq.complete(status)
                 lock.acquire()
@@ -681,6 +753,10 @@ class BlockQueue:
             batch.append(rq)
         if batch:
             self.stats.requests_dispatched(batch, now)
+            tracer = self.tracer
+            if tracer is not None:
+                for rq in batch:
+                    tracer.request(now, "D", rq.op, rq.sector, rq.nr_sectors, rq.fua, "")
             self._cond.notify_all()
         return batch
 

@@ -6,6 +6,7 @@ import itertools
 from enum import IntEnum
 
 from app.blk.bio import Bio, bio_endio
+from app.blk.trace import Tracer
 from app.vocab import SECTOR_SHIFT, Op, div_round_up
 
 _serials = itertools.count()
@@ -61,6 +62,7 @@ class Request:
         "serial",
         "start_time",
         "state",
+        "tracer",
         "wait_count",
     )
 
@@ -95,6 +97,8 @@ class Request:
         self.dependents: list[Request] = []
         self.ordered = False
         self.fifo_deadline = 0
+        #: The queue's tracer when the request was made: targets trace engine calls on it.
+        self.tracer: Tracer | None = None
 
     @classmethod
     def from_bio(cls, bio: Bio, max_segment_size: int, start_time: int = 0) -> Request:

@@ -15,6 +15,7 @@ from typing import Any
 from sqlalchemy import (
     JSON,
     BigInteger,
+    CheckConstraint,
     ForeignKey,
     LargeBinary,
     String,
@@ -90,6 +91,19 @@ class Node(Base):
         server_default=true(),
         comment="written with each heartbeat; false: fenced or stopping, place nothing here",
     )
+
+
+class MasterKeyCheck(Base):
+    """Which master key the wrapped keys are under, as an HMAC of a fixed label under it
+    (``keyfiles.key_check_value``), never the key: a node holding another key refuses to
+    start instead of failing at its first takeover. One row, written by the first node."""
+
+    __tablename__ = "master_key_check"
+    __table_args__ = (CheckConstraint("id = 1", name="one_row"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True, default=1)
+    value: Mapped[bytes] = mapped_column(LargeBinary(32))
+    recorded_at: Mapped[datetime] = mapped_column(default=utcnow)
 
 
 class VolumeTable(Base):

@@ -23,7 +23,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from app.blk.limits import QueueLimits
 from app.blk.tuning import Tuning
 from app.crypto.keys import KeyUnwrapError, unwrap_key, wrap_key
-from app.db import leases, models
+from app.db import keycheck, leases, models
 from app.dm.table import CryptParams, Table, format_table, parse_table
 from app.vocab import StoreKind, VolumeState
 
@@ -100,8 +100,11 @@ def master_key_unwraps(sessions: sessionmaker[Session], master_key: bytes) -> bo
     return True
 
 
-def rewrap_keys(sessions: sessionmaker[Session], old_key: bytes, new_key: bytes) -> int:
-    """Re-wrap every stored key from ``old_key`` to ``new_key`` in one transaction.
+def rewrap_keys(
+    sessions: sessionmaker[Session], old_key: bytes, new_key: bytes, check_value: bytes
+) -> int:
+    """Re-wrap every stored key from ``old_key`` to ``new_key`` in one transaction, which
+    also records ``check_value`` (the new key's) for the nodes that start next.
 
     The rows are locked (``FOR UPDATE`` where the database has it) so no writer can
     commit a key wrapped under the old key in between. Returns how many were re-wrapped.
@@ -115,6 +118,7 @@ def rewrap_keys(sessions: sessionmaker[Session], old_key: bytes, new_key: bytes)
                 row.blob = wrap_key(new_key, key, aad)
             finally:
                 key.wipe()
+        keycheck.replace(session, check_value)
         return len(rows)
 
 

@@ -21,6 +21,7 @@ from pydantic import (
     BeforeValidator,
     ConfigDict,
     Field,
+    JsonValue,
     PlainSerializer,
     TypeAdapter,
     ValidationError,
@@ -206,6 +207,20 @@ class Capabilities(_Schema):
     """
 
     _kind: ClassVar[str] = "capabilities"
+    __pydantic_config__: ClassVar[ConfigDict] = ConfigDict(
+        extra="forbid",
+        revalidate_instances="always",
+        # The rule ``_check`` enforces, stated for clients: a keyed IV mode needs keyed_iv.
+        json_schema_extra={
+            "if": {
+                "properties": {
+                    "bulk_ivmodes": {"contains": {"enum": list[JsonValue](sorted(KEYED_IV_MODES))}}
+                },
+                "required": ["bulk_ivmodes"],
+            },
+            "then": {"properties": {"keyed_iv": {"const": True}}, "required": ["keyed_iv"]},
+        },
+    )
 
     ciphers: Annotated[Names | None, Field(description="null: every cipher")] = frozenset({"aes"})
     chainmodes: Annotated[Names | None, Field(description="null: every chain mode")] = frozenset(
@@ -363,6 +378,11 @@ class DeviceModel(_Schema):
     unlimited: with zero latencies that is the ``none`` model of a plain file.
     ``queue_depth`` is the device's tags: how many requests a volume on it may
     have on the device at once; the others wait in its elevator, and merge.
+
+    A write buffer (an SD card's or SSD's SLC cache): a stream of writes from an
+    idle device takes its first ``write_buffer_bytes`` at ``write_bytes_per_s``
+    (the burst rate), the rest at ``write_sustained_bytes_per_s``; idle time drains
+    the buffer at the sustained rate. Without one every write runs at the burst rate.
     """
 
     _kind: ClassVar[str] = "device model"
@@ -373,6 +393,20 @@ class DeviceModel(_Schema):
     read_bytes_per_s: Annotated[BytesPerSecond | None, Field(description="null: unlimited")] = None
     write_latency_ns: Nanoseconds = 0.0
     write_bytes_per_s: Annotated[BytesPerSecond | None, Field(description="null: unlimited")] = None
+    write_buffer_bytes: Annotated[
+        int | None,
+        Field(
+            strict=True,
+            ge=SECTOR_SIZE,
+            le=1 << 50,
+            description="bytes taken at the burst rate from idle; null: no write buffer",
+        ),
+        BeforeValidator(integral_float),
+    ] = None
+    write_sustained_bytes_per_s: Annotated[
+        BytesPerSecond | None,
+        Field(description="write rate once the buffer is full (its drain rate)"),
+    ] = None
     flush_ns: Nanoseconds = 0.0
     queue_depth: Annotated[
         int,
@@ -385,6 +419,37 @@ class DeviceModel(_Schema):
         BeforeValidator(integral_float),
     ] = DEFAULT_QUEUE_DEPTH
 
+    def _check(self) -> None:
+        buffered = self.write_buffer_bytes is not None
+        if buffered != (self.write_sustained_bytes_per_s is not None):
+            raise InvalidInput(
+                "device model: write_buffer_bytes and write_sustained_bytes_per_s go together"
+            )
+        burst, sustained = self.write_bytes_per_s, self.write_sustained_bytes_per_s
+        if burst is not None and sustained is not None and sustained > burst:
+            raise InvalidInput(
+                "device model: write_sustained_bytes_per_s exceeds write_bytes_per_s (the burst)"
+            )
+
+    @property
+    def buffered(self) -> bool:
+        return self.write_buffer_bytes is not None
+
+    def write_ns(self, nbytes: int, burst_bytes: float) -> float:
+        """One write of ``nbytes`` of which ``burst_bytes`` still fit in the buffer."""
+        burst = min(nbytes, burst_bytes) if self.buffered else nbytes
+        rate, sustained = self.write_bytes_per_s, self.write_sustained_bytes_per_s
+        ns = self.write_latency_ns + (0.0 if rate is None else burst * 1e9 / rate)
+        if nbytes > burst and sustained is not None:
+            ns += (nbytes - burst) * 1e9 / sustained
+        return ns
+
+    def stream_burst_share(self, total_bytes: int) -> float:
+        """Share of a back-to-back write stream from idle that runs at the burst rate."""
+        if self.write_buffer_bytes is None or total_bytes <= 0:
+            return 1.0
+        return min(1.0, self.write_buffer_bytes / total_bytes)
+
     @property
     def instant(self) -> bool:
         return (
@@ -393,6 +458,7 @@ class DeviceModel(_Schema):
             and self.flush_ns == 0
             and self.read_bytes_per_s is None
             and self.write_bytes_per_s is None
+            and self.write_sustained_bytes_per_s is None
         )
 
     def io_ns(self, op: DeviceOp, nbytes: int) -> float:

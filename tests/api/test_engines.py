@@ -123,3 +123,21 @@ async def test_engine_that_cannot_run_the_table_is_refused(client: httpx.AsyncCl
     response = await client.patch("/v1/volumes/vol", json={"engine": "mv-cesa"})
     assert response.status_code == 422
     assert (await client.get("/v1/volumes/vol")).json()["engine"] == "software"
+
+
+async def test_device_model_with_a_write_buffer_is_accepted_and_half_of_one_refused(
+    client: httpx.AsyncClient,
+):
+    card = {
+        "name": "slc-card",
+        "write_bytes_per_s": 4.5e8,
+        "write_buffer_bytes": 1 << 30,
+        "write_sustained_bytes_per_s": 1.2e8,
+    }
+    response = await client.post("/v1/device-models", json=card)
+    assert response.status_code == 201, response.text
+    assert response.json()["write_buffer_bytes"] == 1 << 30
+    half = {"name": "half-card", "write_buffer_bytes": 1 << 30}
+    response = await client.post("/v1/device-models", json=half)
+    assert response.status_code == 422
+    assert "go together" in response.json()["detail"]

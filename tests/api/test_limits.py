@@ -233,6 +233,8 @@ async def test_benchmark_jobs_beyond_max_benchmark_jobs_are_a_503_with_retry_aft
     job = {
         "volume_template": TEMPLATE,
         "workload": {"rw": "write", "bs": "4k", "size": "1M", "runtime": 1.0},
+        "rounds": 1,
+        "warmup": 0,
     }
     first = await client.post("/v1/benchmarks", json=job)
     assert first.status_code == 202

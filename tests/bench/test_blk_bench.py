@@ -118,3 +118,35 @@ def test_request_mode_merges_and_stays_cheap():
     assert merged["avg_kib"] >= 64
     assert merged["engine_calls"] * 16 <= alone["engine_calls"]
     assert single["us_per_bio"] < 20
+
+
+def _batches_per_second(queue: BlockQueue, rounds: int = 400) -> float:
+    payload = memoryview(bytes(BLOCK))
+    began = time.perf_counter()
+    for round_ in range(rounds):
+        bios = [Bio(Op.WRITE, (round_ * 64 + i) * SECTORS, SECTORS, [payload]) for i in range(64)]
+        queue.submit_bios(bios)
+        for bio in bios:
+            bio.wait(30)
+    return rounds / (time.perf_counter() - began)
+
+
+def test_trace_hooks_cost_nothing_without_a_listener() -> None:
+    """A queue whose listener left runs as fast as one that never had a listener (rounds
+    interleaved, best of each, against a noisy machine); while listening it does more."""
+    fresh = make_queue("request")
+    listened = make_queue("request")
+    listener = listened.listen(capacity=1 << 20)
+    traced = max(_batches_per_second(listened) for _ in range(3))
+    listened.unlisten(listener)
+    listener.drain()  # the events it held would otherwise weigh on every GC pass
+    untraced = after = 0.0
+    for _ in range(5):
+        untraced = max(untraced, _batches_per_second(fresh))
+        after = max(after, _batches_per_second(listened))
+    print(
+        f"\nbatches of 64 bios/s: never listened {untraced:.0f}, listening {traced:.0f}, "
+        f"after the listener left {after:.0f}"
+    )
+    assert after >= 0.9 * untraced
+    assert traced < untraced

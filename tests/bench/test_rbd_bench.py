@@ -6,7 +6,7 @@ on an RBD image exported over NBD (fio's nbd engine) by a reqcrypt with aio (the
 default) and by one with ``REQCRYPT_RBD_AIO=false`` (one synchronous librbd call per
 request, as before aio); one on a sparse file; and a bare RBD image through fio's own
 rbd engine (librbd, no crypto, no NBD): the peer, what the cluster gives a client that
-adds nothing. The cluster is the throwaway mon + memstore OSD of ``tests/ceph.py``;
+adds nothing. The cluster is the throwaway mon + memstore OSD of ``tests/support/ceph.py``;
 memstore stalls 0.3-1 s now and then, so this prints figures and asserts none of them.
 The reqcrypt servers run on one core and fio on the other (``tests/bench/cores.py``; the
 cluster's daemons are left where the scheduler puts them); each figure has the server's CPU

@@ -47,6 +47,9 @@ ENV = {
     # every device at that size, so 507 (a total over all devices) cannot occur.
     "REQCRYPT_MAX_DEVICE_BYTES": str(1 << 30),
     "REQCRYPT_MAX_TOTAL_DEVICE_BYTES": str(1 << 40),
+    # A generated luksFormat takes the default PBKDF capped by these: milliseconds, not seconds.
+    "REQCRYPT_LUKS_MAX_PBKDF_MEMORY_KIB": "65536",
+    "REQCRYPT_LUKS_MAX_PBKDF_ITERATIONS": "100000",
 }
 # The port is picked now: the schema, built at collection, must name the server's URL.
 # The directory is made when the server starts, so collecting alone leaves nothing behind.

@@ -12,6 +12,7 @@ import pty
 import random
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -292,3 +293,41 @@ def test_shell_completion_completes_commands() -> None:
         [REQCRYPT, "--show-completion", "bash"], capture_output=True, text=True, check=True
     )
     assert "_REQCRYPT_COMPLETE=complete_bash" in script.stdout
+
+
+def _trace_while_writing(server: Server, name: str, *options: str) -> str:
+    tracer = subprocess.Popen(
+        [REQCRYPT, "trace", name, "--seconds", "2", *options],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=environment(server),
+    )
+    try:
+        with admin(server) as client:
+            block = 0
+            while tracer.poll() is None:  # writing for as long as the trace runs
+                offset = block % 1024 * 8192
+                response = client.put(
+                    f"/v1/volumes/{name}/data",
+                    content=b"t" * 8192,
+                    headers={"Content-Range": f"bytes {offset}-{offset + 8191}/*"},
+                )
+                assert response.status_code == 204
+                block += 1
+                time.sleep(0.02)
+        out, err = tracer.communicate(timeout=60)
+    finally:
+        tracer.kill()
+    assert tracer.returncode == 0, err.decode()
+    return out.decode()
+
+
+def test_trace_prints_blkparse_lines_and_btt_summary(server: Server) -> None:
+    make_volume(server, "traced")
+    text = _trace_while_writing(server, "traced")
+    assert " Q   W " in text
+    assert "crypt encrypt" in text
+    assert text.splitlines()[-1].startswith("Skips: 0 forward")
+    summary = _trace_while_writing(server, "traced", "--summary")
+    assert "Q2C" in summary
+    assert "Device Merge Information" in summary

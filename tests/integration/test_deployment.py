@@ -32,20 +32,26 @@ def test_compose_has_app_and_postgres_with_healthchecks() -> None:
     assert "healthcheck" in services["postgres"]
 
 
-def test_the_cluster_profile_runs_two_nodes_over_one_postgres_and_one_data_volume() -> None:
+def test_the_cluster_profile_adds_a_node_on_apps_database_data_and_key() -> None:
+    """No second master key: every node is ``app`` with its own id and URL, on app's volume."""
     services = compose()["services"]
-    nodes = {name: s for name, s in services.items() if "cluster" in s.get("profiles", [])}
-    assert set(nodes) == {"node-a", "node-b"}
+    app = services["app"]
+    nodes = {name: s for name, s in services.items() if name in ("app", "node-b")}
+    assert {n for n, s in services.items() if "cluster" in s.get("profiles", [])} == {"node-b"}
     ids = {node["environment"]["REQCRYPT_NODE_ID"] for node in nodes.values()}
     assert ids == {"node-a", "node-b"}
     for name, node in nodes.items():
         environment = node["environment"]
         assert environment["REQCRYPT_NODE_URL"] == f"http://{name}:8000"
-        assert environment["REQCRYPT_DATABASE_URL"].startswith("postgresql://")
-        assert "@postgres:5432/" in environment["REQCRYPT_DATABASE_URL"]
-        assert node["volumes"] == ["clusterdata:/var/lib/reqcrypt"]
-        assert node["depends_on"]["postgres"]["condition"] == "service_healthy"
+        assert environment["REQCRYPT_DATABASE_URL"] == app["environment"]["REQCRYPT_DATABASE_URL"]
+        assert environment["REQCRYPT_CLUSTER_DATA_PATH"] == "proxy"  # no 307 to a name inside
+        assert "REQCRYPT_MASTER_KEY" not in environment
+        assert "REQCRYPT_MASTER_KEY_FILE" not in environment
+        assert node["volumes"] == ["appdata:/var/lib/reqcrypt"]
         assert node["env_file"] == [".env"]
+        assert node["depends_on"]["postgres"]["condition"] == "service_healthy"
+        assert node["restart"] == "unless-stopped"
+        assert "healthcheck" in node
 
 
 def test_app_waits_for_a_healthy_postgres() -> None:

@@ -1,9 +1,11 @@
-"""The master key: rotation re-wraps every key at once and survives a crash at any step;
+"""The master key: one per deployment, checked at start against the value the first node
+recorded in SQL; rotation re-wraps every key at once and survives a crash at any step;
 a wrong key stops the service before it serves anything."""
 
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -18,14 +20,15 @@ import app.db.records
 import app.main
 from app.cli import cli
 from app.config import Settings
+from app.db import keycheck, migrate
 from app.db.records import master_key_unwraps
 from app.db.session import make_engine, make_sessionmaker
-from app.keyfiles import MasterKeyError, data_dir_lock, pending_master_key_path
+from app.keyfiles import MasterKeyError, data_dir_lock, key_check_value, pending_master_key_path
 from app.main import build_state, rotate_master_key
 from tests.support.app import ADMIN_TOKEN, running
 from tests.support.factories import xts_table
 from tests.support.keys import CBC_KEY, XTS_KEY
-from tests.support.ports import free_port
+from tests.support.servers import serve_refused
 
 pytestmark = pytest.mark.anyio
 
@@ -82,6 +85,14 @@ def unwraps(settings: Settings, key: bytes) -> bool | None:
         engine.dispose()
 
 
+def recorded(settings: Settings) -> bytes | None:
+    engine = make_engine(settings.resolved_database_url)
+    try:
+        return keycheck.recorded(make_sessionmaker(engine))
+    finally:
+        engine.dispose()
+
+
 def key_file(settings: Settings) -> bytes:
     return bytes.fromhex(settings.resolved_master_key_file.read_text())
 
@@ -96,6 +107,7 @@ async def test_rotation_rewraps_every_key_under_a_new_master_key(key_settings: S
     assert new != old
     assert unwraps(key_settings, new) is True
     assert unwraps(key_settings, old) is False
+    assert recorded(key_settings) == key_check_value(new)
     assert not pending_master_key_path(key_settings).exists()
     assert key_settings.resolved_master_key_file.stat().st_mode & 0o777 == 0o600
     await assert_intact(key_settings)
@@ -142,6 +154,7 @@ async def test_a_crash_inside_the_transaction_leaves_every_key_under_the_old_mas
     monkeypatch.undo()
 
     assert unwraps(key_settings, old) is True
+    assert recorded(key_settings) == key_check_value(old)
     await assert_intact(key_settings)
     assert key_file(key_settings) == old
     assert not pending_master_key_path(key_settings).exists()
@@ -224,14 +237,115 @@ async def test_the_cli_rotates_and_reports_how_many_keys(
     await assert_intact(key_settings)
 
 
+def replace_key_file(settings: Settings, key_hex: str) -> Path:
+    path = settings.resolved_master_key_file
+    path.unlink(missing_ok=True)
+    path.write_text(key_hex)
+    path.chmod(0o600)
+    return path
+
+
 async def test_a_wrong_master_key_stops_the_start(key_settings: Settings) -> None:
     await populate(key_settings)
-    path = key_settings.resolved_master_key_file
-    path.unlink()
-    path.write_text("22" * 32)
-    path.chmod(0o600)
+    path = replace_key_file(key_settings, "22" * 32)
+    with pytest.raises(MasterKeyError, match=f"master key in {path} is not the one recorded"):
+        build_state(key_settings, CollectorRegistry())
+
+
+async def test_the_first_start_records_a_check_value_of_the_key_never_the_key(
+    key_settings: Settings,
+) -> None:
+    async with running(key_settings):
+        pass
+    key = key_file(key_settings)
+    value = recorded(key_settings)
+    assert value == key_check_value(key)
+    assert value is not None
+    assert key not in value
+
+
+@pytest.fixture
+def node_b(key_settings: Settings, tmp_path: Path) -> Settings:
+    """Another node's settings: the same database and devices, its own master key file."""
+    (tmp_path / "node-b").mkdir()
+    return key_settings.model_copy(update={"master_key_file": tmp_path / "node-b" / "master.key"})
+
+
+async def test_a_second_node_with_another_generated_key_refuses_to_start(
+    key_settings: Settings, node_b: Settings
+) -> None:
+    await populate(key_settings)
+    path = replace_key_file(node_b, os.urandom(32).hex())
+    with pytest.raises(MasterKeyError, match=f"master key in {path} is not the one recorded"):
+        build_state(node_b, CollectorRegistry())
+    await assert_intact(key_settings)
+
+
+async def test_a_node_without_a_key_on_a_database_with_one_generates_none(
+    key_settings: Settings, node_b: Settings
+) -> None:
+    await populate(key_settings)
+    path = node_b.resolved_master_key_file
+    with pytest.raises(MasterKeyError, match=f"{path} does not exist and the database has"):
+        build_state(node_b, CollectorRegistry())
+    assert not path.exists()
+
+
+async def test_a_second_node_given_the_clusters_key_starts(
+    key_settings: Settings, node_b: Settings
+) -> None:
+    await populate(key_settings)
+    shutil.copy2(key_settings.resolved_master_key_file, node_b.resolved_master_key_file)
+    await assert_intact(node_b)
+
+
+async def test_rotation_with_the_nodes_stopped_needs_the_new_key_on_every_node(
+    key_settings: Settings, node_b: Settings
+) -> None:
+    await populate(key_settings)
+    shutil.copy2(key_settings.resolved_master_key_file, node_b.resolved_master_key_file)
+    await assert_intact(node_b)  # both nodes stopped from here
+
+    assert rotate_master_key(key_settings) == 3
+
+    with pytest.raises(MasterKeyError, match="is not the one recorded"):
+        build_state(node_b, CollectorRegistry())
+    node_b.resolved_master_key_file.unlink()
+    shutil.copy2(key_settings.resolved_master_key_file, node_b.resolved_master_key_file)
+    await assert_intact(node_b)
+    await assert_intact(key_settings)
+
+
+async def test_a_database_from_before_the_check_value_gets_one_at_its_first_start(
+    key_settings: Settings,
+) -> None:
+    await populate(key_settings)
+    migrate.downgrade(key_settings.resolved_database_url, "8d3f2a61c5e4")  # before the table
+
+    await assert_intact(key_settings)  # starting migrates, checks the stored keys, records
+    assert recorded(key_settings) == key_check_value(key_file(key_settings))
+
+
+async def test_a_wrong_key_on_a_database_from_before_the_check_value_is_refused(
+    key_settings: Settings,
+) -> None:
+    await populate(key_settings)
+    migrate.downgrade(key_settings.resolved_database_url, "8d3f2a61c5e4")
+    path = replace_key_file(key_settings, "44" * 32)
     with pytest.raises(MasterKeyError, match=f"master key in {path} does not unwrap"):
         build_state(key_settings, CollectorRegistry())
+    assert recorded(key_settings) is None
+
+
+def test_the_first_check_value_recorded_stays(key_settings: Settings) -> None:
+    migrate.upgrade(key_settings.resolved_database_url)
+    engine = make_engine(key_settings.resolved_database_url)
+    try:
+        sessions = make_sessionmaker(engine)
+        assert keycheck.record(sessions, b"a" * 32) == b"a" * 32
+        assert keycheck.record(sessions, b"b" * 32) == b"a" * 32  # a later first start lost
+    finally:
+        engine.dispose()
 
 
 def test_serve_with_a_wrong_master_key_exits_with_one_line_and_binds_nothing(
@@ -243,27 +357,11 @@ def test_serve_with_a_wrong_master_key_exits_with_one_line_and_binds_nothing(
     import anyio
 
     anyio.run(populate, settings)
-    path = settings.resolved_master_key_file
-    path.unlink()
-    path.write_text("33" * 32)
-    path.chmod(0o600)
-    port = free_port()
-    env = {
-        **os.environ,
-        "REQCRYPT_DATA_DIR": str(data_dir),
-        "REQCRYPT_ADMIN_TOKEN": ADMIN_TOKEN,
-        "REQCRYPT_PORT": str(port),
-    }
-    reqcrypt = str(Path(sys.executable).with_name("reqcrypt"))
-    done = subprocess.run(
-        [reqcrypt, "serve"], env=env, capture_output=True, text=True, timeout=60, check=False
-    )
-    assert done.returncode == 1
-    assert done.stderr.strip().splitlines() == [
-        f"reqcrypt: the master key in {path} does not unwrap the stored keys "
-        "(wrong key, or a key file from another data directory)"
+    path = replace_key_file(settings, "33" * 32)
+    assert serve_refused(data_dir) == [
+        f"reqcrypt: the master key in {path} is not the one recorded in the database: "
+        "supply the cluster's master key"
     ]
-    assert "Uvicorn running" not in done.stdout + done.stderr
 
 
 KILLED_ROTATION = textwrap.dedent(
@@ -323,3 +421,15 @@ async def test_a_sigkilled_rotation_leaves_one_master_key_that_unwraps_everythin
     await assert_intact(key_settings)
     assert key_file(key_settings) == (old if survivor == "old" else new)
     assert not pending.exists()
+
+
+async def test_serve_of_a_second_node_with_its_own_data_directory_exits_with_one_line(
+    key_settings: Settings, tmp_path: Path
+) -> None:
+    await populate(key_settings)
+    data_dir = tmp_path / "node-b-data"
+    assert serve_refused(data_dir, key_settings.resolved_database_url) == [
+        f"reqcrypt: {data_dir / 'master.key'} does not exist and the database has a master key "
+        "recorded: supply the cluster's master key (that file or REQCRYPT_MASTER_KEY)"
+    ]
+    assert not (data_dir / "master.key").exists()

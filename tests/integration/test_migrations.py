@@ -23,6 +23,7 @@ EXPECTED_TABLES = {
     "device_models",
     "devices",
     "engine_profiles",
+    "master_key_check",
     "nodes",
     "volume_tables",
     "volumes",

@@ -3,8 +3,11 @@
 A client trickling a body holds only its own connection: other clients' I/O on
 the same volume and on others goes on, and the trickler gets 408 once its body
 deadline passes, with nothing written. Idle keep-alive connections are closed,
-oversized bodies are refused from their headers alone, and a streamed read
-abandoned half-way gives its volume slot back.
+and so are connections that never send a request; a request's line and headers
+must arrive within REQCRYPT_HEAD_TIMEOUT_SECONDS and 64 KiB (slowloris gets 408,
+a huge head 431). Oversized bodies are refused from their headers alone, a
+streamed read abandoned half-way gives its volume slot back, and a 500 that ends
+its connection says ``Connection: close``.
 """
 
 from __future__ import annotations
@@ -12,18 +15,26 @@ from __future__ import annotations
 import contextlib
 import socket
 import subprocess
+import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
+import uvicorn
 
+from app.api.connections import MAX_HEAD_BYTES
+from app.config import Settings
+from app.main import create_app, http_protocol
 from tests.support.app import ADMIN_TOKEN
 from tests.support.factories import xts_table
+from tests.support.ports import free_port
 from tests.support.servers import MIB, Server
 
 pytestmark = pytest.mark.e2e
 
 BODY_TIMEOUT = 5
+HEAD_TIMEOUT = 2
 VOLUME_IOS = 4
 
 
@@ -33,6 +44,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
         tmp_path_factory.mktemp("slow") / "data",
         REQCRYPT_BODY_TIMEOUT_SECONDS=str(BODY_TIMEOUT),
         REQCRYPT_KEEP_ALIVE_SECONDS="1",
+        REQCRYPT_HEAD_TIMEOUT_SECONDS=str(HEAD_TIMEOUT),
         REQCRYPT_MAX_BODY_BYTES=str(MIB),
         REQCRYPT_MAX_VOLUME_IOS=str(VOLUME_IOS),
     )
@@ -201,3 +213,110 @@ def test_an_abandoned_streamed_read_gives_its_volume_slot_back(server: Server) -
                 break
             time.sleep(0.1)
         assert response.status_code == 206
+
+
+def closed_within(sock: socket.socket, seconds: float) -> float:
+    """How long the server took to close ``sock`` (fails past ``seconds``)."""
+    start = time.monotonic()
+    sock.settimeout(seconds)
+    assert closed_by_server(sock)
+    return time.monotonic() - start
+
+
+def test_a_connection_that_never_sends_a_request_is_closed_after_the_head_timeout(
+    server: Server,
+) -> None:
+    with connect(server) as sock:
+        waited = closed_within(sock, HEAD_TIMEOUT + 3)
+    assert waited >= HEAD_TIMEOUT - 0.5
+
+
+def test_headers_trickled_byte_by_byte_get_408_at_the_head_timeout(server: Server) -> None:
+    request = head("GET", "/healthz", X_Padding="p" * 200)
+    with connect(server) as sock:
+        start = time.monotonic()
+        status = None
+        for byte in request:  # each byte well inside the keep-alive and head timeouts alone
+            try:
+                sock.sendall(bytes([byte]))
+            except (BrokenPipeError, ConnectionResetError):
+                break
+            time.sleep(0.05)
+            if time.monotonic() - start > HEAD_TIMEOUT + 3:
+                break
+        status, headers, body = read_response(sock)
+        assert status == 408
+        assert headers["connection"] == "close"
+        assert b"REQCRYPT_HEAD_TIMEOUT_SECONDS" in body
+        assert closed_by_server(sock)
+        assert time.monotonic() - start < HEAD_TIMEOUT + 3
+
+
+def test_a_keep_alive_connections_next_request_has_the_same_head_deadline(
+    server: Server,
+) -> None:
+    with connect(server) as sock:
+        sock.sendall(head("GET", "/healthz"))
+        assert read_response(sock)[0] == 200
+        sock.sendall(b"GET /healthz HTTP/1.1\r\n")  # within keep-alive; the rest never comes
+        status, headers, _ = read_response(sock)
+        assert status == 408
+        assert headers["connection"] == "close"
+
+
+def test_a_head_over_64_kib_gets_431_and_the_connection_closes(server: Server) -> None:
+    with connect(server) as sock:
+        sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n")
+        filler = b"X-Filler: " + b"f" * 1000 + b"\r\n"
+        with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+            for _ in range(MAX_HEAD_BYTES // len(filler) + 2):
+                sock.sendall(filler)
+        status, headers, _ = read_response(sock)
+        assert status == 431
+        assert headers["connection"] == "close"
+        assert closed_by_server(sock)
+
+
+@contextlib.contextmanager
+def uvicorn_serving(settings: Settings) -> Iterator[int]:
+    """The app with one route that fails unexpectedly, under uvicorn as ``serve`` runs it."""
+    application = create_app(settings)
+
+    @application.get("/boom")
+    def boom() -> None:
+        raise RuntimeError("unexpected")
+
+    port = free_port()
+    config = uvicorn.Config(
+        application,
+        host="127.0.0.1",
+        port=port,
+        log_level="critical",
+        http=http_protocol(settings),
+    )
+    runner = uvicorn.Server(config)
+    thread = threading.Thread(target=runner.run)
+    thread.start()
+    try:
+        deadline = time.monotonic() + 30
+        while not runner.started:
+            assert thread.is_alive()
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        yield port
+    finally:
+        runner.should_exit = True
+        thread.join(timeout=30)
+
+
+def test_a_500_that_closes_its_connection_says_connection_close(tmp_path: Path) -> None:
+    settings = Settings(data_dir=tmp_path / "data", admin_token=ADMIN_TOKEN)  # type: ignore[arg-type]
+    with (
+        uvicorn_serving(settings) as port,
+        socket.create_connection(("127.0.0.1", port), timeout=30) as sock,
+    ):
+        sock.sendall(head("GET", "/boom"))
+        status, headers, _ = read_response(sock)
+        assert status == 500
+        assert headers["connection"] == "close"
+        assert closed_by_server(sock)

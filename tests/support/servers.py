@@ -79,3 +79,21 @@ def pattern(first: int, length: int) -> bytes:
     words = range(first // 8, (first + length + 7) // 8)
     data = b"".join(word.to_bytes(8, "little") for word in words)
     return data[first % 8 : first % 8 + length]
+
+
+def serve_refused(data_dir: Path, database_url: str | None = None) -> list[str]:
+    """``reqcrypt serve`` expected to stop before it serves: its stderr lines (exit 1)."""
+    env = {
+        **os.environ,
+        "REQCRYPT_DATA_DIR": str(data_dir),
+        "REQCRYPT_ADMIN_TOKEN": ADMIN_TOKEN,
+        "REQCRYPT_PORT": str(free_port()),
+    }
+    if database_url is not None:
+        env["REQCRYPT_DATABASE_URL"] = database_url
+    done = subprocess.run(
+        [REQCRYPT, "serve"], env=env, capture_output=True, text=True, timeout=60, check=False
+    )
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "Uvicorn running" not in done.stdout + done.stderr
+    return done.stderr.strip().splitlines()

@@ -5,15 +5,15 @@ from __future__ import annotations
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Depends, Query, Response
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
 from app.api.deps import AdminDep, RoleDep, StateDep
 from app.api.problems import responses
-from app.bench import report
+from app.bench import replay, report
 from app.bench.jobs import BenchmarkJobs
 from app.bench.spec import DEFAULT_ROUNDS, MAX_ROUNDS, MAX_WARMUP, JobSpec
-from app.integers import JsonInt
-from app.vocab import DispatchMode
+from app.integers import JsonInt, integral_float
+from app.vocab import DATA_UNIT_SIZES, MAX_QUEUE_DEPTH, DispatchMode, ElevatorName
 
 router = APIRouter(prefix="/v1/benchmarks", tags=["benchmarks"], responses=responses(401, 403))
 
@@ -76,6 +76,51 @@ class SweepIn(BaseModel):
     )
 
 
+#: Characters of an uploaded trace: about 40 000 blkparse lines.
+MAX_TRACE_CHARS = 4 << 20
+
+_IOLOG_EXAMPLE = (
+    "fio version 3 iolog\n0 /dev/sdb add\n0 /dev/sdb open\n"
+    "0 /dev/sdb write 0 4096\n0 /dev/sdb write 4096 4096\n3 /dev/sdb read 1048576 65536\n"
+    "5 /dev/sdb close\n"
+)
+
+
+class ReplayIn(BaseModel):
+    """A trace to replay against a modelled volume instead of a workload (docs/benchmarks.md)."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    trace: str = Field(
+        min_length=1,
+        max_length=MAX_TRACE_CHARS,
+        description="blkparse text (its Q events are the bios) or a fio iolog, version 2 or 3",
+        examples=[_IOLOG_EXAMPLE],
+    )
+    cipher: str = Field(
+        default="aes-xts-plain64",
+        max_length=128,
+        pattern=r"^(capi:\w+\(\w+\)(-\w+(:\S+)?)?|\w+(:\d+)?-\w+(-\w+(:\S+)?)?)$",
+        examples=["aes-cbc-plain64"],
+    )
+    sector_size: Annotated[
+        int,
+        Field(strict=True, json_schema_extra={"enum": sorted(DATA_UNIT_SIZES)}),
+        BeforeValidator(integral_float),
+    ] = 512
+    device_model: str = Field(default="none", max_length=64, examples=["sdcard-bbb"])
+    engine: str = Field(default="software", max_length=64, examples=["omap-aes-am335x"])
+    elevator: ElevatorName = "none"
+    queue_depth: JsonInt | None = Field(
+        default=None, ge=1, le=MAX_QUEUE_DEPTH, description="device tags; null: the model's"
+    )
+    plug_window_us: JsonInt = Field(default=50, ge=0, le=1_000_000)
+    loop: Literal["open", "closed"] = Field(
+        default="open", description="open: at the trace's times; closed: iodepth bios in flight"
+    )
+    iodepth: JsonInt = Field(default=1, ge=1, le=4096)
+
+
 class BenchmarkCreate(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
 
@@ -96,6 +141,15 @@ class BenchmarkCreate(BaseModel):
     )
 
 
+class ReplayCreate(BaseModel):
+    """A trace replayed against a modelled volume: a body of its own, nothing else beside it."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    replay: ReplayIn
+    label: str = ""
+
+
 class BenchmarkStarted(BaseModel):
     id: str
     state: str
@@ -105,17 +159,46 @@ class BenchmarkStarted(BaseModel):
     "", status_code=202, response_model=BenchmarkStarted, responses=responses(404, 409, 422, 503)
 )
 def start_benchmark(
-    body: BenchmarkCreate, jobs: JobsDep, _: AdminDep, response: Response
+    body: BenchmarkCreate | ReplayCreate, jobs: JobsDep, _: AdminDep, response: Response
 ) -> BenchmarkStarted:
     """Start a job on the background runner; poll ``GET /v1/benchmarks/{id}``.
 
     Template cells create ``bench-<id>-<n>`` devices and volumes and remove
-    them afterwards; a named volume is retuned per cell and restored.
+    them afterwards; a named volume is retuned per cell and restored. A body
+    with ``replay`` (a blkparse text or fio iolog, nothing else beside it) is
+    modelled at once: the answer names a run already done.
     """
+    if isinstance(body, ReplayCreate):
+        run_id = _replay(body, jobs)
+        response.headers["Location"] = f"/v1/benchmarks/{run_id}"
+        return BenchmarkStarted(id=run_id, state="done")
     spec = JobSpec.from_dict(body.model_dump(exclude_none=True))
     run_id = jobs.submit(spec)
     response.headers["Location"] = f"/v1/benchmarks/{run_id}"
     return BenchmarkStarted(id=run_id, state="queued")
+
+
+def _replay(body: ReplayCreate, jobs: BenchmarkJobs) -> str:
+    """A replay is modelled, not run: computed here and recorded done."""
+    given = body.replay
+    config = replay.ReplayConfig(
+        cipher=given.cipher,
+        sector_size=given.sector_size,
+        elevator=given.elevator,
+        queue_depth=given.queue_depth,
+        plug_window_us=given.plug_window_us,
+        loop=given.loop,
+        iodepth=given.iodepth,
+    )
+    result = replay.replay(
+        replay.parse_trace(given.trace),
+        jobs.engines.profile(given.engine),
+        jobs.engines.device_model(given.device_model),
+        config,
+    )
+    spec = {"label": body.label, "replay": given.model_dump(exclude={"trace"})}
+    cells = result.pop("cells")
+    return jobs.record(spec, {"cells": cells, "replay": result})
 
 
 @router.get("")

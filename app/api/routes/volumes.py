@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import time
 from dataclasses import asdict
+from functools import partial
 from typing import Any
 
 import anyio
@@ -17,6 +18,7 @@ from starlette.exceptions import HTTPException
 
 from app.api.deps import AdminDep, ControlDep, RoleDep, StateDep, admin_only
 from app.api.problems import responses
+from app.api.routes import luks
 from app.api.schemas import (
     MessageIn,
     MoveIn,
@@ -191,9 +193,21 @@ async def table_text(request: Request) -> str:
 
 
 @router.post("", status_code=201, response_model=VolumeOut, responses=responses(404, 409, 422))
-def create_volume(body: VolumeCreate, state: StateDep, _: AdminDep) -> VolumeOut:
-    volume = state.control.create_volume(
-        body.name, body.table, engine=body.engine, tuning=body.tuning(), nbd_export=body.nbd_export
+async def create_volume(
+    body: VolumeCreate, request: Request, state: StateDep, _: AdminDep
+) -> VolumeOut:
+    """dmsetup create, or luksOpen (``luks``: a wrong passphrase is 403)."""
+    table = body.table if body.luks is None else await luks.open_luks(body.luks, request, state)
+    assert table is not None
+    volume = await anyio.to_thread.run_sync(
+        partial(
+            state.control.create_volume,
+            body.name,
+            table,
+            engine=body.engine,
+            tuning=body.tuning(),
+            nbd_export=body.nbd_export,
+        )
     )
     return volume_out(volume, state)
 

@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 
 from app.blk.request import Request
+from app.blk.trace import Tracer
 from app.crypto.keys import KeyMaterial
 from app.crypto.transform import CryptTransform
 from app.dm.table import CryptParams
 from app.dm.targets.base import BlockDevice, MapContext, MapResult, Target
-from app.engine.base import Engine, EngineRequest
+from app.engine.base import Engine, EngineRequest, EngineResult
 from app.errors import InvalidInput, InvalidState
 from app.vocab import SECTOR_SHIFT, Op
 
@@ -40,6 +42,16 @@ class CryptTarget(Target):
     def _device_offset(self, sector: int) -> int:
         return (self.params.offset + sector - self.start) << SECTOR_SHIFT
 
+    def _trace(self, tracer: Tracer, request: Request, done: EngineResult) -> None:
+        """The request's engine calls as one blktrace message (app.blk.trace documents it)."""
+        plan = done.plan
+        tracer.message(
+            time.perf_counter_ns(),
+            f"crypt {plan.op} {request.sector} + {request.nr_sectors} calls={len(plan.calls)} "
+            f"mode={'bulk' if plan.bulk else 'per-unit'} units={plan.nbytes // plan.data_unit_size} "
+            f"unit_size={plan.data_unit_size} iv={self.params.cipher.ivmode or 'none'}",
+        )
+
     def map(self, request: Request, context: MapContext) -> MapResult:
         return self.submit(request, context)()
 
@@ -64,6 +76,8 @@ class CryptTarget(Target):
                         into=request.segments,
                     )
                 )
+                if request.tracer is not None:
+                    self._trace(request.tracer, request, done)
                 return MapResult(done.calls, done.modelled_ns)
 
             return decrypt
@@ -78,6 +92,8 @@ class CryptTarget(Target):
                     "encrypt", self.transform, segments, relative, context.dispatch_mode, bios=bios
                 )
             )
+            if request.tracer is not None:
+                self._trace(request.tracer, request, done)
             writing = self.device.submit_writev(position, done.outputs)
             result = MapResult(done.calls, done.modelled_ns)
 

@@ -20,6 +20,15 @@ def read_bio(sector: int, nr_sectors: int) -> Bio:
     return Bio(Op.READ, sector, nr_sectors, [memoryview(bytearray(nr_sectors * SECTOR))])
 
 
+def run(queue, bios):
+    """Submit ``bios``, flush the plug, wait for every one."""
+    for bio in bios:
+        queue.submit_bio(bio)
+    queue.finish_plug()
+    for bio in bios:
+        bio.wait(5)
+
+
 class RecordingDevice:
     """An in-memory disk whose ``dispatch`` applies requests and records them."""
 

@@ -3,15 +3,7 @@ import pytest
 from app.blk import Bio, BlockQueue, Op, QueueLimits, QueueStats
 from app.blk.request import Request
 
-from .helpers import RecordingDevice, read_bio, write_bio
-
-
-def run(queue, bios):
-    for bio in bios:
-        queue.submit_bio(bio)
-    queue.finish_plug()
-    for bio in bios:
-        bio.wait(5)
+from .helpers import RecordingDevice, read_bio, run, write_bio
 
 
 def test_counters_follow_iostat_meaning():

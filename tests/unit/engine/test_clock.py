@@ -96,3 +96,44 @@ def test_device_timer_with_pacing_really_sleeps():
     reservation = timer.account("read", 0)
     assert reservation.end_ns - start >= 2_000_000
     assert timer.clock.now_ns() >= reservation.end_ns
+
+
+BUFFERED = DeviceModel(
+    name="card",
+    write_bytes_per_s=1e9,  # 1 ns per byte from the buffer
+    write_buffer_bytes=2000,
+    write_sustained_bytes_per_s=2.5e8,  # 4 ns per byte once it is full
+)
+
+
+def test_buffered_device_writes_at_burst_rate_until_full_then_sustained():
+    fake = FakeTime()
+    timer = DeviceTimer(BUFFERED, clock=VirtualClock(1, monotonic_ns=fake.monotonic_ns))
+    durations = [timer.account("write", 1000).elapsed_ns for _ in range(3)]
+    assert durations == [1000, 2000, 6000]  # the second waits for the first, and so on
+    assert timer.snapshot()["write_bytes_by_regime"] == {"burst": 2000, "sustained": 1000}
+
+
+def test_idle_time_drains_the_buffer_at_the_sustained_rate():
+    fake = FakeTime()
+    timer = DeviceTimer(BUFFERED, clock=VirtualClock(1, monotonic_ns=fake.monotonic_ns))
+    timer.account("write", 2000)  # full, busy until 2000 ns
+    fake.now = 2000 + 4000  # 4 us idle: 1000 bytes drained
+    late = timer.account("write", 1500)
+    assert late.elapsed_ns == 1000 + 500 * 4
+    assert timer.snapshot()["write_bytes_by_regime"] == {"burst": 3000, "sustained": 500}
+
+
+def test_unbuffered_device_reports_no_regime():
+    timer = DeviceTimer(DeviceModel(name="d", write_bytes_per_s=1e9))
+    timer.account("write", 4096)
+    assert timer.snapshot()["write_bytes_by_regime"] == {"burst": 0, "sustained": 0}
+
+
+def test_settle_empties_the_buffer():
+    fake = FakeTime()
+    timer = DeviceTimer(BUFFERED, clock=VirtualClock(1, monotonic_ns=fake.monotonic_ns))
+    timer.account("write", 2000)
+    timer.settle()
+    timer.account("write", 1000)
+    assert timer.snapshot()["write_bytes_by_regime"] == {"burst": 3000, "sustained": 0}

@@ -149,3 +149,36 @@ def test_none_device_is_instant():
 def test_device_io_time_is_latency_plus_transfer():
     model = DeviceModel(name="d", read_latency_ns=1000.0, read_bytes_per_s=1e9)
     assert model.io_ns("read", 4096) == pytest.approx(1000 + 4096)
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        ({"write_buffer_bytes": 1 << 20}, "go together"),
+        ({"write_sustained_bytes_per_s": 1e6}, "go together"),
+        (
+            {
+                "write_bytes_per_s": 1e6,
+                "write_buffer_bytes": 1 << 20,
+                "write_sustained_bytes_per_s": 2e6,
+            },
+            "exceeds write_bytes_per_s",
+        ),
+    ],
+)
+def test_write_buffer_needs_its_sustained_rate_below_the_burst(fields, message):
+    with pytest.raises(InvalidInput, match=message):
+        DeviceModel.from_dict({"name": "card", **fields})
+
+
+def test_write_past_the_buffer_takes_the_sustained_rate():
+    model = DeviceModel(
+        name="card",
+        write_latency_ns=100.0,
+        write_bytes_per_s=1e9,
+        write_buffer_bytes=4096,
+        write_sustained_bytes_per_s=5e8,
+    )
+    assert model.write_ns(4096, 1024) == pytest.approx(100 + 1024 + 3072 * 2)
+    assert model.stream_burst_share(16384) == 0.25
+    assert not model.instant

@@ -1,0 +1,191 @@
+"""Request and response models of the LUKS routes. Passphrases are ``SecretStr``: never in a
+repr or a log line, and validation errors name only their location."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, SecretStr, model_validator
+from pydantic.config import JsonDict
+
+from app.integers import integral_float
+from app.luks.device import FormatOptions, PbkdfOptions
+from app.vocab import NAME_PATTERN
+
+MAX_PASSPHRASE = 512
+"""cryptsetup's interactive passphrase limit (characters)."""
+MAX_KEY_FILE_BASE64 = 4 * (8 << 20) // 3 + 4
+"""A key file of up to 8 MiB (cryptsetup's default ``--keyfile-size`` ceiling), in base64."""
+
+Count = Annotated[int, Field(ge=1, le=1 << 32), BeforeValidator(integral_float)]
+
+
+def given(field: str) -> JsonDict:
+    """JSON Schema for "``field`` is present and not null"."""
+    return {"required": [field], "properties": {field: {"type": "string"}}}
+
+
+PASSPHRASE_ONE_OF: JsonDict = {"oneOf": [given("passphrase"), given("key_file")]}
+PASSPHRASE_NOT_BOTH: JsonDict = {
+    "not": {
+        "required": ["passphrase", "key_file"],
+        "properties": {"passphrase": {"type": "string"}, "key_file": {"type": "string"}},
+    }
+}
+
+
+class OptionalSecret(BaseModel):
+    """A passphrase, or a key file's bytes in base64: at most one."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, json_schema_extra=PASSPHRASE_NOT_BOTH)
+
+    passphrase: SecretStr | None = Field(
+        default=None, min_length=1, max_length=MAX_PASSPHRASE, description="UTF-8 text"
+    )
+    key_file: SecretStr | None = Field(
+        default=None,
+        min_length=4,
+        max_length=MAX_KEY_FILE_BASE64,
+        description="the key file's bytes, base64 (as `cryptsetup --key-file`)",
+    )
+
+    @model_validator(mode="after")
+    def _at_most_one(self) -> OptionalSecret:
+        if self.passphrase is not None and self.key_file is not None:
+            raise ValueError("give one of passphrase and key_file, not both")
+        if self.key_file is not None:
+            try:
+                base64.b64decode(self.key_file.get_secret_value(), validate=True)
+            except (binascii.Error, ValueError):
+                raise ValueError("key_file is not base64") from None
+        return self
+
+    def optional_secret(self) -> bytearray | None:
+        """The bytes the PBKDF hashes, if given; the caller zeroes them after use."""
+        if self.passphrase is not None:
+            return bytearray(self.passphrase.get_secret_value().encode())
+        if self.key_file is not None:
+            return bytearray(base64.b64decode(self.key_file.get_secret_value(), validate=True))
+        return None
+
+
+class Secret(OptionalSecret):
+    """Exactly one of a passphrase and a key file."""
+
+    model_config = ConfigDict(json_schema_extra=PASSPHRASE_ONE_OF)
+
+    @model_validator(mode="after")
+    def _one(self) -> Secret:
+        if self.passphrase is None and self.key_file is None:
+            raise ValueError("give one of passphrase and key_file")
+        return self
+
+    def secret(self) -> bytearray:
+        given = self.optional_secret()
+        assert given is not None
+        return given
+
+
+class PbkdfIn(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    type: Literal["argon2id", "argon2i", "pbkdf2"] | None = Field(
+        default=None, description="default: argon2id (LUKS2), pbkdf2 (LUKS1)"
+    )
+    hash: Literal["sha1", "sha256", "sha512"] = Field(
+        default="sha256", description="PBKDF2 hash; also the AF and digest hash, as --hash"
+    )
+    iterations: Count | None = Field(
+        default=None, description="PBKDF2 iterations, or Argon2 passes (time cost, at least 4)"
+    )
+    memory_kib: Count | None = Field(default=None, description="Argon2 memory (KiB)")
+    parallel: Annotated[int, Field(ge=1, le=1024), BeforeValidator(integral_float)] | None = Field(
+        default=None, description="Argon2 threads"
+    )
+
+    def options(self) -> PbkdfOptions:
+        return PbkdfOptions(self.type, self.hash, self.iterations, self.memory_kib, self.parallel)
+
+
+class LuksFormatIn(Secret):
+    type: Literal["luks2", "luks1"] = "luks2"
+    cipher: str = Field(default="aes-xts-plain64", min_length=1, max_length=64)
+    key_size: Literal[128, 256, 384, 512] = Field(default=512, description="bits")
+    sector_size: Literal[512, 1024, 2048, 4096] = 512
+    pbkdf: PbkdfIn = Field(default_factory=PbkdfIn)
+    label: str = Field(default="", max_length=47, pattern=r"^[ -~]*$")
+
+    def options(self) -> FormatOptions:
+        return FormatOptions(
+            self.type,
+            self.cipher,
+            self.key_size,
+            self.sector_size,
+            self.pbkdf.options(),
+            self.label,
+        )
+
+
+class LuksKeyslotIn(Secret):
+    new_passphrase: SecretStr = Field(min_length=1, max_length=MAX_PASSPHRASE)
+    pbkdf: PbkdfIn = Field(default_factory=PbkdfIn)
+
+
+class LuksKillIn(OptionalSecret):
+    """A passphrase or key file of another keyslot (none needed for the last one, with force)."""
+
+    force: bool = Field(default=False, description="kill the last keyslot: the data is lost")
+
+
+class LuksOpenIn(Secret):
+    device: str = Field(pattern=NAME_PATTERN, examples=["sda2"])
+    allow_discards: bool = Field(default=False, description="as cryptsetup --allow-discards")
+
+
+class LuksKeyslotOut(BaseModel):
+    slot: int
+    key_size: int = Field(description="bits")
+    cipher: str
+    priority: int = Field(description="LUKS2: 0 ignore, 1 normal, 2 prefer")
+    pbkdf: dict[str, Any]
+    af_stripes: int
+    af_hash: str
+    area_offset: int
+    area_size: int
+
+
+class LuksTokenOut(BaseModel):
+    id: int
+    type: str
+    keyslots: list[int]
+
+
+class LuksDumpOut(BaseModel):
+    """luksDump: never key material, salts or digests."""
+
+    version: Literal[1, 2]
+    uuid: str
+    label: str
+    subsystem: str
+    cipher: str
+    key_size: int = Field(description="bits; 0 when no keyslot is left to tell")
+    sector_size: int
+    data_offset: int = Field(description="bytes")
+    data_length: int = Field(description="bytes")
+    epoch: int | None = Field(description="LUKS2 sequence id")
+    metadata_size: int | None = Field(description="LUKS2 hdr_size")
+    keyslots_size: int | None
+    header_copy: Literal["primary", "secondary"] = Field(
+        description="the copy in use: secondary when the primary is corrupt"
+    )
+    flags: list[str] = Field(description="LUKS2 persistent flags (allow-discards…)")
+    keyslots: list[LuksKeyslotOut]
+    digest: dict[str, Any]
+    tokens: list[LuksTokenOut] = Field(description="kept as stored; never run")
+
+
+class LuksKeyslotAddedOut(BaseModel):
+    slot: int
+    dump: LuksDumpOut
