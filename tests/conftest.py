@@ -3,24 +3,21 @@
 from __future__ import annotations
 
 import os
-import uuid
 from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 
 import httpx
-import psycopg
 import pytest
 from fastapi import FastAPI
 
 from app.config import Settings
-from app.main import create_app
-from tests import ceph
-
-ADMIN_TOKEN = "admin-token-for-tests-0123456789"
-IO_TOKEN = "io-token-for-tests-0123456789abc"
-POSTGRES_ADMIN_DSN = os.environ.get(
-    "REQCRYPT_TEST_POSTGRES", "postgresql://postgres@127.0.0.1:5432/test"
+from tests.support import ceph
+from tests.support.app import ADMIN_TOKEN, IO_TOKEN, asgi_client, make_settings, started
+from tests.support.database import (
+    copy_database,
+    fresh_postgres_database,
+    migrated_postgres_template,
+    migrated_template,
 )
 
 
@@ -29,39 +26,31 @@ def anyio_backend() -> str:
     return "asyncio"
 
 
+@pytest.fixture(scope="session")
+def sqlite_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The session's migrated SQLite database (each xdist worker has its own temp dir)."""
+    return migrated_template(tmp_path_factory.mktemp("template"))
+
+
 @pytest.fixture
-def data_dir(tmp_path: Path) -> Path:
+def data_dir(tmp_path: Path, sqlite_template: Path) -> Path:
+    """The test's data directory, holding its own copy of the migrated SQLite database:
+    startup finds it at head instead of migrating an empty one."""
     path = tmp_path / "data"
     path.mkdir()
+    copy_database(sqlite_template, path)
     return path
 
 
 @pytest.fixture
 def settings(data_dir: Path) -> Settings:
-    return Settings(
-        data_dir=data_dir,
-        admin_token=ADMIN_TOKEN,  # type: ignore[arg-type]
-        io_token=IO_TOKEN,  # type: ignore[arg-type]
-        suspend_wait_seconds=2.0,
-    )
+    return make_settings(data_dir)
 
 
 @pytest.fixture
 async def app(settings: Settings) -> AsyncIterator[FastAPI]:
-    application = create_app(settings)
-    async with application.router.lifespan_context(application):
+    async with started(settings) as application:
         yield application
-
-
-@asynccontextmanager
-async def asgi_client(app: FastAPI, token: str | None) -> AsyncIterator[httpx.AsyncClient]:
-    """An httpx client calling ``app`` in process, with ``token`` as bearer if given."""
-    headers = {"Authorization": f"Bearer {token}"} if token else {}
-    transport = httpx.ASGITransport(app=app)
-    async with httpx.AsyncClient(
-        transport=transport, base_url="http://testserver", headers=headers
-    ) as http:
-        yield http
 
 
 @pytest.fixture
@@ -82,20 +71,6 @@ async def io_client(app: FastAPI) -> AsyncIterator[httpx.AsyncClient]:
         yield http
 
 
-@contextmanager
-def fresh_postgres_database() -> Iterator[str]:
-    """A new database on the real PostgreSQL, dropped afterwards (its URL)."""
-    name = f"reqcrypt_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(POSTGRES_ADMIN_DSN, autocommit=True, connect_timeout=5) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
-    base = POSTGRES_ADMIN_DSN.rsplit("/", 1)[0]
-    try:
-        yield f"{base}/{name}"
-    finally:
-        with psycopg.connect(POSTGRES_ADMIN_DSN, autocommit=True) as conn:
-            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-
-
 @pytest.fixture(scope="session")
 def ceph_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ceph.Cluster]:
     """One throwaway Ceph cluster (mon + memstore OSD) for the whole session; no skip."""
@@ -106,14 +81,32 @@ def ceph_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ceph.Clus
         cluster.stop()
 
 
-@pytest.fixture
-def postgres_url() -> Iterator[str]:
-    """A fresh database on the real PostgreSQL, dropped afterwards.
-
-    There is no skip: the PostgreSQL tests must run (``.ci/run`` starts the
-    server). Set REQCRYPT_SKIP_POSTGRES=1 to deselect them knowingly.
-    """
+def skip_without_postgres() -> None:
+    """There is no skip: the PostgreSQL tests must run (``.ci/run`` starts the server).
+    REQCRYPT_SKIP_POSTGRES=1 deselects them knowingly."""
     if os.environ.get("REQCRYPT_SKIP_POSTGRES") == "1":
         pytest.skip("REQCRYPT_SKIP_POSTGRES=1")
+
+
+@pytest.fixture
+def postgres_url() -> Iterator[str]:
+    """A fresh, empty database on the real PostgreSQL, dropped afterwards."""
+    skip_without_postgres()
     with fresh_postgres_database() as url:
+        yield url
+
+
+@pytest.fixture(scope="session")
+def postgres_template() -> Iterator[str]:
+    """The session's migrated PostgreSQL database (its name), copied by ``migrated_postgres_url``."""
+    skip_without_postgres()
+    with migrated_postgres_template() as name:
+        yield name
+
+
+@pytest.fixture
+def migrated_postgres_url(postgres_template: str) -> Iterator[str]:
+    """A fresh database on the real PostgreSQL already at head (a copy of the session's
+    template), dropped afterwards."""
+    with fresh_postgres_database(postgres_template) as url:
         yield url

@@ -9,7 +9,7 @@ import httpx
 import pytest
 
 from app.config import Settings
-from tests.factories import make_device, make_volume, xts_table
+from tests.support.factories import make_device, make_volume, xts_table
 
 pytestmark = pytest.mark.anyio
 SIZE = 1 << 20

@@ -16,7 +16,7 @@ from app.bench.spec import DEFAULT_ROUNDS
 from app.engine.cost import ModelledWorkload, predict_workload
 from app.engine.model import DeviceModel, EngineProfile
 from app.errors import InvalidInput
-from tests.factories import CBC_KEY
+from tests.support.keys import CBC_KEY
 
 pytestmark = pytest.mark.anyio
 

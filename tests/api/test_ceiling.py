@@ -9,7 +9,7 @@ import pytest
 
 from app.config import Settings
 from app.main import create_app
-from tests.conftest import ADMIN_TOKEN, asgi_client
+from tests.support.app import ADMIN_TOKEN, asgi_client
 
 pytestmark = pytest.mark.anyio
 

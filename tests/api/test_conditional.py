@@ -10,7 +10,7 @@ import httpx
 import pytest
 
 from app.config import Settings
-from tests.factories import make_device, make_volume
+from tests.support.factories import make_device, make_volume
 
 pytestmark = pytest.mark.anyio
 

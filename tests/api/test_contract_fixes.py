@@ -11,7 +11,7 @@ import pytest
 
 from app.config import Settings
 from app.main import create_app
-from tests.factories import make_device, make_volume, xts_table
+from tests.support.factories import make_device, make_volume, xts_table
 
 pytestmark = pytest.mark.anyio
 

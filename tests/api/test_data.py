@@ -1,5 +1,5 @@
 """Ranged reads and writes over HTTP (ASGI transport), on a file device and on an RBD
-image (the throwaway Ceph cluster of ``tests/ceph.py``): the data path is the same."""
+image (the throwaway Ceph cluster of ``tests/support/ceph.py``): the data path is the same."""
 
 import os
 import uuid
@@ -11,8 +11,9 @@ import pytest
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 
 from app.config import Settings
-from tests import ceph
-from tests.factories import XTS_KEY, make_volume, xts_table
+from tests.support import ceph
+from tests.support.factories import make_volume, xts_table
+from tests.support.keys import XTS_KEY
 
 pytestmark = pytest.mark.anyio
 SIZE = 2048 * 512

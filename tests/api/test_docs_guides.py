@@ -8,7 +8,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.factories import make_device, make_volume
+from tests.support.cluster import CLUSTER_METRIC
+from tests.support.factories import make_device, make_volume
 
 pytestmark = pytest.mark.anyio
 DOCS = Path(__file__).resolve().parents[2] / "docs"
@@ -24,10 +25,6 @@ async def test_the_api_guide_has_a_curl_line_for_every_path(
         pattern = re.escape(path).replace(r"\{", "{").replace(r"\}", "}")
         pattern = re.sub(r"{[a-z_]+}", r"[^/\\s\"?]+", pattern) + r"(?:[\s\"?`]|$)"
         assert any(re.search(pattern, line) for line in curls), path
-
-
-CLUSTER_METRIC = re.compile(r"reqcrypt_(node_|volume_lease_)")
-"""Metrics only a cluster node (REQCRYPT_NODE_ID) exports."""
 
 
 async def test_the_metrics_named_in_operations_exist(client: httpx.AsyncClient) -> None:

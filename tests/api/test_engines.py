@@ -2,7 +2,8 @@ import httpx
 import pytest
 
 from app.engine.model import Capabilities
-from tests.factories import CBC_KEY, XTS_KEY, make_device, make_volume
+from tests.support.factories import make_device, make_volume
+from tests.support.keys import CBC_KEY, XTS_KEY
 
 pytestmark = pytest.mark.anyio
 

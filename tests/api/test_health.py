@@ -5,7 +5,7 @@ import httpx
 import pytest
 from openapi_spec_validator import validate
 
-from tests.factories import make_device, make_volume
+from tests.support.factories import make_device, make_volume
 
 pytestmark = pytest.mark.anyio
 

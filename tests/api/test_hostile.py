@@ -20,7 +20,8 @@ from hypothesis import strategies as st
 from sqlalchemy import MetaData, select
 
 from app.config import Settings
-from tests.factories import XTS_KEY, make_device, make_volume, xts_table
+from tests.support.factories import make_device, make_volume, xts_table
+from tests.support.keys import XTS_KEY
 
 pytestmark = pytest.mark.anyio
 
@@ -76,8 +77,8 @@ async def snapshot(
     return sql_rows(app), device_files(settings), volumes, plaintext
 
 
-def assert_refused(response: httpx.Response, *statuses: int) -> None:
-    assert response.status_code in statuses, response.text
+def assert_refused(response: httpx.Response, status: int) -> None:
+    assert response.status_code == status, response.text
     assert response.headers["content-type"] == "application/problem+json"
     problem = response.json()
     assert problem["status"] == response.status_code
@@ -116,24 +117,29 @@ async def test_hostile_device_requests_are_refused_and_create_nothing(
 
 
 @pytest.mark.parametrize(
-    "raw",
+    ("raw", "status"),
     [
-        b'{"name": "x", "size_bytes": ' + b"9" * 5000 + b"}",
-        b'{"name": "x", "size_bytes": 1e400}',
-        b"[" * 50_000,
-        b"\xff\xfe\x00",
-        b'{"name": "x", "size_bytes": 4096, "name": "y"',
+        (b'{"name": "x", "size_bytes": ' + b"9" * 5000 + b"}", 400),
+        (b'{"name": "x", "size_bytes": 1e400}', 422),
+        (b"[" * 50_000, 400),
+        (b"\xff\xfe\x00", 400),
+        (b'{"name": "x", "size_bytes": 4096, "name": "y"', 422),
     ],
     ids=["5000-digits", "inf", "deep-nesting", "not-utf8", "unterminated"],
 )
 async def test_malformed_json_is_a_client_error_and_creates_nothing(
-    app: FastAPI, client: httpx.AsyncClient, settings: Settings, volume: None, raw: bytes
+    app: FastAPI,
+    client: httpx.AsyncClient,
+    settings: Settings,
+    volume: None,
+    raw: bytes,
+    status: int,
 ) -> None:
     before = await snapshot(app, client, settings)
     response = await client.post(
         "/v1/devices", content=raw, headers={"Content-Type": "application/json"}
     )
-    assert_refused(response, 400, 422)
+    assert_refused(response, status)
     assert await snapshot(app, client, settings) == before
 
 
@@ -193,22 +199,22 @@ async def test_malformed_key_messages_are_refused_without_echoing_the_key(
     assert (await client.post("/v1/volumes/v/suspend", json={})).status_code == 200
     before = await snapshot(app, client, settings, data=False)
     response = await client.post("/v1/volumes/v/message", json={"message": message})
-    assert_refused(response, 400, 409, 422)
+    assert_refused(response, 422)
     assert await snapshot(app, client, settings, data=False) == before
 
 
 @pytest.mark.parametrize(
-    ("path", "body"),
+    ("path", "body", "status"),
     [
-        ("discard", {"offset": -512, "length": 512}),
-        ("discard", {"offset": 0, "length": -512}),
-        ("discard", {"offset": 2**70, "length": 512}),
-        ("discard", {"offset": 512, "length": 2**70}),
-        ("discard", {"offset": 2**63 - 512, "length": 2**63}),
-        ("write-zeroes", {"offset": 1 << 20, "length": 512}),
-        ("write-zeroes", {"offset": 0, "length": 10**40}),
-        ("write-zeroes", {"offset": 0.5, "length": 512}),
-        ("write-zeroes", {"offset": "0", "length": 512}),
+        ("discard", {"offset": -512, "length": 512}, 422),
+        ("discard", {"offset": 0, "length": -512}, 422),
+        ("discard", {"offset": 2**70, "length": 512}, 416),
+        ("discard", {"offset": 512, "length": 2**70}, 416),
+        ("discard", {"offset": 2**63 - 512, "length": 2**63}, 416),
+        ("write-zeroes", {"offset": 1 << 20, "length": 512}, 416),
+        ("write-zeroes", {"offset": 0, "length": 10**40}, 416),
+        ("write-zeroes", {"offset": 0.5, "length": 512}, 422),
+        ("write-zeroes", {"offset": "0", "length": 512}, 422),
     ],
 )
 async def test_negative_overflowing_and_huge_offsets_write_nothing(
@@ -218,29 +224,35 @@ async def test_negative_overflowing_and_huge_offsets_write_nothing(
     volume: None,
     path: str,
     body: dict[str, Any],
+    status: int,
 ) -> None:
     before = await snapshot(app, client, settings)
-    assert_refused(await client.post(f"/v1/volumes/v/{path}", json=body), 416, 422)
+    assert_refused(await client.post(f"/v1/volumes/v/{path}", json=body), status)
     assert await snapshot(app, client, settings) == before
 
 
 @pytest.mark.parametrize(
-    "content_range",
+    ("content_range", "status"),
     [
-        "bytes -1-510/*",
-        "bytes 0--1/*",
-        f"bytes {1 << 20}-{(1 << 20) + 511}/*",
-        f"bytes 0-{'9' * 5000}/*",
-        f"bytes {2**64}-{2**64 + 511}/*",
-        "bytes 0-511/1",
-        "bytes 511-0/*",
-        "bytes 0-511",
-        "bytes=0-511/*",
-        "bytes \u0660-511/*",
+        ("bytes -1-510/*", 400),
+        ("bytes 0--1/*", 400),
+        (f"bytes {1 << 20}-{(1 << 20) + 511}/*", 416),
+        (f"bytes 0-{'9' * 5000}/*", 416),
+        (f"bytes {2**64}-{2**64 + 511}/*", 416),
+        ("bytes 0-511/1", 416),
+        ("bytes 511-0/*", 400),
+        ("bytes 0-511", 400),
+        ("bytes=0-511/*", 400),
+        ("bytes \u0660-511/*", 400),
     ],
 )
 async def test_hostile_content_ranges_write_nothing(
-    app: FastAPI, client: httpx.AsyncClient, settings: Settings, volume: None, content_range: str
+    app: FastAPI,
+    client: httpx.AsyncClient,
+    settings: Settings,
+    volume: None,
+    content_range: str,
+    status: int,
 ) -> None:
     before = await snapshot(app, client, settings)
     response = await client.put(
@@ -248,7 +260,7 @@ async def test_hostile_content_ranges_write_nothing(
         content=b"\xaa" * 512,
         headers={"Content-Range": content_range.encode("utf-8")},  # type: ignore[dict-item]
     )
-    assert_refused(response, 400, 416)
+    assert_refused(response, status)
     assert await snapshot(app, client, settings) == before
 
 

@@ -9,7 +9,8 @@ from fastapi import FastAPI
 
 from app.crypto.keys import KeyMaterial
 from app.dm.table import CryptParams, Table
-from tests.factories import CBC_KEY, make_device, make_volume, xts_table
+from tests.support.factories import make_device, make_volume, xts_table
+from tests.support.keys import CBC_KEY
 
 pytestmark = pytest.mark.anyio
 

@@ -14,7 +14,8 @@ import pytest
 from fastapi import FastAPI
 
 from app.config import Settings
-from tests.factories import XTS_KEY, make_device, make_volume, xts_table
+from tests.support.factories import make_device, make_volume, xts_table
+from tests.support.keys import XTS_KEY
 
 pytestmark = pytest.mark.anyio
 

@@ -21,7 +21,7 @@ from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 from app.config import Settings
 from app.luks.kdf import Kdf
 from tests import cryptsetup
-from tests.integration.conftest import running
+from tests.support.app import running
 
 pytestmark = pytest.mark.anyio
 

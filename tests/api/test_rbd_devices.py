@@ -1,4 +1,4 @@
-"""Devices in RBD images, over HTTP, on the throwaway Ceph cluster of ``tests/ceph.py``."""
+"""Devices in RBD images, over HTTP, on the throwaway Ceph cluster of ``tests/support/ceph.py``."""
 
 from __future__ import annotations
 
@@ -12,10 +12,9 @@ import pytest
 
 from app.config import Settings
 from app.storage.rbd import CephCluster, RbdStore
-from tests import ceph
-from tests.conftest import ADMIN_TOKEN
-from tests.factories import make_volume, xts_table
-from tests.integration.conftest import running
+from tests.support import ceph
+from tests.support.app import ADMIN_TOKEN, running
+from tests.support.factories import make_volume, xts_table
 
 pytestmark = [pytest.mark.anyio, pytest.mark.ceph]
 

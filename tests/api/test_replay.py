@@ -9,7 +9,7 @@ import anyio
 import httpx
 import pytest
 
-from tests.factories import make_device, make_volume, xts_table
+from tests.support.factories import make_device, make_volume, xts_table
 
 pytestmark = pytest.mark.anyio
 

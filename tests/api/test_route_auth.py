@@ -16,8 +16,8 @@ from starlette.routing import Mount
 from app.api import deps
 from app.config import Settings
 from app.main import create_app
-from tests.conftest import ADMIN_TOKEN, IO_TOKEN, asgi_client
-from tests.factories import make_device, make_volume
+from tests.support.app import ADMIN_TOKEN, IO_TOKEN, asgi_client
+from tests.support.factories import make_device, make_volume
 
 pytestmark = pytest.mark.anyio
 

@@ -7,7 +7,7 @@ import httpx
 import pytest
 
 from app.blk.trace import parse_blkparse, summarize
-from tests.factories import make_device, make_volume
+from tests.support.factories import make_device, make_volume
 
 pytestmark = pytest.mark.anyio
 

@@ -19,8 +19,8 @@ from statistics import median
 import httpx
 import pytest
 
-from tests.conftest import ADMIN_TOKEN
-from tests.integration.test_e2e_data import Server
+from tests.support.app import ADMIN_TOKEN
+from tests.support.servers import Server
 
 pytestmark = pytest.mark.bench
 MIB = 1 << 20

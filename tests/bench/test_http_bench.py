@@ -29,8 +29,8 @@ import httpx
 import pytest
 
 from tests.bench.cores import SERVER_CORE, busy_clients, cpu_seconds, pin, run_client
-from tests.conftest import ADMIN_TOKEN
-from tests.integration.test_e2e_data import Server
+from tests.support.app import ADMIN_TOKEN
+from tests.support.servers import Server
 
 pytestmark = pytest.mark.bench
 MIB = 1 << 20

@@ -23,8 +23,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import ADMIN_TOKEN
-from tests.integration.test_e2e_data import Server
+from tests.support.app import ADMIN_TOKEN
+from tests.support.servers import Server
 
 pytestmark = pytest.mark.bench
 WRITERS = 16

@@ -17,13 +17,13 @@ from pathlib import Path
 from statistics import median
 from typing import Any
 
-import httpx
 import pytest
 
 from tests.bench.cores import SERVER_CORE, busy_clients, cpu_seconds, pin, run_client
-from tests.factories import XTS_KEY
-from tests.integration.test_deployment import free_port
-from tests.integration.test_e2e_data import Server
+from tests.support.keys import XTS_KEY
+from tests.support.nbd_servers import make_export
+from tests.support.ports import free_port
+from tests.support.servers import Server
 
 pytestmark = pytest.mark.bench
 MIB = 1 << 20
@@ -119,13 +119,6 @@ class QemuNbd:
         if self.process is not None:
             self.process.send_signal(signal.SIGTERM)
             self.process.wait(timeout=15)
-
-
-def make_export(http: httpx.Client, name: str, table: str, **fields: object) -> None:
-    response = http.post(
-        "/v1/volumes", json={"name": name, "table": table, "nbd_export": True, **fields}
-    )
-    assert response.status_code == 201, response.text
 
 
 def test_nbd_against_qemu_nbd_and_queue_merging(tmp_path: Path) -> None:

@@ -1,6 +1,6 @@
 """A Linux guest uses a reqcrypt volume as a virtio disk through qemu's NBD client.
 
-qemu boots a stock Debian kernel (dmcrypt-oracle's cache, see tests/linux_guest.py) with
+qemu boots a stock Debian kernel (dmcrypt-oracle's cache, see tests/support/linux_guest.py) with
 ``-drive file=nbd://127.0.0.1:PORT/EXPORT,format=raw,cache=none`` on a virtio-blk device.
 In the guest GNU dd writes a known plaintext with O_DIRECT, in 512 B, 4 KiB and 1 MiB
 blocks at aligned and unaligned offsets, reads each piece back with O_DIRECT and prints
@@ -25,11 +25,12 @@ import httpx
 import pytest
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 
-from tests.factories import XTS_KEY, xts_table
-from tests.linux_guest import Disk, GuestImage, GuestRun, GuestUnavailable, boot, find_image
-from tests.nbd.certs import make_pki
-from tests.nbd.servers import NbdServer, export, running
-from tests.unit.crypto.test_kernel_fixtures import CASES, stream
+from tests.support.certs import make_pki
+from tests.support.factories import xts_table
+from tests.support.keys import XTS_KEY
+from tests.support.linux_guest import Disk, GuestImage, GuestRun, GuestUnavailable, boot, find_image
+from tests.support.nbd_servers import NbdServer, export, running
+from tests.support.vectors import CASES, stream
 
 pytestmark = pytest.mark.bench
 

@@ -6,7 +6,7 @@ on an RBD image exported over NBD (fio's nbd engine) by a reqcrypt with aio (the
 default) and by one with ``REQCRYPT_RBD_AIO=false`` (one synchronous librbd call per
 request, as before aio); one on a sparse file; and a bare RBD image through fio's own
 rbd engine (librbd, no crypto, no NBD): the peer, what the cluster gives a client that
-adds nothing. The cluster is the throwaway mon + memstore OSD of ``tests/ceph.py``;
+adds nothing. The cluster is the throwaway mon + memstore OSD of ``tests/support/ceph.py``;
 memstore stalls 0.3-1 s now and then, so this prints figures and asserts none of them.
 The reqcrypt servers run on one core and fio on the other (``tests/bench/cores.py``; the
 cluster's daemons are left where the scheduler puts them); each figure has the server's CPU
@@ -23,12 +23,12 @@ from typing import Any
 
 import pytest
 
-from tests import ceph
 from tests.bench.cores import SERVER_CORE, busy_clients, cpu_seconds, pin, run_client
-from tests.bench.test_nbd_bench import make_export
-from tests.factories import XTS_KEY
-from tests.integration.test_deployment import free_port
-from tests.integration.test_e2e_data import Server
+from tests.support import ceph
+from tests.support.keys import XTS_KEY
+from tests.support.nbd_servers import make_export
+from tests.support.ports import free_port
+from tests.support.servers import Server
 
 pytestmark = [pytest.mark.bench, pytest.mark.ceph]
 MIB = 1 << 20

@@ -18,6 +18,7 @@ from app.dm.table import parse_table
 from app.dm.volume import Volume
 from app.engine.registry import EngineRegistry
 from app.storage.memory import MemoryStore
+from tests.support.keys import XTS_KEY
 
 pytestmark = pytest.mark.bench
 
@@ -26,7 +27,6 @@ DEPTH = 2
 SLOTS = CLIENTS * DEPTH
 STEPS = 128
 BLOCK = 4096
-KEY = bytes(range(64)).hex()
 PLUG_WINDOW_US = 5000
 """Long enough to collect one write from each of the 32 slots under the GIL: measured,
 3000 us merged to 54-126 KiB from run to run, 5000 us to 128 KiB (the plug's flush
@@ -42,7 +42,7 @@ def run(mode: str) -> dict[str, float]:
         engine=EngineRegistry().engine("software"),
         tuning=Tuning(dispatch_mode=mode, plug_window_us=PLUG_WINDOW_US),  # type: ignore[arg-type]
     )
-    volume.load(parse_table(f"0 {size // 512} crypt aes-xts-plain64 {KEY} 0 pv 0"))
+    volume.load(parse_table(f"0 {size // 512} crypt aes-xts-plain64 {XTS_KEY} 0 pv 0"))
     volume.resume(lambda ref: store)
     barrier = threading.Barrier(SLOTS)
     payload = bytes(BLOCK)

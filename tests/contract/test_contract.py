@@ -28,8 +28,8 @@ from schemathesis.specs.openapi.schemas import OpenApiSchema
 from app.api.manual import RUN_LINKS, VOLUME_LINKS
 from app.config import Settings
 from app.main import create_app
-from tests.conftest import ADMIN_TOKEN
-from tests.integration.test_e2e_data import Server
+from tests.support.app import ADMIN_TOKEN
+from tests.support.servers import Server
 
 pytestmark = pytest.mark.e2e
 

@@ -6,8 +6,8 @@ import pytest
 from typer.testing import CliRunner
 
 from app.cli import cli
-from tests.conftest import ADMIN_TOKEN
-from tests.integration.test_e2e_data import MIB, Server, make_volume
+from tests.support.app import ADMIN_TOKEN
+from tests.support.servers import MIB, Server, make_volume
 
 pytestmark = pytest.mark.e2e
 BS = 64 << 10

@@ -20,8 +20,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.factories import xts_table
-from tests.integration.test_e2e_data import Server
+from tests.support.factories import xts_table
+from tests.support.servers import Server
 
 pytestmark = pytest.mark.e2e
 REQCRYPT = str(Path(sys.executable).with_name("reqcrypt"))

@@ -9,87 +9,35 @@ from __future__ import annotations
 import os
 import re
 import signal
-import subprocess
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
 
 import httpx
 import pytest
 
-from tests.api.test_docs_guides import CLUSTER_METRIC
-from tests.conftest import fresh_postgres_database
-from tests.factories import XTS_KEY, xts_table
-from tests.integration.test_e2e_data import HEADERS, REQCRYPT, Server, pattern
+from tests.support.cluster import (
+    CLUSTER_METRIC,
+    LEASE,
+    RENEW,
+    SETTLE,
+    Node,
+    http,
+    kill_and_fail_over,
+    owner,
+    read,
+    wait_owner,
+    write,
+    write_flushed,
+)
+from tests.support.database import fresh_postgres_database
+from tests.support.factories import xts_table
+from tests.support.keys import XTS_KEY
+from tests.support.servers import HEADERS, pattern
 
 pytestmark = [pytest.mark.e2e, pytest.mark.postgres]
 
-LEASE = 3.0
-RENEW = 0.5
-MASTER_KEY = "5a" * 32
 SIZE = 1 << 20
-SETTLE = 30.0
-"""Longest wait for a node to notice something (a lease is 3 s; the machine is busy)."""
-
-
-class Node(Server):
-    def __init__(self, data_dir: Path, database_url: str, node_id: str, **env: str) -> None:
-        super().__init__(
-            data_dir,
-            REQCRYPT_DATABASE_URL=database_url,
-            REQCRYPT_NODE_ID=node_id,
-            REQCRYPT_LEASE_SECONDS=str(LEASE),
-            REQCRYPT_LEASE_RENEW_SECONDS=str(RENEW),
-            REQCRYPT_MASTER_KEY=MASTER_KEY,
-            REQCRYPT_SUSPEND_WAIT_SECONDS="2",
-            **env,
-        )
-        self.node_id = node_id
-
-    def launch(self) -> None:
-        """Start without waiting for readiness (to race several nodes)."""
-        log = (self.data_dir.parent / f"node-{self.node_id}.log").open("ab")
-        self.process = subprocess.Popen(
-            [REQCRYPT, "serve"], env=self.environ("info"), stdout=log, stderr=log
-        )
-        log.close()
-
-    def start(self) -> None:
-        self.launch()
-        self.start_wait()
-
-    def start_wait(self) -> None:
-        """Ready within 2 minutes: several interpreters importing at once on a busy machine
-        take far longer than one."""
-        assert self.process is not None
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
-            assert self.process.poll() is None, f"node {self.node_id} exited"
-            try:
-                if httpx.get(f"{self.base}/readyz", timeout=2).status_code == 200:
-                    return
-            except httpx.TransportError:
-                pass
-            time.sleep(0.2)
-        raise AssertionError(f"node {self.node_id} never became ready")
-
-    def kill(self) -> None:
-        assert self.process is not None
-        self.process.kill()
-        self.process.wait(timeout=15)
-        self.process = None
-
-    def signal(self, sig: int) -> None:
-        assert self.process is not None
-        self.process.send_signal(sig)
-
-    def metric(self, name: str) -> float:
-        text = httpx.get(f"{self.base}/metrics", timeout=10).text
-        for line in text.splitlines():
-            if line.startswith(f'{name}{{node="{self.node_id}"}}'):
-                return float(line.split()[-1])
-        raise AssertionError(f"{name} not in /metrics")
 
 
 @pytest.fixture(scope="module")
@@ -137,23 +85,6 @@ def cluster(tmp_path: Path, postgres_url: str) -> Iterator[Callable[..., Node]]:
             node.stop()
 
 
-def bearer_on_every_hop(request: httpx.Request) -> None:
-    """httpx (like curl -L without --location-trusted) drops Authorization when a redirect
-    leaves the origin, and another node is another origin: a request hook sets it again
-    on every request of the chain."""
-    request.headers["Authorization"] = HEADERS["Authorization"]
-
-
-def http(node: Node, *, follow: bool = False) -> httpx.Client:
-    return httpx.Client(
-        base_url=node.base,
-        headers=HEADERS,
-        timeout=60,
-        follow_redirects=follow,
-        event_hooks={"request": [bearer_on_every_hop]} if follow else {},
-    )
-
-
 def make_volume(node: Node, name: str = "v", device: str = "pv") -> None:
     with http(node) as client:
         response = client.post("/v1/devices", json={"name": device, "size_bytes": SIZE})
@@ -174,49 +105,6 @@ def stack_on(node: Node, name: str, lower: str) -> httpx.Response:
     table = f"0 {sectors} crypt aes-xts-plain64 {XTS_KEY} 0 /dev/mapper/{lower} {sectors}"
     with http(node) as client:
         return client.post("/v1/volumes", json={"name": name, "table": table})
-
-
-def write(client: httpx.Client, offset: int, data: bytes, name: str = "v") -> httpx.Response:
-    return client.put(
-        f"/v1/volumes/{name}/data",
-        content=data,
-        headers={"Content-Range": f"bytes {offset}-{offset + len(data) - 1}/*"},
-    )
-
-
-def write_flushed(client: httpx.Client, offset: int, data: bytes, name: str = "v") -> None:
-    """A write the volume acknowledged, then a completed flush: data that must survive."""
-    assert write(client, offset, data, name).status_code == 204
-    assert client.post(f"/v1/volumes/{name}/flush").status_code == 204
-
-
-def read(client: httpx.Client, offset: int, length: int, name: str = "v") -> bytes:
-    response = client.get(
-        f"/v1/volumes/{name}/data", headers={"Range": f"bytes={offset}-{offset + length - 1}"}
-    )
-    assert response.status_code == 206, response.text
-    return response.content
-
-
-def owner(node: Node, name: str = "v") -> dict[str, Any] | None:
-    """The volume's owner as ``node`` answers (forwarded to the owner if need be)."""
-    with http(node) as client:
-        response = client.get(f"/v1/volumes/{name}")
-    if response.status_code != 200:
-        return None
-    answer: dict[str, Any] | None = response.json()["owner"]
-    return answer
-
-
-def wait_owner(node: Node, expected: str, name: str = "v") -> float:
-    """Seconds until ``node`` serves ``name`` itself (the owner it shows is ``expected``)."""
-    started = time.monotonic()
-    while time.monotonic() - started < SETTLE:
-        shown = owner(node, name)
-        if shown is not None and shown["node"] == expected:
-            return time.monotonic() - started
-        time.sleep(0.1)
-    raise AssertionError(f"{expected} never served volume {name}")
 
 
 def test_nodes_racing_for_one_free_lease_give_it_one_owner(
@@ -245,20 +133,6 @@ def test_nodes_racing_for_one_free_lease_give_it_one_owner(
     owned = [node.metric("reqcrypt_node_volumes_owned") for node in racers]
     assert sorted(owned) == [0, 1]
     assert owners[0]["lease_epoch"] == 2  # created (1), then taken once more
-
-
-def kill_and_fail_over(owner: Node, survivor: Node) -> None:
-    """Flush a write on ``owner``'s volume ``v``, SIGKILL it: ``survivor`` serves ``v``
-    within a lease and a scan, and reads the write back."""
-    data = pattern(0, 65536)
-    with http(owner) as client:
-        write_flushed(client, 0, data)
-    owner.kill()
-    took = wait_owner(survivor, survivor.node_id)
-    # The lease runs out (3 s), then the survivor's next scan takes it (every 0.5 s).
-    assert took < LEASE + 10 * RENEW, took
-    with http(survivor) as client:
-        assert read(client, 0, 65536) == data
 
 
 def test_a_killed_owner_fails_over_with_flushed_data_intact(

@@ -19,9 +19,8 @@ import httpx
 import pytest
 
 from app.storage.rbd import CephCluster, RbdStore
-from tests import ceph
-from tests.factories import xts_table
-from tests.integration.test_cluster import (
+from tests.support import ceph
+from tests.support.cluster import (
     SETTLE,
     Node,
     http,
@@ -31,7 +30,8 @@ from tests.integration.test_cluster import (
     write,
     write_flushed,
 )
-from tests.integration.test_e2e_data import pattern
+from tests.support.factories import xts_table
+from tests.support.servers import pattern
 
 pytestmark = [pytest.mark.e2e, pytest.mark.postgres, pytest.mark.ceph]
 

@@ -20,7 +20,9 @@ import httpx
 import pytest
 import yaml
 
-from tests.integration.test_deployment import ROOT, free_port
+from tests.support.ports import free_port
+
+ROOT = Path(__file__).resolve().parents[2]
 
 pytestmark = pytest.mark.docker
 

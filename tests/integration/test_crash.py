@@ -25,8 +25,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.factories import CBC_KEY, XTS_KEY
-from tests.integration.test_e2e_data import Server
+from tests.support.keys import CBC_KEY, XTS_KEY
+from tests.support.servers import Server
 
 pytestmark = pytest.mark.e2e
 KILLS = 20

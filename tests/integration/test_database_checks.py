@@ -13,9 +13,9 @@ from sqlalchemy import text
 
 from app.db import migrate
 from app.db.session import make_engine
-from tests.conftest import POSTGRES_ADMIN_DSN
-from tests.integration.conftest import serve_refused
-from tests.integration.test_deployment import free_port
+from tests.support.database import POSTGRES_ADMIN_DSN
+from tests.support.ports import free_port
+from tests.support.servers import serve_refused
 
 
 @pytest.fixture

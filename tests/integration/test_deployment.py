@@ -4,10 +4,8 @@ from __future__ import annotations
 
 import os
 import secrets
-import socket
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -15,6 +13,8 @@ from typing import Any
 import httpx
 import pytest
 import yaml
+
+from tests.support.ports import free_port, wait_ready
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -81,7 +81,7 @@ def test_secrets_come_from_the_env_file_not_the_image() -> None:
 
 def test_the_image_builds_the_wheel_from_what_the_wheel_test_builds_it_from() -> None:
     """No docker here: the build stage must copy every input the tested wheel build uses."""
-    from tests.integration.test_migrations import BUILD_INPUTS
+    from tests.support.build import BUILD_INPUTS
 
     build_stage = (ROOT / "Dockerfile").read_text().split("FROM ")[1]
     copied = {
@@ -92,26 +92,6 @@ def test_the_image_builds_the_wheel_from_what_the_wheel_test_builds_it_from() ->
     }
     assert copied == set(BUILD_INPUTS)
     assert "pip wheel" in build_stage
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
-def wait_ready(url: str, process: subprocess.Popen[bytes]) -> None:
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        assert process.poll() is None, process.stdout.read().decode() if process.stdout else ""
-        try:
-            if httpx.get(url, timeout=1).status_code == 200:
-                return
-        except httpx.TransportError:
-            pass
-        time.sleep(0.2)
-    raise AssertionError(f"{url} never became ready")
 
 
 @pytest.fixture

@@ -9,9 +9,10 @@ import pytest
 from typer.testing import CliRunner
 
 from app.cli import cli
-from tests.conftest import ADMIN_TOKEN
-from tests.factories import XTS_KEY, xts_table
-from tests.integration.test_e2e_data import HEADERS, Server
+from tests.support.app import ADMIN_TOKEN
+from tests.support.factories import xts_table
+from tests.support.keys import XTS_KEY
+from tests.support.servers import HEADERS, Server
 
 pytestmark = pytest.mark.e2e
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.integration.test_e2e_data import Server
+from tests.support.servers import Server
 
 pytestmark = pytest.mark.e2e
 

@@ -2,70 +2,15 @@
 
 from __future__ import annotations
 
-import os
 import signal
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
-import httpx
 import pytest
 
-from tests.conftest import ADMIN_TOKEN
-from tests.factories import xts_table
-from tests.integration.test_deployment import free_port, wait_ready
+from tests.support.servers import MIB, Server, make_volume, pattern
 
 pytestmark = pytest.mark.e2e
-MIB = 1 << 20
-HEADERS = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
-
-
-REQCRYPT = str(Path(sys.executable).with_name("reqcrypt"))
-
-
-class Server:
-    def __init__(self, data_dir: Path, **env: str) -> None:
-        self.data_dir = data_dir
-        self.env = env
-        self.port = free_port()
-        self.base = f"http://127.0.0.1:{self.port}"
-        self.process: subprocess.Popen[bytes] | None = None
-
-    def environ(self, log_level: str = "warning") -> dict[str, str]:
-        """The environment ``reqcrypt serve`` runs with: this process's, plus the server's."""
-        return {
-            **os.environ,
-            "REQCRYPT_DATA_DIR": str(self.data_dir),
-            "REQCRYPT_ADMIN_TOKEN": ADMIN_TOKEN,
-            "REQCRYPT_PORT": str(self.port),
-            "REQCRYPT_LOG_LEVEL": log_level,
-            **self.env,
-        }
-
-    def start(self) -> None:
-        self.process = subprocess.Popen(
-            [REQCRYPT, "serve"],
-            env=self.environ(),
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        wait_ready(f"{self.base}/readyz", self.process)
-
-    def stop(self, sig: int = signal.SIGTERM) -> None:
-        if self.process is not None:
-            self.process.send_signal(sig)
-            self.process.wait(timeout=15)
-            self.process = None
-
-    def peak_rss(self) -> int:
-        assert self.process is not None
-        status = Path(f"/proc/{self.process.pid}/status").read_text()
-        line = next(line for line in status.splitlines() if line.startswith("VmHWM:"))
-        return int(line.split()[1]) * 1024
-
-    def client(self) -> httpx.Client:
-        return httpx.Client(base_url=self.base, headers=HEADERS, timeout=120)
 
 
 @pytest.fixture
@@ -76,19 +21,6 @@ def server(tmp_path: Path) -> Iterator[Server]:
         yield running
     finally:
         running.stop()
-
-
-def make_volume(client: httpx.Client, size: int) -> None:
-    assert client.post("/v1/devices", json={"name": "pv", "size_bytes": size}).status_code == 201
-    table = xts_table("pv", size // 512)
-    assert client.post("/v1/volumes", json={"name": "v", "table": table}).status_code == 201
-
-
-def pattern(first: int, length: int) -> bytes:
-    """Bytes that name their own offset, so a misplaced chunk cannot pass."""
-    words = range(first // 8, (first + length + 7) // 8)
-    data = b"".join(word.to_bytes(8, "little") for word in words)
-    return data[first % 8 : first % 8 + length]
 
 
 def test_unaligned_write_and_ranged_reads_over_real_http(server: Server) -> None:

@@ -25,13 +25,13 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.test_deployment import free_port, wait_ready
+from tests.support.ports import free_port, wait_ready
 
 ROOT = Path(__file__).resolve().parents[2]
 GUIDES = ("README.md", "docs/quickstart.md", "docs/api.md", "docs/nbd.md")
 #: Blocks the harness does not run, and why.
 NOT_RUN = {
-    "ceph": "needs a Ceph cluster (tests/ceph.py runs those against a throwaway one)",
+    "ceph": "needs a Ceph cluster (tests/support/ceph.py runs those against a throwaway one)",
     "cluster": "needs several nodes (tests/integration/test_cluster.py)",
     "dev": "developer commands: the test suite itself, benchmarks, a kernel under qemu",
 }

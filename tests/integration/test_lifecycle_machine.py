@@ -21,35 +21,33 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 from app.blk.tuning import TuningPatch
-from app.config import Settings
 from app.control import Control
 from app.db import migrate
-from app.db.queries import SqlRegistryStore
-from app.db.records import Records
 from app.db.session import make_engine, make_sessionmaker
 from app.dm.table import format_table, parse_table
-from app.engine.registry import EngineRegistry
 from app.errors import AlreadyExists, InvalidInput, InvalidState, KeyNotSet, VolumeBusy
-from app.storage.registry import DeviceRegistry
-from tests.conftest import POSTGRES_ADMIN_DSN
+from tests.support.control import make_control
+from tests.support.database import POSTGRES_ADMIN_DSN, copy_database
 
 KEY_A = bytes(range(64)).hex()
 KEY_B = bytes(range(64, 128)).hex()
-MASTER = bytes(32)
 
 
 def table(key: str, sectors: int) -> str:
     return f"0 {sectors} crypt aes-xts-plain64 {key} 0 pv 0"
 
 
-def fresh_database(backend: str) -> tuple[str, Path]:
-    """A new database and data directory for one example."""
+def fresh_database(backend: str, template: Path | str) -> tuple[str, Path]:
+    """A new database and data directory for one example, a copy of the session's
+    migrated template (a SQLite file, or a PostgreSQL database by name), so the
+    example's migration finds it at head."""
     directory = Path(tempfile.mkdtemp())
     if backend == "sqlite":
-        return f"sqlite:///{directory / 'm.db'}", directory
+        assert isinstance(template, Path)
+        return copy_database(template, directory), directory
     name = f"reqcrypt_m_{uuid.uuid4().hex[:10]}"
     with psycopg.connect(POSTGRES_ADMIN_DSN, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
+        conn.execute(f'CREATE DATABASE "{name}" TEMPLATE "{template}"')
     return f"{POSTGRES_ADMIN_DSN.rsplit('/', 1)[0]}/{name}", directory
 
 
@@ -90,10 +88,11 @@ class Lifecycle(RuleBasedStateMachine):
     """
 
     backend = "sqlite"
+    template: Path | str = ""
 
     @initialize()
     def start(self) -> None:
-        self.url, self.data_dir = fresh_database(self.backend)
+        self.url, self.data_dir = fresh_database(self.backend, self.template)
         migrate.upgrade(self.url)
         self.db = make_engine(self.url)
         self.control = self._control()
@@ -115,14 +114,7 @@ class Lifecycle(RuleBasedStateMachine):
 
     def _control(self) -> Control:
         sessions = make_sessionmaker(self.db)
-        control = Control(
-            Records(sessions, MASTER),
-            DeviceRegistry(self.data_dir / "devices"),
-            EngineRegistry(SqlRegistryStore(sessions)),
-            Settings(plug_window_us=0, suspend_wait_seconds=0.05).control,
-        )
-        control.restore()
-        return control
+        return make_control(sessions, self.data_dir / "devices")
 
     def teardown(self) -> None:
         if hasattr(self, "control"):
@@ -329,11 +321,12 @@ class Lifecycle(RuleBasedStateMachine):
                 )
 
 
-def run_machine(backend: str, examples: int) -> None:
+def run_machine(backend: str, examples: int, template: Path | str) -> None:
     class Machine(Lifecycle):
         pass
 
     Machine.backend = backend
+    Machine.template = template
     runner = Machine.TestCase()
     runner.settings = settings(
         max_examples=examples,
@@ -344,11 +337,10 @@ def run_machine(backend: str, examples: int) -> None:
     runner.runTest()
 
 
-def test_lifecycle_matches_the_model_across_restarts_on_sqlite() -> None:
-    run_machine("sqlite", 100)
+def test_lifecycle_matches_the_model_across_restarts_on_sqlite(sqlite_template: Path) -> None:
+    run_machine("sqlite", 100, sqlite_template)
 
 
 @pytest.mark.postgres
-def test_lifecycle_matches_the_model_across_restarts_on_postgres(postgres_url: str) -> None:
-    del postgres_url  # proves the server is reachable; each example makes its own database
-    run_machine("postgres", 8)
+def test_lifecycle_matches_the_model_across_restarts_on_postgres(postgres_template: str) -> None:
+    run_machine("postgres", 8, postgres_template)

@@ -16,8 +16,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.conftest import ADMIN_TOKEN
-from tests.integration.test_e2e_data import Server
+from tests.support.app import ADMIN_TOKEN
+from tests.support.servers import Server
 
 pytestmark = pytest.mark.e2e
 REQCRYPT = str(Path(sys.executable).with_name("reqcrypt"))

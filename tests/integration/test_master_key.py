@@ -25,9 +25,10 @@ from app.db.records import master_key_unwraps
 from app.db.session import make_engine, make_sessionmaker
 from app.keyfiles import MasterKeyError, data_dir_lock, key_check_value, pending_master_key_path
 from app.main import build_state, rotate_master_key
-from tests.conftest import ADMIN_TOKEN
-from tests.factories import CBC_KEY, XTS_KEY, xts_table
-from tests.integration.conftest import running, serve_refused
+from tests.support.app import ADMIN_TOKEN, running
+from tests.support.factories import xts_table
+from tests.support.keys import CBC_KEY, XTS_KEY
+from tests.support.servers import serve_refused
 
 pytestmark = pytest.mark.anyio
 

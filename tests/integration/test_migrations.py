@@ -14,10 +14,9 @@ from alembic.script import ScriptDirectory
 from sqlalchemy import create_engine, inspect
 
 from app.db import migrate
+from tests.support.build import BUILD_INPUTS
 
 ROOT = Path(__file__).resolve().parents[2]
-#: What the wheel is built from: the image's build stage copies exactly these.
-BUILD_INPUTS = ("pyproject.toml", "setup.py", "README.md", "app", "migrations")
 EXPECTED_TABLES = {
     "alembic_version",
     "benchmark_runs",

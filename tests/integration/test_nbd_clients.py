@@ -12,9 +12,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.factories import xts_table
-from tests.nbd.servers import NbdServer, export, running
-from tests.unit.crypto.test_kernel_fixtures import CASES, stream
+from tests.support.factories import xts_table
+from tests.support.nbd_servers import NbdServer, export, running
+from tests.support.vectors import CASES, stream
 
 pytestmark = pytest.mark.e2e
 MIB = 1 << 20

@@ -10,7 +10,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.integration.test_deployment import free_port, wait_ready
+from tests.support.ports import free_port, wait_ready
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.e2e

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 from app.config import Settings
-from tests.conftest import ADMIN_TOKEN
-from tests.factories import CBC_KEY, XTS_KEY, xts_table
-from tests.integration.conftest import running
+from tests.support.app import ADMIN_TOKEN, running
+from tests.support.factories import xts_table
+from tests.support.keys import CBC_KEY, XTS_KEY
 
 pytestmark = pytest.mark.anyio
 

@@ -26,10 +26,10 @@ import uvicorn
 from app.api.connections import MAX_HEAD_BYTES
 from app.config import Settings
 from app.main import create_app, http_protocol
-from tests.conftest import ADMIN_TOKEN
-from tests.factories import xts_table
-from tests.integration.test_deployment import free_port
-from tests.integration.test_e2e_data import MIB, Server
+from tests.support.app import ADMIN_TOKEN
+from tests.support.factories import xts_table
+from tests.support.ports import free_port
+from tests.support.servers import MIB, Server
 
 pytestmark = pytest.mark.e2e
 

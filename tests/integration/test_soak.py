@@ -8,8 +8,8 @@ from typer.testing import CliRunner
 from app.bench.soak import check_loopback
 from app.cli import cli
 from app.errors import InvalidInput
-from tests.conftest import ADMIN_TOKEN
-from tests.integration.test_e2e_data import Server
+from tests.support.app import ADMIN_TOKEN
+from tests.support.servers import Server
 
 pytestmark = pytest.mark.e2e
 

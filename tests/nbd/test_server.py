@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import socket
 import struct
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import httpx
@@ -16,9 +15,9 @@ from app.config import Settings
 from app.main import create_app
 from app.nbd import protocol
 from app.nbd.protocol import Command, CommandFlag, Errno, Option, Reply, RequestHeader
-from tests.conftest import ADMIN_TOKEN, IO_TOKEN, asgi_client
-from tests.factories import make_device, make_volume, xts_table
-from tests.nbd.client import RawClient
+from tests.support.app import ADMIN_TOKEN, IO_TOKEN, asgi_client, make_settings
+from tests.support.factories import make_device, make_volume, xts_table
+from tests.support.nbd_client import RawClient
 
 pytestmark = pytest.mark.anyio
 MIB = 1 << 20
@@ -26,20 +25,7 @@ MIB = 1 << 20
 
 @pytest.fixture
 def settings(data_dir: Path) -> Settings:
-    return Settings(
-        data_dir=data_dir,
-        admin_token=ADMIN_TOKEN,  # type: ignore[arg-type]
-        io_token=IO_TOKEN,  # type: ignore[arg-type]
-        suspend_wait_seconds=1.0,
-        nbd_port=0,
-    )
-
-
-@pytest.fixture
-async def app(settings: Settings) -> AsyncIterator[FastAPI]:
-    application = create_app(settings)
-    async with application.router.lifespan_context(application):
-        yield application
+    return make_settings(data_dir, suspend_wait_seconds=1.0, nbd_port=0)
 
 
 @pytest.fixture

@@ -17,11 +17,11 @@ from pydantic import ValidationError
 from app.config import Settings
 from app.main import create_app
 from app.nbd.protocol import Command, Option, Reply
-from tests.conftest import ADMIN_TOKEN
-from tests.factories import make_device, make_volume, xts_table
-from tests.nbd.certs import make_pki
-from tests.nbd.client import RawClient
-from tests.nbd.servers import NbdServer, running
+from tests.support.app import ADMIN_TOKEN
+from tests.support.certs import make_pki
+from tests.support.factories import make_device, make_volume, xts_table
+from tests.support.nbd_client import RawClient
+from tests.support.nbd_servers import NbdServer, running
 
 MIB = 1 << 20
 

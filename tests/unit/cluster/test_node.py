@@ -13,18 +13,14 @@ from sqlalchemy import select
 from app.cluster import ClusterNode
 from app.cluster.serving import ServingSet
 from app.config import Settings
-from app.control import Control
 from app.control.catalog import CatalogedDevice
-from app.db import migrate
 from app.db.leases import Leases
 from app.db.models import Volume
-from app.db.queries import SqlRegistryStore
-from app.db.records import Records
 from app.db.session import make_engine, make_sessionmaker
-from app.engine.registry import EngineRegistry
 from app.errors import Unavailable
 from app.storage.registry import DeviceRegistry, Placement
-from tests.factories import xts_table
+from tests.support.control import make_control
+from tests.support.factories import xts_table
 
 pytestmark = pytest.mark.postgres
 
@@ -49,18 +45,17 @@ class UnreachableCeph:
 
 
 @pytest.fixture
-def node(postgres_url: str, tmp_path: Path) -> Iterator[tuple[ClusterNode, Any]]:
+def node(migrated_postgres_url: str, tmp_path: Path) -> Iterator[tuple[ClusterNode, Any]]:
     """Node a serving volume ``f`` on a file device and ``r`` on a device recorded as RBD
     (its bytes in a file here: only its placement matters to the node), and the fake
     Ceph connection."""
-    migrate.upgrade(postgres_url)
-    engine = make_engine(postgres_url)
+    engine = make_engine(migrated_postgres_url)
     sessions = make_sessionmaker(engine)
     ceph = UnreachableCeph()
     devices = DeviceRegistry(tmp_path / "devices")
     devices.ceph = ceph  # type: ignore[assignment]
     settings = Settings(
-        database_url=postgres_url,
+        database_url=migrated_postgres_url,
         node_id="a",
         node_url="http://a",
         lease_seconds=LEASE,
@@ -69,13 +64,7 @@ def node(postgres_url: str, tmp_path: Path) -> Iterator[tuple[ClusterNode, Any]]
         suspend_wait_seconds=0.5,
     )
     serving = ServingSet(Leases(sessions, "a", LEASE), devices)
-    control = Control(
-        Records(sessions, bytes(32)),
-        devices,
-        EngineRegistry(SqlRegistryStore(sessions)),
-        settings.control,
-        serving,
-    )
+    control = make_control(sessions, devices, guard=serving, settings=settings.control)
     for device in ("pf", "pr"):
         control.create_device(device, SIZE, None)
     control.catalog.add(CatalogedDevice("pr", SIZE, None, Placement("rbd", "rbd", "reqcrypt-pr")))

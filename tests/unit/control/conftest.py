@@ -8,25 +8,19 @@ from pathlib import Path
 import pytest
 from sqlalchemy.orm import Session, sessionmaker
 
-from app.config import Settings
 from app.control import Control
 from app.control.guard import Guard
-from app.db import migrate
-from app.db.queries import SqlRegistryStore
 from app.db.records import Records
 from app.db.session import make_engine, make_sessionmaker
-from app.engine.registry import EngineRegistry
-from app.storage.registry import DeviceRegistry
+from tests.support.control import make_control as build_control
+from tests.support.database import copy_database
 
-MASTER = bytes(32)
 MakeControl = Callable[..., Control]
 
 
 @pytest.fixture
-def sessions(tmp_path: Path) -> Iterator[sessionmaker[Session]]:
-    url = f"sqlite:///{tmp_path / 'control.db'}"
-    migrate.upgrade(url)
-    engine = make_engine(url)
+def sessions(tmp_path: Path, sqlite_template: Path) -> Iterator[sessionmaker[Session]]:
+    engine = make_engine(copy_database(sqlite_template, tmp_path))
     yield make_sessionmaker(engine)
     engine.dispose()
 
@@ -36,14 +30,6 @@ def make_control(sessions: sessionmaker[Session], tmp_path: Path) -> MakeControl
     """A restored ``Control`` on the same database and devices at every call (a restart)."""
 
     def make(records: type[Records] = Records, guard: Guard | None = None) -> Control:
-        control = Control(
-            records(sessions, MASTER),
-            DeviceRegistry(tmp_path / "devices"),
-            EngineRegistry(SqlRegistryStore(sessions)),
-            Settings(plug_window_us=0, suspend_wait_seconds=0.05).control,
-            guard,
-        )
-        control.restore()
-        return control
+        return build_control(sessions, tmp_path / "devices", records=records, guard=guard)
 
     return make

@@ -12,8 +12,7 @@ from app.blk.tuning import TuningPatch
 from app.control import Control
 from app.db.records import Records, RecordsTx
 from app.dm.table import format_table
-
-KEY = bytes(range(64)).hex()
+from tests.support.keys import XTS_KEY
 
 
 class CommitFails(Records):
@@ -50,7 +49,7 @@ OPERATIONS: dict[str, Callable[[Control], object]] = {
     "create device": lambda c: c.create_device("spare", 1 << 20, None),
     "delete device": lambda c: c.delete_device("unused"),
     "create volume": lambda c: c.create_volume("new", "0 8 zero"),
-    "load": lambda c: c.load_table("lower", f"0 1024 crypt aes-xts-plain64 {KEY} 0 pv 0"),
+    "load": lambda c: c.load_table("lower", f"0 1024 crypt aes-xts-plain64 {XTS_KEY} 0 pv 0"),
     "clear": lambda c: c.clear_inactive("upper"),
     "suspend": lambda c: c.suspend("lower", noflush=False),
     "resume": lambda c: c.resume("held"),
@@ -68,10 +67,10 @@ def test_a_failed_commit_leaves_memory_and_sql_as_they_were(
     control = make_control(CommitFails)
     control.create_device("pv", 1 << 20, None)
     control.create_device("unused", 1 << 20, None)
-    control.create_volume("lower", f"0 2048 crypt aes-xts-plain64 {KEY} 0 pv 0")
+    control.create_volume("lower", f"0 2048 crypt aes-xts-plain64 {XTS_KEY} 0 pv 0")
     control.create_volume("upper", "0 8 zero")
     control.load_table("upper", "0 8 error")
-    control.create_volume("held", f"0 2048 crypt aes-xts-plain64 {KEY} 0 pv 0")
+    control.create_volume("held", f"0 2048 crypt aes-xts-plain64 {XTS_KEY} 0 pv 0")
     control.suspend("held", noflush=False)
     before = snapshot(control)
     records = control.records

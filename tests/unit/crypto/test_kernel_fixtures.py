@@ -20,23 +20,10 @@ from app.crypto.keys import KeyMaterial
 from app.crypto.spec import parse_cipher_spec
 from app.crypto.transform import Impl, make_transform
 from app.errors import CipherSpecError
+from tests.support.vectors import CASES, FIXTURES, stream
 
-from .conftest import load_vectors
-
-FIXTURES = load_vectors("kernel_fixtures.json")
-CASES: dict[str, dict[str, Any]] = {case["name"]: case for case in FIXTURES["cases"]}
 DATA_DEPENDENT_IV = ("lmk", "tcw")
 """IV modes without a bulk path: BulkTransform refuses them, ``auto`` uses the reference."""
-
-
-def stream(seed: str, size: int) -> bytes:
-    """The fixtures' byte stream: sha256(seed || le64(i)) blocks, concatenated, truncated."""
-    out = bytearray()
-    counter = 0
-    while len(out) < size:
-        out += hashlib.sha256(seed.encode() + counter.to_bytes(8, "little")).digest()
-        counter += 1
-    return bytes(out[:size])
 
 
 def sha256(data: bytes | bytearray) -> str:

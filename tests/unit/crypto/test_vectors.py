@@ -13,8 +13,7 @@ import pytest
 from app.crypto.keys import KeyMaterial
 from app.crypto.spec import parse_cipher_spec
 from app.crypto.transform import make_transform
-
-from .conftest import load_vectors
+from tests.support.vectors import load_vectors
 
 XTS = load_vectors("ieee1619_xts_aes128.json")
 ESSIV = load_vectors("linux_testmgr_essiv_cbc_aes_sha256.json")

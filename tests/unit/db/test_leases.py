@@ -10,7 +10,6 @@ import pytest
 from sqlalchemy import select, text, update
 from sqlalchemy.orm import Session, sessionmaker
 
-from app.db import migrate
 from app.db.leases import Lease, Leases, hold
 from app.db.models import Volume
 from app.db.session import make_engine, make_sessionmaker
@@ -21,9 +20,8 @@ UUID = "00000000-0000-4000-8000-000000000001"
 
 
 @pytest.fixture
-def sessions(postgres_url: str) -> Iterator[sessionmaker[Session]]:
-    migrate.upgrade(postgres_url)
-    engine = make_engine(postgres_url)
+def sessions(migrated_postgres_url: str) -> Iterator[sessionmaker[Session]]:
+    engine = make_engine(migrated_postgres_url)
     made = make_sessionmaker(engine)
     with made() as session, session.begin():
         session.add(Volume(uuid=UUID, name="v", queue_limits={}))

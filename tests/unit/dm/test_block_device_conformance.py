@@ -6,17 +6,15 @@ from collections.abc import Iterator
 
 import pytest
 
-from app.dm.table import parse_table
 from app.dm.timed import TimedDevice
 from app.dm.volume import Volume
 from app.engine.clock import DeviceTimer
 from app.engine.presets import DEVICE_MODELS
-from app.engine.registry import EngineRegistry
 from app.errors import RangeNotSatisfiable
 from app.storage.memory import MemoryStore
-from tests.conformance import SIZE, BlockDeviceTests, read
-
-KEY = bytes(range(64)).hex()
+from tests.support.conformance import SIZE, BlockDeviceTests, read
+from tests.support.keys import XTS_KEY
+from tests.support.volumes import make_volume
 
 
 class TestTimedDevice(BlockDeviceTests[TimedDevice]):
@@ -38,13 +36,6 @@ class TestTimedDevice(BlockDeviceTests[TimedDevice]):
         assert (ios["write"], ios["read"]) == (1, 1)
 
 
-def make_volume(name: str, table: str, resolve: dict[str, object]) -> Volume:
-    volume = Volume(name, f"uuid-{name}", engine=EngineRegistry().engine("software"))
-    volume.load(parse_table(table))
-    volume.resume(lambda ref: resolve[ref.name])  # type: ignore[arg-type,return-value]
-    return volume
-
-
 class TestStackedVolume(BlockDeviceTests[Volume]):
     """``top`` (linear) over ``mid`` (crypt, allow_discards) over a memory store."""
 
@@ -59,11 +50,11 @@ class TestStackedVolume(BlockDeviceTests[Volume]):
     def device(self, store: MemoryStore) -> Iterator[Volume]:
         sectors = SIZE // 512
         mid = make_volume(
-            "mid",
-            f"0 {sectors} crypt aes-xts-plain64 {KEY} 0 pv 0 1 allow_discards",
             {"pv": store},
+            f"0 {sectors} crypt aes-xts-plain64 {XTS_KEY} 0 pv 0 1 allow_discards",
+            name="mid",
         )
-        top = make_volume("top", f"0 {sectors} linear /dev/mapper/mid 0", {"mid": mid})
+        top = make_volume({"mid": mid}, f"0 {sectors} linear /dev/mapper/mid 0", name="top")
         yield top
         top.remove()
         mid.remove()

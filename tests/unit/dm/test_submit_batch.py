@@ -10,7 +10,7 @@ from app.engine.registry import EngineRegistry
 from app.errors import RangeNotSatisfiable, Unavailable
 from app.io.ops import Io
 from app.storage.memory import MemoryStore
-from tests.unit.dm.test_volume import SECTORS, make_volume
+from tests.support.volumes import SECTORS, make_volume
 
 
 def test_sequential_writes_of_one_batch_merge_and_read_back() -> None:

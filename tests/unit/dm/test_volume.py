@@ -10,34 +10,18 @@ from collections.abc import Iterator, Sequence
 
 import pytest
 
-from app.blk.tuning import Tuning
 from app.dm.table import DeviceRef, parse_table
 from app.dm.volume import Volume
 from app.engine.registry import EngineRegistry
 from app.errors import InvalidState, KeyNotSet, LeaseExpired, Unavailable
 from app.storage.memory import MemoryStore
-
-KEY = bytes(range(64)).hex()
-SECTORS = 2048
+from tests.support.keys import XTS_KEY
+from tests.support.volumes import SECTORS, make_volume
 
 
 @pytest.fixture
 def store() -> MemoryStore:
     return MemoryStore(SECTORS * 512)
-
-
-def make_volume(store: MemoryStore, table: str | None = None, **tuning: object) -> Volume:
-    volume = Volume(
-        "v",
-        "uuid-1",
-        engine=EngineRegistry().engine("software"),
-        tuning=Tuning(**tuning),  # type: ignore[arg-type]
-        suspend_wait_seconds=0.2,
-    )
-    text = table or f"0 {SECTORS} crypt aes-xts-plain64 {KEY} 0 pv 0"
-    volume.load(parse_table(text))
-    volume.resume(lambda ref: store)
-    return volume
 
 
 @pytest.fixture
@@ -77,7 +61,7 @@ def test_concurrent_partial_writes_to_one_unit_never_lose_each_other(volume: Vol
 
 def test_unaligned_write_inside_a_4096_byte_data_unit_keeps_the_rest(store: MemoryStore) -> None:
     volume = make_volume(
-        store, f"0 {SECTORS} crypt aes-xts-plain64 {KEY} 0 pv 0 1 sector_size:4096"
+        store, f"0 {SECTORS} crypt aes-xts-plain64 {XTS_KEY} 0 pv 0 1 sector_size:4096"
     )
     volume.write(0, b"a" * 8192)
     volume.write(4000, b"b" * 200)
@@ -207,8 +191,8 @@ def test_crypt_stacked_on_two_crypt_targets_reads_back_across_their_boundary(
     half = SECTORS // 2
     lower = make_volume(
         store,
-        f"0 {half} crypt aes-xts-plain64 {KEY} 0 pv 0\n"
-        f"{half} {half} crypt aes-cbc-essiv:sha256 {KEY[:64]} 0 pv {half}",
+        f"0 {half} crypt aes-xts-plain64 {XTS_KEY} 0 pv 0\n"
+        f"{half} {half} crypt aes-cbc-essiv:sha256 {XTS_KEY[:64]} 0 pv {half}",
     )
     upper = Volume("upper", "u2", engine=EngineRegistry().engine("software"))
     upper_key = bytes(range(64, 128)).hex()
@@ -225,7 +209,9 @@ def test_crypt_stacked_on_two_crypt_targets_reads_back_across_their_boundary(
 
 
 def test_stacked_volume_over_4096_byte_units_reads_and_writes_through(store: MemoryStore) -> None:
-    lower = make_volume(store, f"0 {SECTORS} crypt aes-xts-plain64 {KEY} 0 pv 0 1 sector_size:4096")
+    lower = make_volume(
+        store, f"0 {SECTORS} crypt aes-xts-plain64 {XTS_KEY} 0 pv 0 1 sector_size:4096"
+    )
     upper = Volume("upper", "u2", engine=EngineRegistry().engine("software"))
     upper.load(parse_table(f"0 {SECTORS} linear /dev/mapper/v 0"))
     upper.resume(lambda ref: lower)
@@ -255,7 +241,7 @@ def test_resume_with_a_new_table_drains_in_flight_writes_first() -> None:
     the old targets wiped under it (dmsetup resume drains before it swaps)."""
     store = SlowReadStore(SECTORS * 512)
     volume = make_volume(store)
-    table = parse_table(f"0 {SECTORS} crypt aes-xts-plain64 {KEY} 0 pv 0")
+    table = parse_table(f"0 {SECTORS} crypt aes-xts-plain64 {XTS_KEY} 0 pv 0")
     errors: list[BaseException] = []
     stop = threading.Event()
 

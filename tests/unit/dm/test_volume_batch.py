@@ -8,33 +8,19 @@ from collections.abc import Iterator
 
 import pytest
 
-from app.dm.table import parse_table
 from app.dm.volume import Volume
-from app.engine.registry import EngineRegistry
 from app.io.ops import Io
 from app.storage.memory import MemoryStore
 from app.vocab import Op
+from tests.support.keys import XTS_KEY
+from tests.support.volumes import SECTORS, make_volume
 
-KEY = bytes(range(64)).hex()
-SECTORS = 2048
 SIZE = SECTORS * 512
-
-
-def make_volume(store: MemoryStore, table: str) -> Volume:
-    volume = Volume(
-        "v",
-        "uuid-1",
-        engine=EngineRegistry().engine("software"),
-        suspend_wait_seconds=0.2,
-    )
-    volume.load(parse_table(table))
-    volume.resume(lambda ref: store)
-    return volume
 
 
 @pytest.fixture
 def volume() -> Iterator[Volume]:
-    vol = make_volume(MemoryStore(SIZE), f"0 {SECTORS} crypt aes-xts-plain64 {KEY} 0 pv 0")
+    vol = make_volume(MemoryStore(SIZE), f"0 {SECTORS} crypt aes-xts-plain64 {XTS_KEY} 0 pv 0")
     yield vol
     vol.remove()
 
@@ -84,7 +70,9 @@ def test_unaligned_writes_in_a_batch_keep_their_neighbours(volume: Volume) -> No
 def test_a_failing_part_does_not_fail_the_others() -> None:
     store = MemoryStore(SIZE)
     half = SECTORS // 2
-    volume = make_volume(store, f"0 {half} crypt aes-xts-plain64 {KEY} 0 pv 0\n{half} {half} error")
+    volume = make_volume(
+        store, f"0 {half} crypt aes-xts-plain64 {XTS_KEY} 0 pv 0\n{half} {half} error"
+    )
     try:
         writes = [
             Io.write(0, memoryview(b"1" * 4096)),
@@ -109,7 +97,7 @@ def test_the_generation_moves_once_per_batch(volume: Volume) -> None:
 @pytest.fixture
 def rule_volume() -> Iterator[Volume]:
     """4 KiB logical blocks, discards allowed: partial blocks are easy to place."""
-    table = f"0 {SECTORS} crypt aes-xts-plain64 {KEY} 0 pv 0 2 allow_discards sector_size:4096"
+    table = f"0 {SECTORS} crypt aes-xts-plain64 {XTS_KEY} 0 pv 0 2 allow_discards sector_size:4096"
     vol = make_volume(MemoryStore(SIZE), table)
     yield vol
     vol.remove()

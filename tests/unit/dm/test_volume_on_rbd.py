@@ -10,19 +10,17 @@ from collections.abc import Iterator, Sequence
 
 import pytest
 
-from app.dm.table import parse_table
-from app.dm.volume import Volume
-from app.engine.registry import EngineRegistry
 from app.errors import Fenced
 from app.io.ops import Io
-from app.storage.base import BackingStore, Wait
+from app.storage.base import Wait
 from app.storage.memory import MemoryStore
 from app.storage.rbd import CephCluster, RbdStore
-from tests import ceph
+from tests.support import ceph
+from tests.support.keys import XTS_KEY
+from tests.support.volumes import make_volume
 
 pytestmark = pytest.mark.ceph
 
-KEY = bytes(range(64)).hex()
 SIZE = 1 << 20
 SECTORS = SIZE // 512
 
@@ -38,15 +36,8 @@ class CountingRbdStore(RbdStore):
         return wait
 
 
-def make_volume(table: str, devices: dict[str, BackingStore]) -> Volume:
-    volume = Volume("v", f"uuid-{uuid.uuid4().hex[:8]}", engine=EngineRegistry().engine("software"))
-    volume.load(parse_table(table))
-    volume.resume(lambda ref: devices[ref.name])
-    return volume
-
-
 def crypt_line(start: int, device: str) -> str:
-    return f"{start} {SECTORS} crypt aes-xts-plain64 {KEY} 0 {device} 0"
+    return f"{start} {SECTORS} crypt aes-xts-plain64 {XTS_KEY} 0 {device} 0"
 
 
 @pytest.fixture
@@ -74,12 +65,12 @@ def test_the_reads_of_one_batch_are_on_the_osd_together(
     count = 16
     pattern = bytes(range(256)) * (count * 32)  # count x 8 KiB
     writer = RbdStore(connection.ioctx(ceph.POOL), images[0], SIZE, create=True)
-    volume = make_volume(crypt_line(0, "pv"), {"pv": writer})
+    volume = make_volume({"pv": writer}, crypt_line(0, "pv"))
     volume.write(0, pattern)
     volume.remove()
     writer.close()  # a new handle below: nothing is served from this one's cache
     store = CountingRbdStore(connection.ioctx(ceph.POOL), images[0], SIZE)
-    volume = make_volume(crypt_line(0, "pv"), {"pv": store})
+    volume = make_volume({"pv": store}, crypt_line(0, "pv"))
     ios = [Io.read(index * 8192, memoryview(bytearray(4096))) for index in range(count)]
     reader = threading.Thread(target=volume.submit_batch, args=(ios,))
     try:
@@ -109,7 +100,7 @@ def test_a_fenced_image_fails_only_its_requests_of_a_batch(
     first = RbdStore(fenced.ioctx(ceph.POOL), images[0], SIZE, create=True, cluster=fenced)
     second = RbdStore(healthy.ioctx(ceph.POOL), images[1], SIZE, create=True)
     volume = make_volume(
-        f"{crypt_line(0, 'a')}\n{crypt_line(SECTORS, 'b')}", {"a": first, "b": second}
+        {"a": first, "b": second}, f"{crypt_line(0, 'a')}\n{crypt_line(SECTORS, 'b')}"
     )
     try:
         volume.write(0, b"o" * 8192)
@@ -146,7 +137,7 @@ def test_the_image_holds_the_ciphertext_a_memory_store_gets(
     rbd_store = RbdStore(connection.ioctx(ceph.POOL), images[0], SIZE, create=True)
     memory = MemoryStore(SIZE)
     for store in (rbd_store, memory):
-        volume = make_volume(crypt_line(0, "pv"), {"pv": store})
+        volume = make_volume({"pv": store}, crypt_line(0, "pv"))
         volume.submit_batch(
             [Io.write(4096 * index, memoryview(bytes([index + 1]) * 4096)) for index in range(32)]
         )

@@ -12,7 +12,7 @@ from app.io.batch import submit
 from app.io.executor import IoExecutor
 from app.io.ops import Io
 from app.storage.memory import MemoryStore
-from tests.unit.dm.test_volume import SECTORS, make_volume
+from tests.support.volumes import SECTORS, make_volume
 
 pytestmark = pytest.mark.anyio
 

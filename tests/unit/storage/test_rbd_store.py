@@ -13,8 +13,8 @@ import pytest
 
 from app.errors import AlreadyExists, DeviceBusy, DeviceClaimed, Fenced, InvalidInput
 from app.storage.rbd import CephCluster, RbdStore
-from tests import ceph
-from tests.conformance import SIZE, BlockDeviceTests, read
+from tests.support import ceph
+from tests.support.conformance import SIZE, BlockDeviceTests, read
 
 pytestmark = pytest.mark.ceph
 

@@ -12,7 +12,7 @@ import pytest
 from app.errors import DeviceClaimed
 from app.storage.file import FileStore
 from app.storage.memory import MemoryStore
-from tests.conformance import SIZE, BlockDeviceTests
+from tests.support.conformance import SIZE, BlockDeviceTests
 
 
 class TestFileStore(BlockDeviceTests[FileStore]):

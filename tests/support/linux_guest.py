@@ -22,7 +22,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 ORACLE = (
     Path(os.environ["DMCRYPT_ORACLE"]).parent
     if os.environ.get("DMCRYPT_ORACLE")

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import httpx
 
-XTS_KEY = bytes(range(64)).hex()
-CBC_KEY = bytes(range(32)).hex()
+from tests.support.keys import XTS_KEY
 
 
 def xts_table(device: str = "sda2", sectors: int = 2048, extra: str = "") -> str:

@@ -7,13 +7,13 @@ import pytest
 from app.dm.table import CryptParams, parse_table
 from app.dm.targets import crypt_message
 from app.errors import CipherSpecError, InvalidInput, InvalidState
+from tests.support.keys import XTS_KEY
 
-KEY = bytes(range(64)).hex()
 OTHER = bytes(range(64, 128)).hex()
 
 
 def params() -> CryptParams:
-    target = parse_table(f"0 8 crypt aes-xts-plain64 {KEY} 0 pv 0").lines[0].target
+    target = parse_table(f"0 8 crypt aes-xts-plain64 {XTS_KEY} 0 pv 0").lines[0].target
     assert isinstance(target, CryptParams)
     return target
 

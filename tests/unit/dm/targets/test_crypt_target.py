@@ -13,10 +13,10 @@ from app.engine.base import EngineRequest, EngineResult
 from app.engine.mock import MockEngine
 from app.errors import ReqcryptError
 from app.storage.memory import MemoryStore
+from tests.support.keys import XTS_KEY
 
-KEY = bytes(range(64)).hex()
 # A crypt target that starts at sector 8, over the device from sector 0.
-TABLE = f"0 8 zero\n8 2040 crypt aes-xts-plain64 {KEY} 0 pv 0"
+TABLE = f"0 8 zero\n8 2040 crypt aes-xts-plain64 {XTS_KEY} 0 pv 0"
 
 
 class EngineFailed(ReqcryptError):

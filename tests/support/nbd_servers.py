@@ -8,13 +8,13 @@ from pathlib import Path
 
 import httpx
 
-from tests.factories import xts_table
-from tests.integration.test_deployment import free_port
-from tests.integration.test_e2e_data import Server
+from tests.support.factories import xts_table
+from tests.support.ports import free_port
+from tests.support.servers import Server
 
 
 class NbdServer(Server):
-    """With ``pki`` (``tests.nbd.certs.make_pki``), TLS is forced and client certificates
+    """With ``pki`` (``tests.support.certs.make_pki``), TLS is forced and client certificates
     are verified."""
 
     def __init__(self, data_dir: Path, pki: Path | None = None) -> None:
@@ -54,5 +54,12 @@ def export(client: httpx.Client, name: str, size: int, table: str | None = None)
             "table": table or xts_table(f"{name}-pv", size // 512),
             "nbd_export": True,
         },
+    )
+    assert response.status_code == 201, response.text
+
+
+def make_export(http: httpx.Client, name: str, table: str, **fields: object) -> None:
+    response = http.post(
+        "/v1/volumes", json={"name": name, "table": table, "nbd_export": True, **fields}
     )
     assert response.status_code == 201, response.text

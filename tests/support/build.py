@@ -1,0 +1,6 @@
+"""What the wheel and the image are built from."""
+
+from __future__ import annotations
+
+#: What the wheel is built from: the image's build stage copies exactly these.
+BUILD_INPUTS = ("pyproject.toml", "setup.py", "README.md", "app", "migrations")
