@@ -10,17 +10,138 @@ ones; until that byte, the keep-alive timer applies), and within
 ``MAX_HEAD_BYTES``. Past the deadline a partial head gets 408, a connection that
 sent nothing is just closed; an oversized head gets 431. Both close the connection.
 Bodies are bounded by the service itself (``REQCRYPT_BODY_TIMEOUT_SECONDS``).
+
+It also lets a route take a request's body straight into its own buffer
+(``BodySink``, found in ``scope["extensions"]``): uvicorn's ASGI ``receive`` copies
+each body piece twice more (into the cycle's bytearray, then out as ``bytes``) and
+wakes the route once per piece; a sink copies each piece once, where it belongs,
+and wakes the route once its buffer is full.
 """
 
 from __future__ import annotations
 
 import asyncio
 from asyncio import TimerHandle
+from collections import deque
 
-from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+from starlette.requests import ClientDisconnect
+from uvicorn.protocols.http.flow_control import HIGH_WATER_LIMIT
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
 
 MAX_HEAD_BYTES = 64 << 10
 """A request line and headers together; nginx's default allows 4 x 8 KiB lines."""
+
+
+SINK = "reqcrypt.body_sink"
+"""The extension (``scope["extensions"][SINK]["sink"]``) that carries a request's ``BodySink``."""
+
+
+class BodySink:
+    """One request's body, copied by the protocol straight into buffers the route gives.
+
+    Until the route ``claim``s it, the body goes to uvicorn's ``receive`` as usual;
+    from then on each piece the parser yields is copied into the buffer of the pending
+    ``readinto``, or kept (reading paused past uvicorn's high-water mark) until one comes.
+    """
+
+    def __init__(self, protocol: BoundedHeadProtocol, cycle: RequestResponseCycle) -> None:
+        self._protocol = protocol
+        self._cycle = cycle
+        self._loop = protocol.loop
+        self._kept: deque[memoryview] = deque()
+        self._kept_bytes = 0
+        self._target: memoryview | None = None
+        self._filled = 0
+        self._waiter: asyncio.Future[None] | None = None
+        self.claimed = False
+        self.arrived_at = self._loop.time()
+        """``loop.time()`` of the last piece: a body deadline counts from it."""
+
+    def claim(self) -> None:
+        """Take the body over from ``receive``, with what it has buffered already."""
+        cycle = self._cycle
+        self.claimed = True
+        if cycle.waiting_for_100_continue and not cycle.transport.is_closing():
+            cycle.transport.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+            cycle.waiting_for_100_continue = False
+        if cycle.body:
+            self._kept.append(memoryview(cycle.body))
+            self._kept_bytes = len(cycle.body)
+            cycle.body = bytearray()
+
+    @property
+    def ended(self) -> bool:
+        """The whole body has arrived (or the client is gone): nothing more will come."""
+        return not self._cycle.more_body or self._cycle.disconnected
+
+    def feed(self, piece: bytes) -> None:
+        """A piece from the parser: into the pending buffer, the rest kept."""
+        self.arrived_at = self._loop.time()
+        view = memoryview(piece)
+        target = self._target
+        if target is not None:
+            take = min(len(view), len(target) - self._filled)
+            target[self._filled : self._filled + take] = view[:take]
+            self._filled += take
+            view = view[take:]
+            if self._filled == len(target):
+                self.wake()
+        if view:
+            self._kept.append(view)
+            self._kept_bytes += len(view)
+            if self._kept_bytes > HIGH_WATER_LIMIT:
+                self._protocol.flow.pause_reading()
+
+    def wake(self) -> None:
+        """The pending ``readinto`` re-checks: its buffer is full or the body ended."""
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    def _take_kept(self, buffer: memoryview) -> int:
+        filled = 0
+        kept = self._kept
+        while kept and filled < len(buffer):
+            view = kept[0]
+            take = min(len(view), len(buffer) - filled)
+            buffer[filled : filled + take] = view[:take]
+            filled += take
+            if take == len(view):
+                kept.popleft()
+            else:
+                kept[0] = view[take:]
+        self._kept_bytes -= filled
+        return filled
+
+    async def readinto(self, buffer: memoryview, timeout: float, deadline: float) -> int:
+        """Fill ``buffer``; fewer bytes only where the body ends. Raises TimeoutError when no
+        piece came for ``timeout`` seconds or ``deadline`` (``loop.time()``) passed, and
+        ClientDisconnect when the client went away."""
+        filled = self._take_kept(buffer)
+        if filled == len(buffer) or self.ended:
+            return self._checked(filled)
+        self._target, self._filled = buffer, filled
+        try:
+            self._protocol.flow.resume_reading()
+            while self._filled < len(buffer) and not self.ended:
+                wait = min(self.arrived_at + timeout, deadline) - self._loop.time()
+                if wait <= 0:
+                    raise TimeoutError
+                self._waiter = self._loop.create_future()
+                timer = self._loop.call_later(wait, self.wake)
+                try:
+                    await self._waiter
+                finally:
+                    timer.cancel()
+                    self._waiter = None
+            return self._checked(self._filled)
+        finally:
+            self._target = None
+
+    def _checked(self, filled: int) -> int:
+        if self._cycle.disconnected:
+            raise ClientDisconnect
+        return filled
 
 
 class BoundedHeadProtocol(HttpToolsProtocol):
@@ -29,6 +150,7 @@ class BoundedHeadProtocol(HttpToolsProtocol):
     _head_deadline: TimerHandle | None = None
     _head_bytes: int = 0
     _in_head: bool = False
+    _sink: BodySink | None = None
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
@@ -37,6 +159,8 @@ class BoundedHeadProtocol(HttpToolsProtocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self._end_head()
         super().connection_lost(exc)
+        if self._sink is not None:
+            self._sink.wake()
 
     def data_received(self, data: bytes) -> None:
         if self._in_head and self._head_deadline is None:  # a keep-alive's next request
@@ -51,6 +175,22 @@ class BoundedHeadProtocol(HttpToolsProtocol):
     def on_headers_complete(self) -> None:
         self._end_head()
         super().on_headers_complete()
+        cycle = self.cycle
+        if cycle is not None and cycle.scope is self.scope:  # not an upgrade
+            self._sink = BodySink(self, cycle)
+            self.scope.setdefault("extensions", {})[SINK] = {"sink": self._sink}
+
+    def on_body(self, body: bytes) -> None:
+        sink = self._sink
+        if sink is None or not sink.claimed or self.cycle.response_complete:
+            super().on_body(body)
+            return
+        sink.feed(body)
+
+    def on_message_complete(self) -> None:
+        super().on_message_complete()
+        if self._sink is not None:
+            self._sink.wake()
 
     def on_response_complete(self) -> None:
         super().on_response_complete()

@@ -7,7 +7,17 @@ import asyncio
 import time
 from collections.abc import AsyncIterable, AsyncIterator
 
+from starlette.requests import Request
+
+from app.api.connections import SINK, BodySink
 from app.errors import RequestTimeout
+
+
+def _timed_out(timeout: float, min_rate: int) -> RequestTimeout:
+    return RequestTimeout(
+        f"the request body did not arrive in time (REQCRYPT_BODY_TIMEOUT_SECONDS "
+        f"{timeout:g} s per piece, REQCRYPT_BODY_MIN_RATE_BYTES {min_rate} B/s overall)"
+    )
 
 
 async def body_within_deadline(
@@ -25,8 +35,44 @@ async def body_within_deadline(
         except StopAsyncIteration:
             return
         except TimeoutError:
-            raise RequestTimeout(
-                f"the request body did not arrive in time (REQCRYPT_BODY_TIMEOUT_SECONDS "
-                f"{timeout:g} s per piece, REQCRYPT_BODY_MIN_RATE_BYTES {min_rate} B/s overall)"
-            ) from None
+            raise _timed_out(timeout, min_rate) from None
         yield piece
+
+
+class BodyReader:
+    """A request body read into the caller's buffers, under ``body_within_deadline``'s
+    deadlines. Behind reqcrypt's own HTTP protocol the pieces are copied once, straight
+    into the buffer (``BodySink``); elsewhere (an in-process ASGI client) they come from
+    ``request.stream()``."""
+
+    def __init__(self, request: Request, length: int, timeout: float, min_rate: int) -> None:
+        self._timeout = timeout
+        self._min_rate = min_rate
+        extension = request.scope.get("extensions", {}).get(SINK)
+        self._sink: BodySink | None = None if extension is None else extension["sink"]
+        if self._sink is not None:
+            self._sink.claim()
+            self._deadline = asyncio.get_running_loop().time() + timeout + length / min_rate
+            return
+        self._pieces = aiter(body_within_deadline(request.stream(), length, timeout, min_rate))
+        self._rest = memoryview(b"")
+
+    async def readinto(self, buffer: memoryview) -> int:
+        """Fill ``buffer``; fewer bytes only where the body ends."""
+        if self._sink is not None:
+            try:
+                return await self._sink.readinto(buffer, self._timeout, self._deadline)
+            except TimeoutError:
+                raise _timed_out(self._timeout, self._min_rate) from None
+        filled = 0
+        while filled < len(buffer):
+            if not self._rest:
+                piece = await anext(self._pieces, None)
+                if piece is None:
+                    break
+                self._rest = memoryview(piece)
+            take = min(len(self._rest), len(buffer) - filled)
+            buffer[filled : filled + take] = self._rest[:take]
+            self._rest = self._rest[take:]
+            filled += take
+        return filled

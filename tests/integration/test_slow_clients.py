@@ -29,7 +29,7 @@ from app.main import create_app, http_protocol
 from tests.support.app import ADMIN_TOKEN
 from tests.support.factories import xts_table
 from tests.support.ports import free_port
-from tests.support.servers import MIB, Server
+from tests.support.servers import MIB, Server, read_response
 
 pytestmark = pytest.mark.e2e
 
@@ -75,24 +75,6 @@ def head(method: str, path: str, **headers: str) -> bytes:
     lines = [f"{method} {path} HTTP/1.1", "Host: 127.0.0.1", f"Authorization: Bearer {ADMIN_TOKEN}"]
     lines += [f"{name.replace('_', '-')}: {value}" for name, value in headers.items()]
     return ("\r\n".join(lines) + "\r\n\r\n").encode()
-
-
-def read_response(sock: socket.socket) -> tuple[int, dict[str, str], bytes]:
-    """One response: status, headers, and as much body as Content-Length says."""
-    raw = b""
-    while b"\r\n\r\n" not in raw:
-        piece = sock.recv(65536)
-        assert piece, f"connection closed mid-response: {raw!r}"
-        raw += piece
-    header_block, _, body = raw.partition(b"\r\n\r\n")
-    status_line, *header_lines = header_block.decode("latin-1").split("\r\n")
-    headers = {k.strip().lower(): v.strip() for k, _, v in (h.partition(":") for h in header_lines)}
-    length = int(headers.get("content-length", "0"))
-    while len(body) < length:
-        piece = sock.recv(65536)
-        assert piece
-        body += piece
-    return int(status_line.split()[1]), headers, body
 
 
 def closed_by_server(sock: socket.socket) -> bool:

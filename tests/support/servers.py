@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -97,3 +98,21 @@ def serve_refused(data_dir: Path, database_url: str | None = None) -> list[str]:
     assert done.returncode == 1, done.stdout + done.stderr
     assert "Uvicorn running" not in done.stdout + done.stderr
     return done.stderr.strip().splitlines()
+
+
+def read_response(sock: socket.socket) -> tuple[int, dict[str, str], bytes]:
+    """One response: status, headers, and as much body as Content-Length says."""
+    raw = b""
+    while b"\r\n\r\n" not in raw:
+        piece = sock.recv(65536)
+        assert piece, f"connection closed mid-response: {raw!r}"
+        raw += piece
+    header_block, _, body = raw.partition(b"\r\n\r\n")
+    status_line, *header_lines = header_block.decode("latin-1").split("\r\n")
+    headers = {k.strip().lower(): v.strip() for k, _, v in (h.partition(":") for h in header_lines)}
+    length = int(headers.get("content-length", "0"))
+    while len(body) < length:
+        piece = sock.recv(65536)
+        assert piece
+        body += piece
+    return int(status_line.split()[1]), headers, body

@@ -14,9 +14,11 @@ from typing import Annotated
 from fastapi import APIRouter, Query, Request, Response
 from fastapi.responses import StreamingResponse
 
+from app.api.deadline import BodyReader
 from app.api.deps import BEARER_SECURITY, IoDep
 from app.api.problems import responses
 from app.api.ranges import ByteRange, parse_range
+from app.blk import mempool
 
 OCTETS = "application/octet-stream"
 
@@ -26,13 +28,18 @@ router = APIRouter(prefix="/v1/null", tags=["data"], responses=responses(401))
 
 @router.put("/data", status_code=204, responses=responses(400), openapi_extra=BEARER_SECURITY)
 async def null_write(request: Request, io: IoDep, thread: bool = False) -> Response:
-    """The HTTP ceiling: consumes a body like a volume write, touches nothing.
+    """The HTTP ceiling: receives a body as a volume write does (chunk by chunk into one
+    buffer, under the same deadlines), touches nothing.
 
     ``?thread=true`` adds the one worker-thread round trip every volume I/O makes,
     so benchmarks can tell that cost from the volume's own.
     """
-    async for _piece in request.stream():
-        pass
+    settings = io.settings
+    length = int(request.headers.get("content-length", settings.max_body_bytes))
+    body = BodyReader(request, length, settings.body_timeout_seconds, settings.body_min_rate_bytes)
+    with mempool.borrow(min(settings.io_chunk_bytes, max(length, 1))) as buffer:
+        while await body.readinto(buffer):
+            pass
     if thread:
         await io.executor.run(_nothing)
     return Response(status_code=204)

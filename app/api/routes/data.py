@@ -16,8 +16,7 @@ from fastapi import APIRouter, Request, Response
 from fastapi.responses import StreamingResponse
 from starlette.exceptions import HTTPException
 
-from app import _native
-from app.api.deadline import body_within_deadline
+from app.api.deadline import BodyReader
 from app.api.deps import BEARER_SECURITY, IoContext, IoDep
 from app.api.multipart import multipart_boundary, parse_byteranges_body
 from app.api.problems import responses
@@ -287,14 +286,12 @@ async def write_data(name: str, request: Request, io: IoDep, fua: bool = False) 
         return await write_range(request, io, volume, fua)
 
 
-def request_body(request: Request, settings: Settings, length: int) -> AsyncIterator[bytes]:
-    return body_within_deadline(
-        request.stream(), length, settings.body_timeout_seconds, settings.body_min_rate_bytes
-    )
+def request_body(request: Request, settings: Settings, length: int) -> BodyReader:
+    return BodyReader(request, length, settings.body_timeout_seconds, settings.body_min_rate_bytes)
 
 
 async def write_range(request: Request, io: IoContext, volume: Volume, fua: bool) -> Response:
-    """A single-range PUT, written chunk by chunk as the body arrives."""
+    """A single-range PUT, received chunk by chunk into one buffer and written from it."""
     settings = io.settings
     byte_range = parse_content_range(request.headers.get("content-range"), volume.size)
     declared = request.headers.get("content-length")
@@ -309,30 +306,23 @@ async def write_range(request: Request, io: IoContext, volume: Volume, fua: bool
     precondition = if_match(request, volume)
     version = volume.generation
     chunk = settings.io_chunk_bytes
-    pieces: list[memoryview] = []
-    filled = 0
+    body = request_body(request, settings, byte_range.length)
     position = byte_range.first
     end = byte_range.last + 1
-    next_cut = min(end, (position // chunk + 1) * chunk)
-    async for piece in request_body(request, settings, byte_range.length):
-        view = memoryview(piece)
-        while view:
-            take = min(len(view), next_cut - position - filled)
-            if take <= 0:
-                raise InvalidRange(f"body is longer than Content-Range's {byte_range.length}")
-            pieces.append(view[:take])
-            filled += take
-            view = view[take:]
-            if position + filled == next_cut:
-                last = next_cut == end
-                version = await io.executor.run(
-                    _write, volume, position, pieces, filled, fua and last, precondition
-                )
-                precondition = None  # the first chunk's write held it for the whole PUT
-                pieces, position, filled = [], next_cut, 0
-                next_cut = min(end, next_cut + chunk)
-    if position != end:
-        raise InvalidRange(f"body ended at byte {position - byte_range.first + filled}")
+    with mempool.borrow(min(chunk, byte_range.length)) as buffer:
+        while position < end:
+            next_cut = min(end, (position // chunk + 1) * chunk)
+            view = buffer[: next_cut - position]
+            filled = await body.readinto(view)
+            if filled < len(view):
+                raise InvalidRange(f"body ended at byte {position - byte_range.first + filled}")
+            version = await io.executor.run(
+                _write, volume, position, view, fua and next_cut == end, precondition
+            )
+            precondition = None  # the first chunk's write held it for the whole PUT
+            position = next_cut
+        if await body.readinto(buffer[:1]):
+            raise InvalidRange(f"body is longer than Content-Range's {byte_range.length}")
     return Response(status_code=204, headers={"ETag": etag(volume, version)})
 
 
@@ -345,17 +335,15 @@ async def write_batch(
     if declared is None:
         raise HTTPException(411, "a multipart PUT needs Content-Length")
     check_batch_bytes(int(declared), io.settings.max_batch_bytes)
-    data = bytearray(int(declared))
-    filled = 0
-    async for piece in request_body(request, io.settings, len(data)):
-        if filled + len(piece) > len(data):
-            raise InvalidRange(f"body is longer than its Content-Length {declared}")
-        data[filled : filled + len(piece)] = piece
-        filled += len(piece)
-    if filled != len(data):
+    length = int(declared)
+    data = memoryview(bytearray(length + 1))  # one byte more: a longer body shows
+    filled = await request_body(request, io.settings, length).readinto(data)
+    if filled > length:
+        raise InvalidRange(f"body is longer than its Content-Length {declared}")
+    if filled != length:
         raise InvalidRange(f"body ended at byte {filled} of its Content-Length {declared}")
     parts = parse_byteranges_body(
-        memoryview(data), boundary, volume.size, max_parts=io.settings.max_ranges
+        data[:length], boundary, volume.size, max_parts=io.settings.max_ranges
     )
     writes = [Io.write(part.range.first, part.data) for part in parts]
     flush = [Io(Op.FLUSH, 0, 0)] if fua else []
@@ -437,19 +425,9 @@ def _read_versioned(volume: Volume, offset: int, length: int) -> tuple[memoryvie
 
 
 def _write(
-    volume: Volume,
-    position: int,
-    pieces: list[memoryview],
-    length: int,
-    fua: bool,
-    precondition: Precondition | None,
+    volume: Volume, position: int, data: memoryview, fua: bool, precondition: Precondition | None
 ) -> int:
-    """Gather the body's pieces (copied off the event loop, without the GIL) and write."""
-    if len(pieces) == 1:
-        return run(volume, Io.write(position, pieces[0], fua=fua), precondition=precondition)
-    with mempool.borrow(length) as data:
-        _native.gather(data, pieces)
-        return run(volume, Io.write(position, data, fua=fua), precondition=precondition)
+    return run(volume, Io.write(position, data, fua=fua), precondition=precondition)
 
 
 @router.post("/flush", status_code=204, responses=responses(503), openapi_extra=BEARER_SECURITY)
