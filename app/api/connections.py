@@ -55,7 +55,8 @@ class BodySink:
         self._waiter: asyncio.Future[None] | None = None
         self.claimed = False
         self.arrived_at = self._loop.time()
-        """``loop.time()`` of the last piece: a body deadline counts from it."""
+        """``loop.time()`` of the last piece, or of the ``readinto`` that began waiting for
+        the next: the per-piece deadline counts from it."""
 
     def claim(self) -> None:
         """Take the body over from ``receive``, with what it has buffered already."""
@@ -121,6 +122,8 @@ class BodySink:
         if filled == len(buffer) or self.ended:
             return self._checked(filled)
         self._target, self._filled = buffer, filled
+        # The next piece's clock starts now: while the route was busy, reading was paused.
+        self.arrived_at = self._loop.time()
         try:
             self._protocol.flow.resume_reading()
             while self._filled < len(buffer) and not self.ended:

@@ -172,3 +172,27 @@ def test_the_null_endpoint_takes_a_body_in_pieces(tmp_path: Path) -> None:
             assert client.get("/readyz").status_code == 200
     finally:
         ceiling.stop()
+
+
+def test_a_route_busy_past_the_body_timeout_does_not_time_the_client_out(tmp_path: Path) -> None:
+    """The per-piece body deadline counts from when the route asks for the next piece: a
+    write waiting on a suspended volume for longer than it keeps the client's body coming."""
+    slow = Server(
+        tmp_path / "data", REQCRYPT_IO_CHUNK_BYTES=str(CHUNK), REQCRYPT_BODY_TIMEOUT_SECONDS="1"
+    )
+    slow.start()
+    try:
+        with slow.client() as client:
+            make_volume(client, MIB)
+            assert client.post("/v1/volumes/v/suspend").status_code == 200
+            data = pattern(0, 4 * CHUNK)
+            with connect(slow) as sock:
+                sock.sendall(put_head(0, len(data)) + data)
+                time.sleep(2.5)  # the first chunk's write waits for resume
+                assert client.post("/v1/volumes/v/resume").status_code == 200
+                status, headers, _ = read_response(sock)
+            assert status == 204, headers
+            back = client.get("/v1/volumes/v/data", headers={"Range": f"bytes=0-{len(data) - 1}"})
+            assert back.content == data
+    finally:
+        slow.stop()
