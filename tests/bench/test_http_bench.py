@@ -185,13 +185,13 @@ PEERS = {  # name: (reqcrypt cipher, key bytes, qemu-img LUKS options, target re
         "aes-xts-plain64",
         64,
         "cipher-alg=aes-256,cipher-mode=xts,ivgen-alg=plain64",
-        2.5,
+        1.8,
     ),
     "aes-cbc-essiv:sha256": (
         "aes-cbc-essiv:sha256",
         32,
         "cipher-alg=aes-256,cipher-mode=cbc,ivgen-alg=essiv,ivgen-hash-alg=sha256",
-        2.0,
+        1.8,
     ),
 }
 
