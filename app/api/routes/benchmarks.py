@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import fields
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Depends, Query, Response
@@ -141,6 +142,10 @@ class BenchmarkCreate(BaseModel):
     )
 
 
+_REPLAY_CONFIG_FIELDS = {field.name for field in fields(replay.ReplayConfig)}
+"""What of a ``ReplayIn`` configures the modelled volume (the rest picks the trace and models)."""
+
+
 class ReplayCreate(BaseModel):
     """A trace replayed against a modelled volume: a body of its own, nothing else beside it."""
 
@@ -181,15 +186,7 @@ def start_benchmark(
 def _replay(body: ReplayCreate, jobs: BenchmarkJobs) -> str:
     """A replay is modelled, not run: computed here and recorded done."""
     given = body.replay
-    config = replay.ReplayConfig(
-        cipher=given.cipher,
-        sector_size=given.sector_size,
-        elevator=given.elevator,
-        queue_depth=given.queue_depth,
-        plug_window_us=given.plug_window_us,
-        loop=given.loop,
-        iodepth=given.iodepth,
-    )
+    config = replay.ReplayConfig(**given.model_dump(include=_REPLAY_CONFIG_FIELDS))
     result = replay.replay(
         replay.parse_trace(given.trace),
         jobs.engines.profile(given.engine),
