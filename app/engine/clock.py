@@ -19,7 +19,7 @@ import heapq
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from app.engine.model import DeviceModel, DeviceOp
@@ -52,15 +52,11 @@ class ClockSnapshot:
     lanes: int
     reservations: int
     busy_ns: int
-    wait_ns: int
-    max_wait_ns: int
-    first_start_ns: int | None
-    last_end_ns: int
+    queue_wait_ns: int
+    max_queue_wait_ns: int
+    span_ns: int
+    """Virtual time from the first start to the last end (0 before any work)."""
     now_ns: int
-
-    @property
-    def span_ns(self) -> int:
-        return 0 if self.first_start_ns is None else self.last_end_ns - self.first_start_ns
 
     @property
     def utilization_virtual(self) -> float:
@@ -75,13 +71,7 @@ class ClockSnapshot:
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "lanes": self.lanes,
-            "reservations": self.reservations,
-            "busy_ns": self.busy_ns,
-            "queue_wait_ns": self.wait_ns,
-            "max_queue_wait_ns": self.max_wait_ns,
-            "span_ns": self.span_ns,
-            "now_ns": self.now_ns,
+            **asdict(self),
             "utilization_virtual": self.utilization_virtual,
             "utilization_wall": self.utilization_wall,
         }
@@ -167,10 +157,9 @@ class VirtualClock:
                 lanes=self.lanes,
                 reservations=self._reservations,
                 busy_ns=round(self._busy),
-                wait_ns=self._wait,
-                max_wait_ns=self._max_wait,
-                first_start_ns=self._first_start,
-                last_end_ns=self._last_end,
+                queue_wait_ns=self._wait,
+                max_queue_wait_ns=self._max_wait,
+                span_ns=0 if self._first_start is None else self._last_end - self._first_start,
                 now_ns=self.now_ns(),
             )
 
