@@ -6,6 +6,7 @@ import logging
 import traceback
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from functools import partial
 from typing import Any
 
 import anyio
@@ -57,11 +58,12 @@ from app.keyfiles import (
     write_pending_master_key,
 )
 from app.metrics import (
-    ClusterCollector,
     HttpMetrics,
-    NbdCollector,
     RequestContextMiddleware,
-    VolumeCollector,
+    ScrapeCollector,
+    cluster_metrics,
+    nbd_metrics,
+    volume_metrics,
 )
 from app.nbd.server import NbdServer, make_tls_context
 from app.state import State
@@ -204,11 +206,11 @@ def build_state(settings: Settings, registry: CollectorRegistry) -> State:
         serving = ServingSet(leases, devices)
     control = Control(Records(sessions, master_key), devices, engines, settings.control, serving)
     control.restore()
-    registry.register(VolumeCollector(control))
+    registry.register(ScrapeCollector(partial(volume_metrics, control)))
     cluster = None
     if cluster_settings is not None and serving is not None:
         cluster = ClusterNode(control, serving, cluster_settings)
-        registry.register(ClusterCollector(cluster))
+        registry.register(ScrapeCollector(partial(cluster_metrics, cluster)))
     benchmarks_runner = BenchmarkJobs(
         sessions,
         control,
@@ -252,7 +254,7 @@ async def start_nbd(state: State) -> NbdServer:
         max_in_flight_bytes=settings.nbd_max_in_flight_bytes,
     )
     await server.start()
-    state.registry.register(NbdCollector(server))
+    state.registry.register(ScrapeCollector(partial(nbd_metrics, server)))
     log.info("NBD on %s:%d%s", settings.host, server.port, " (TLS required)" if tls else "")
     return server
 
