@@ -33,6 +33,7 @@ from app.api.routes import (
     volumes,
 )
 from app.api.schemas import Problem, TableIn
+from app.bench.cells import CellRunner
 from app.bench.jobs import BenchmarkJobs
 from app.cluster import ClusterNode
 from app.cluster.relay import CONNECT_SECONDS
@@ -211,13 +212,7 @@ def build_state(settings: Settings, registry: CollectorRegistry) -> State:
     if cluster_settings is not None and serving is not None:
         cluster = ClusterNode(control, serving, cluster_settings)
         registry.register(ScrapeCollector(partial(cluster_metrics, cluster)))
-    benchmarks_runner = BenchmarkJobs(
-        sessions,
-        control,
-        engines,
-        max_jobs=settings.max_benchmark_jobs,
-        max_bytes=settings.max_benchmark_bytes,
-    )
+    benchmarks_runner = BenchmarkJobs(sessions, CellRunner(control, engines), settings.benchmarks)
     benchmarks_runner.recover()
     return State(
         settings=settings,

@@ -192,8 +192,8 @@ def _replay(body: ReplayCreate, jobs: BenchmarkJobs) -> str:
     )
     result = replay.replay(
         replay.parse_trace(given.trace),
-        jobs.engines.profile(given.engine),
-        jobs.engines.device_model(given.device_model),
+        jobs.cells.engines.profile(given.engine),
+        jobs.cells.engines.device_model(given.device_model),
         config,
     )
     spec = {"label": body.label, "replay": given.model_dump(exclude={"trace"})}
