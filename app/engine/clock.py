@@ -20,12 +20,14 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, TypedDict
+
+from typing_extensions import Unpack
 
 from app.engine.model import DeviceModel, DeviceOp
 from app.errors import InvalidInput
 
-__all__ = ["ClockSnapshot", "DeviceTimer", "Reservation", "VirtualClock"]
+__all__ = ["ClockSnapshot", "Clocking", "DeviceTimer", "Paced", "Reservation", "VirtualClock"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,7 +166,32 @@ class VirtualClock:
             )
 
 
-class DeviceTimer:
+class Clocking(TypedDict, total=False):
+    """How a ``Paced`` keeps time: ``pacing`` (a positive factor: sleep until the
+    modelled completion, scaled; None never sleeps) and a ``clock`` to use instead of
+    its own."""
+
+    pacing: float | None
+    clock: VirtualClock | None
+
+
+class Paced:
+    """Work placed on a virtual clock of ``lanes``; with ``pacing`` the caller then sleeps
+    until the work's modelled end."""
+
+    def __init__(
+        self, lanes: int, *, pacing: float | None = None, clock: VirtualClock | None = None
+    ) -> None:
+        self.pacing = pacing
+        self.clock = clock or VirtualClock(lanes, time_scale=pacing or 1.0)
+        self._lock = threading.Lock()
+
+    def _pace(self, reservation: Reservation) -> None:
+        if self.pacing:
+            self.clock.sleep_until(reservation.end_ns)
+
+
+class DeviceTimer(Paced):
     """A device model's clock: one I/O at a time, optional pacing, per-op counters.
 
     A model with a write buffer keeps its fill level: writes take the burst rate
@@ -172,17 +199,9 @@ class DeviceTimer:
     device spends idle drains it at the sustained rate.
     """
 
-    def __init__(
-        self,
-        model: DeviceModel,
-        *,
-        pacing: float | None = None,
-        clock: VirtualClock | None = None,
-    ) -> None:
+    def __init__(self, model: DeviceModel, **clocking: Unpack[Clocking]) -> None:
+        super().__init__(1, **clocking)
         self.model = model
-        self.pacing = pacing
-        self.clock = clock or VirtualClock(1, time_scale=pacing or 1.0)
-        self._lock = threading.Lock()
         self._ios: dict[str, int] = {"read": 0, "write": 0, "flush": 0}
         self._bytes: dict[str, int] = {"read": 0, "write": 0, "flush": 0}
         self._buffered = 0.0
@@ -202,8 +221,7 @@ class DeviceTimer:
             self._busy_until = max(self._busy_until, reservation.end_ns)
             self._ios[op] += 1
             self._bytes[op] += nbytes
-        if self.pacing:
-            self.clock.sleep_until(reservation.end_ns)
+        self._pace(reservation)
         return reservation
 
     def settle(self) -> None:
