@@ -26,6 +26,12 @@ from app.sizes import format_size, parse_size
 #: A round this long is well clear of timer and scheduling noise on a laptop.
 DEFAULT_ROUND_SECONDS = 0.25
 
+DataDirOption = Annotated[
+    Path | None, typer.Option(metavar="DIR", help="state directory (default: a temporary one)")
+]
+NumjobsOption = Annotated[int, typer.Option(metavar="N", help="jobs, each over its own region")]
+SeedOption = Annotated[int, typer.Option(metavar="N", help="seed of the random offsets")]
+
 bench_app = typer.Typer(help="Benchmarks: fio-like workloads, sweeps and built-in scenarios.")
 
 
@@ -115,7 +121,7 @@ def run(
     iodepth: Annotated[
         str, typer.Option(metavar="N[,N...]", help="I/Os in flight per job; a comma list sweeps")
     ] = "1",
-    numjobs: Annotated[int, typer.Option(metavar="N", help="jobs, each over its own region")] = 1,
+    numjobs: NumjobsOption = 1,
     direct: Annotated[
         bool, typer.Option(help="direct I/O; --no-direct flushes once at the end instead")
     ] = True,
@@ -126,7 +132,7 @@ def run(
     rwmixread: Annotated[
         int, typer.Option(metavar="PERCENT", help="read share of randrw and readwrite")
     ] = 50,
-    seed: Annotated[int, typer.Option(metavar="N", help="seed of the random offsets")] = 0,
+    seed: SeedOption = 0,
     sweep_mode: Annotated[
         str, typer.Option(metavar="MODE[,MODE...]", help="dispatch modes compared")
     ] = "bio,request",
@@ -150,10 +156,7 @@ def run(
     plot: Annotated[
         Path | None, typer.Option(metavar="FILE", help="write throughput against bs as PNG")
     ] = None,
-    data_dir: Annotated[
-        Path | None,
-        typer.Option(metavar="DIR", help="state directory (default: a temporary one)"),
-    ] = None,
+    data_dir: DataDirOption = None,
 ) -> None:
     """Run one benchmark job in-process and print the bio vs request table.
 
@@ -251,10 +254,7 @@ def run_scenario(
     plot: Annotated[
         Path | None, typer.Option(metavar="FILE", help="write the scenario's plot as PNG")
     ] = None,
-    data_dir: Annotated[
-        Path | None,
-        typer.Option(metavar="DIR", help="state directory (default: a temporary one)"),
-    ] = None,
+    data_dir: DataDirOption = None,
 ) -> None:
     """Run a built-in scenario; prints its Markdown tables."""
     from app.bench import scenarios
@@ -372,11 +372,11 @@ def http(
     bs: Annotated[str, typer.Option(metavar="SIZE", help="block size, e.g. 64k")] = "64k",
     size: Annotated[str, typer.Option(metavar="SIZE", help="bytes per job, e.g. 16M")] = "16M",
     iodepth: Annotated[int, typer.Option(metavar="N", help="requests in flight per job")] = 4,
-    numjobs: Annotated[int, typer.Option(metavar="N", help="jobs, each over its own region")] = 1,
+    numjobs: NumjobsOption = 1,
     runtime: Annotated[
         float | None, typer.Option(metavar="SECONDS", help="run this long instead of --size")
     ] = None,
-    seed: Annotated[int, typer.Option(metavar="N", help="seed of the random offsets")] = 0,
+    seed: SeedOption = 0,
     batch: Annotated[
         bool,
         typer.Option(
