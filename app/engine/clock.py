@@ -27,7 +27,15 @@ from typing_extensions import Unpack
 from app.engine.model import DeviceModel, DeviceOp
 from app.errors import InvalidInput
 
-__all__ = ["ClockSnapshot", "Clocking", "DeviceTimer", "Paced", "Reservation", "VirtualClock"]
+__all__ = [
+    "ClockSnapshot",
+    "Clocking",
+    "DeviceState",
+    "DeviceTimer",
+    "Paced",
+    "Reservation",
+    "VirtualClock",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -191,6 +199,32 @@ class Paced:
             self.clock.sleep_until(reservation.end_ns)
 
 
+@dataclass(slots=True)
+class DeviceState:
+    """What a device model carries from one I/O to the next: when it is busy until, and
+    its write buffer's fill level (see ``DeviceModel``); not thread-safe."""
+
+    model: DeviceModel
+    busy_until: float = 0.0
+    buffered: float = 0.0
+    burst_bytes: int = 0
+    sustained_bytes: int = 0
+
+    def buffered_write_ns(self, nbytes: int, start_ns: float) -> float:
+        """A write started at ``start_ns``: the idle time before it drains the buffer at
+        the sustained rate, then ``nbytes`` go in, at the burst rate while there is room."""
+        model = self.model
+        capacity = float(model.write_buffer_bytes or 0)
+        sustained = model.write_sustained_bytes_per_s or 0.0
+        idle = max(0.0, start_ns - self.busy_until)
+        self.buffered = max(0.0, self.buffered - idle * sustained / 1e9)
+        burst = int(min(nbytes, max(0.0, capacity - self.buffered)))
+        self.buffered = min(capacity, self.buffered + nbytes)
+        self.burst_bytes += burst
+        self.sustained_bytes += nbytes - burst
+        return model.write_ns(nbytes, burst)
+
+
 class DeviceTimer(Paced):
     """A device model's clock: one I/O at a time, optional pacing, per-op counters.
 
@@ -204,21 +238,20 @@ class DeviceTimer(Paced):
         self.model = model
         self._ios: dict[str, int] = {"read": 0, "write": 0, "flush": 0}
         self._bytes: dict[str, int] = {"read": 0, "write": 0, "flush": 0}
-        self._buffered = 0.0
-        self._busy_until = 0
-        self._burst_bytes = 0
-        self._sustained_bytes = 0
+        self._state = DeviceState(model)
 
     def account(self, op: DeviceOp, nbytes: int, *, ready_ns: int | None = None) -> Reservation:
         """Charge one I/O to the device's virtual clock; sleeps if pacing."""
         model = self.model
         with self._lock:
+            state = self._state
             if op == "write" and model.buffered:
-                duration = self._buffered_write_ns(nbytes, ready_ns)
+                start = self.clock.now_ns() if ready_ns is None else ready_ns
+                duration = state.buffered_write_ns(nbytes, start)
             else:
                 duration = model.io_ns(op, nbytes)
             reservation = self.clock.reserve([duration], ready_ns=ready_ns)
-            self._busy_until = max(self._busy_until, reservation.end_ns)
+            state.busy_until = max(state.busy_until, reservation.end_ns)
             self._ios[op] += 1
             self._bytes[op] += nbytes
         self._pace(reservation)
@@ -228,27 +261,13 @@ class DeviceTimer(Paced):
         """Empty the write buffer, as a pause long enough to drain it would (between
         benchmark cells: each starts from an idle device, whatever ran before)."""
         with self._lock:
-            self._buffered = 0.0
-
-    def _buffered_write_ns(self, nbytes: int, ready_ns: int | None) -> float:
-        """Lock held: drain the buffer over the idle time, then take ``nbytes`` into it."""
-        model = self.model
-        capacity = float(model.write_buffer_bytes or 0)
-        sustained = model.write_sustained_bytes_per_s or 0.0
-        now = self.clock.now_ns() if ready_ns is None else ready_ns
-        idle = max(0, now - self._busy_until)
-        self._buffered = max(0.0, self._buffered - idle * sustained / 1e9)
-        burst = int(min(nbytes, max(0.0, capacity - self._buffered)))
-        self._buffered = min(capacity, self._buffered + nbytes)
-        self._burst_bytes += burst
-        self._sustained_bytes += nbytes - burst
-        return model.write_ns(nbytes, burst)
+            self._state.buffered = 0.0
 
     def snapshot(self) -> dict[str, Any]:
         clock = self.clock.snapshot().to_dict()
         with self._lock:
             ios, nbytes = dict(self._ios), dict(self._bytes)
-            regimes = {"burst": self._burst_bytes, "sustained": self._sustained_bytes}
+            regimes = {"burst": self._state.burst_bytes, "sustained": self._state.sustained_bytes}
         return {
             "model": self.model.name,
             "ios": ios,
