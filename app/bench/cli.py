@@ -17,7 +17,7 @@ from typing import Annotated, Any
 
 import typer
 
-from app.bench.spec import DEFAULT_ROUNDS, MAX_ROUNDS, MAX_WARMUP
+from app.bench.spec import ROUNDS, WARMUP
 from app.bench.workload import Workload
 from app.commands.client import DEFAULT_URL, TokenOption, UrlOption, resolve_token
 from app.errors import ReqcryptError
@@ -142,16 +142,21 @@ def run(
     rounds: Annotated[
         int,
         typer.Option(
-            min=1,
-            max=MAX_ROUNDS,
+            min=ROUNDS.minimum,
+            max=ROUNDS.maximum,
             metavar="N",
             help="rounds kept per cell; its figure is their median with a 95 % interval",
         ),
-    ] = DEFAULT_ROUNDS,
+    ] = ROUNDS.default,
     warmup: Annotated[
         int,
-        typer.Option(min=0, max=MAX_WARMUP, metavar="N", help="rounds run first and discarded"),
-    ] = 1,
+        typer.Option(
+            min=WARMUP.minimum,
+            max=WARMUP.maximum,
+            metavar="N",
+            help="rounds run first and discarded",
+        ),
+    ] = WARMUP.default,
     as_json: Annotated[bool, typer.Option("--json", help="print the run as JSON")] = False,
     plot: Annotated[
         Path | None, typer.Option(metavar="FILE", help="write throughput against bs as PNG")
