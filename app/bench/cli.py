@@ -17,7 +17,7 @@ from typing import Annotated, Any
 
 import typer
 
-from app.bench.spec import ROUNDS, WARMUP
+from app.bench.spec import ROUNDS, WARMUP, Count
 from app.bench.workload import Workload
 from app.commands.client import DEFAULT_URL, TokenOption, UrlOption, resolve_token
 from app.errors import ReqcryptError
@@ -31,6 +31,12 @@ DataDirOption = Annotated[
 ]
 NumjobsOption = Annotated[int, typer.Option(metavar="N", help="jobs, each over its own region")]
 SeedOption = Annotated[int, typer.Option(metavar="N", help="seed of the random offsets")]
+
+
+def _count_option(count: Count, help: str) -> Any:
+    """The option of a job's count, bounded as the spec bounds it."""
+    return typer.Option(min=count.minimum, max=count.maximum, metavar="N", help=help)
+
 
 bench_app = typer.Typer(help="Benchmarks: fio-like workloads, sweeps and built-in scenarios.")
 
@@ -141,22 +147,13 @@ def run(
     ] = None,
     rounds: Annotated[
         int,
-        typer.Option(
-            min=ROUNDS.minimum,
-            max=ROUNDS.maximum,
-            metavar="N",
-            help="rounds kept per cell; its figure is their median with a 95 % interval",
+        _count_option(
+            ROUNDS, "rounds kept per cell; its figure is their median with a 95 % interval"
         ),
     ] = ROUNDS.default,
-    warmup: Annotated[
-        int,
-        typer.Option(
-            min=WARMUP.minimum,
-            max=WARMUP.maximum,
-            metavar="N",
-            help="rounds run first and discarded",
-        ),
-    ] = WARMUP.default,
+    warmup: Annotated[int, _count_option(WARMUP, "rounds run first and discarded")] = (
+        WARMUP.default
+    ),
     as_json: Annotated[bool, typer.Option("--json", help="print the run as JSON")] = False,
     plot: Annotated[
         Path | None, typer.Option(metavar="FILE", help="write throughput against bs as PNG")
