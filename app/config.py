@@ -80,6 +80,13 @@ class NbdSettings(SettingsView):
     nbd_tls_ca: Path | None
 
 
+class BenchmarkSettings(SettingsView):
+    """How much benchmarking the service takes on (REQCRYPT_MAX_BENCHMARK_*)."""
+
+    max_benchmark_jobs: int
+    max_benchmark_bytes: int
+
+
 class LuksSettings(SettingsView):
     """LUKS key derivation: the most one may cost (REQCRYPT_LUKS_MAX_PBKDF_*), and how many
     run at once."""
@@ -322,6 +329,10 @@ class Settings(BaseSettings):
     @property
     def control(self) -> ControlSettings:
         return ControlSettings.model_validate(self)
+
+    @property
+    def benchmarks(self) -> BenchmarkSettings:
+        return BenchmarkSettings.model_validate(self)
 
     @property
     def luks(self) -> LuksSettings:

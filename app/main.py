@@ -6,6 +6,7 @@ import logging
 import traceback
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from functools import partial
 from typing import Any
 
 import anyio
@@ -32,6 +33,7 @@ from app.api.routes import (
     volumes,
 )
 from app.api.schemas import Problem, TableIn
+from app.bench.cells import CellRunner
 from app.bench.jobs import BenchmarkJobs
 from app.cluster import ClusterNode
 from app.cluster.relay import CONNECT_SECONDS
@@ -57,11 +59,12 @@ from app.keyfiles import (
     write_pending_master_key,
 )
 from app.metrics import (
-    ClusterCollector,
     HttpMetrics,
-    NbdCollector,
     RequestContextMiddleware,
-    VolumeCollector,
+    ScrapeCollector,
+    cluster_metrics,
+    nbd_metrics,
+    volume_metrics,
 )
 from app.nbd.server import NbdServer, make_tls_context
 from app.state import State
@@ -204,18 +207,12 @@ def build_state(settings: Settings, registry: CollectorRegistry) -> State:
         serving = ServingSet(leases, devices)
     control = Control(Records(sessions, master_key), devices, engines, settings.control, serving)
     control.restore()
-    registry.register(VolumeCollector(control))
+    registry.register(ScrapeCollector(partial(volume_metrics, control)))
     cluster = None
     if cluster_settings is not None and serving is not None:
         cluster = ClusterNode(control, serving, cluster_settings)
-        registry.register(ClusterCollector(cluster))
-    benchmarks_runner = BenchmarkJobs(
-        sessions,
-        control,
-        engines,
-        max_jobs=settings.max_benchmark_jobs,
-        max_bytes=settings.max_benchmark_bytes,
-    )
+        registry.register(ScrapeCollector(partial(cluster_metrics, cluster)))
+    benchmarks_runner = BenchmarkJobs(sessions, CellRunner(control, engines), settings.benchmarks)
     benchmarks_runner.recover()
     return State(
         settings=settings,
@@ -252,7 +249,7 @@ async def start_nbd(state: State) -> NbdServer:
         max_in_flight_bytes=settings.nbd_max_in_flight_bytes,
     )
     await server.start()
-    state.registry.register(NbdCollector(server))
+    state.registry.register(ScrapeCollector(partial(nbd_metrics, server)))
     log.info("NBD on %s:%d%s", settings.host, server.port, " (TLS required)" if tls else "")
     return server
 

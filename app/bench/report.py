@@ -13,7 +13,9 @@ import io
 import textwrap
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypedDict
+
+from typing_extensions import Unpack
 
 from app.bench.stats import Ratio, median_interval, ratio_interval
 from app.sizes import format_size
@@ -501,19 +503,19 @@ def plot_figure(
     return figure
 
 
-def plot_png(
-    cells: Sequence[Cell],
-    *,
-    metric: str | None = None,
-    title: str = "",
-    x_axis: str = "bs",
-    published: Sequence[Published] = (),
-    failure: str | None = None,
-) -> bytes:
+class PlotOptions(TypedDict, total=False):
+    """``plot_figure``'s keyword arguments, passed on unchanged by ``plot_png``."""
+
+    metric: str | None
+    title: str
+    x_axis: str
+    published: Sequence[Published]
+    failure: str | None
+
+
+def plot_png(cells: Sequence[Cell], **options: Unpack[PlotOptions]) -> bytes:
     """``plot_figure`` as PNG bytes: what the API, the CLI and docs/img serve."""
-    figure = plot_figure(
-        cells, metric=metric, title=title, x_axis=x_axis, published=published, failure=failure
-    )
+    figure = plot_figure(cells, **options)
     buffer = io.BytesIO()
     figure.savefig(buffer, format="png")
     return buffer.getvalue()

@@ -12,7 +12,7 @@ from app.api.deps import AdminDep, RoleDep, StateDep
 from app.api.problems import responses
 from app.bench import replay, report
 from app.bench.jobs import BenchmarkJobs
-from app.bench.spec import DEFAULT_ROUNDS, MAX_ROUNDS, MAX_WARMUP, JobSpec
+from app.bench.spec import ROUNDS, WARMUP, JobSpec
 from app.integers import JsonInt, integral_float
 from app.vocab import DATA_UNIT_SIZES, MAX_QUEUE_DEPTH, DispatchMode, ElevatorName
 
@@ -132,13 +132,16 @@ class BenchmarkCreate(BaseModel):
     sweep: SweepIn = Field(default_factory=SweepIn)
     label: str = ""
     rounds: JsonInt = Field(
-        default=DEFAULT_ROUNDS,
-        ge=1,
-        le=MAX_ROUNDS,
+        default=ROUNDS.default,
+        ge=ROUNDS.minimum,
+        le=ROUNDS.maximum,
         description="rounds kept per cell: its figure is their median with a 95 % interval",
     )
     warmup: JsonInt = Field(
-        default=1, ge=0, le=MAX_WARMUP, description="rounds run first and discarded"
+        default=WARMUP.default,
+        ge=WARMUP.minimum,
+        le=WARMUP.maximum,
+        description="rounds run first and discarded",
     )
 
 
@@ -189,8 +192,8 @@ def _replay(body: ReplayCreate, jobs: BenchmarkJobs) -> str:
     config = replay.ReplayConfig(**given.model_dump(include=_REPLAY_CONFIG_FIELDS))
     result = replay.replay(
         replay.parse_trace(given.trace),
-        jobs.engines.profile(given.engine),
-        jobs.engines.device_model(given.device_model),
+        jobs.cells.engines.profile(given.engine),
+        jobs.cells.engines.device_model(given.device_model),
         config,
     )
     spec = {"label": body.label, "replay": given.model_dump(exclude={"trace"})}
