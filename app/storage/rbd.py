@@ -21,7 +21,7 @@ from typing import Any, NoReturn
 from typing_extensions import Buffer
 
 from app.errors import AlreadyExists, DeviceBusy, DeviceClaimed, Fenced, InvalidInput, Unavailable
-from app.storage.base import BackingStore
+from app.storage.base import BackingStore, close_all
 from app.vocab import Wait
 
 try:
@@ -151,9 +151,7 @@ class CephCluster:
 
     def close(self) -> None:
         with self._lock:
-            for ioctx in self._ioctxs.values():
-                ioctx.close()
-            self._ioctxs.clear()
+            close_all(self._ioctxs)
             if self._rados is not None:
                 self._rados.shutdown()
                 self._rados = None
@@ -225,6 +223,22 @@ class RbdStore(BackingStore):
             self._cluster.refused(self._ioctx)
         _io_error(code, what, detail)
 
+    def _call(self, what: str, call: Callable[..., Any], *args: Any) -> Any:
+        """``call(*args)``, one librbd call on the image (an aio one returns its completion);
+        its error names ``what``."""
+        try:
+            return call(*args)
+        except rbd.Error as exc:
+            self._failed(exc, what)
+
+    def _aio_result(self, completion: Any, what: str) -> int:
+        """Wait for an aio call to end; its return value, or its error naming ``what``."""
+        completion.wait_for_complete_and_cb()
+        code: int = completion.get_return_value()
+        if code < 0:
+            self._failed_with(-code, what, os.strerror(-code))
+        return code
+
     def read_into(self, offset: int, buffer: memoryview) -> None:
         self.check_range(offset, len(buffer))
         try:
@@ -292,16 +306,10 @@ class RbdStore(BackingStore):
             if data is not None:
                 landed.append(data)
 
-        try:
-            completion = self._image.aio_read(offset, length, oncomplete)
-        except rbd.Error as exc:
-            self._failed(exc, what)
+        completion = self._call(what, self._image.aio_read, offset, length, oncomplete)
 
         def wait() -> None:
-            completion.wait_for_complete_and_cb()
-            code = completion.get_return_value()
-            if code < 0:
-                self._failed_with(-code, what, os.strerror(-code))
+            code = self._aio_result(completion, what)
             if code != length:
                 self._failed_with(errno.EIO, what, f"{code} of {length} bytes")
             data = memoryview(landed[0])
@@ -320,38 +328,23 @@ class RbdStore(BackingStore):
         data = b"".join(memoryview(buffer).cast("B") for buffer in buffers)
         self.check_range(offset, len(data))
         what = f"write to {self.image_name}"
-        try:
-            completion = self._image.aio_write(data, offset, partial(_hold, data))
-        except rbd.Error as exc:
-            self._failed(exc, what)
+        completion = self._call(what, self._image.aio_write, data, offset, partial(_hold, data))
 
         def wait() -> None:
-            completion.wait_for_complete_and_cb()
-            code = completion.get_return_value()
-            if code < 0:
-                self._failed_with(-code, what, os.strerror(-code))
+            self._aio_result(completion, what)
 
         return wait
 
     def flush(self) -> None:
-        try:
-            self._image.flush()
-        except rbd.Error as exc:
-            self._failed(exc, f"flush of {self.image_name}")
+        self._call(f"flush of {self.image_name}", self._image.flush)
 
     def discard(self, offset: int, length: int) -> None:
         self.check_range(offset, length)
-        try:
-            self._image.discard(offset, length)
-        except rbd.Error as exc:
-            self._failed(exc, f"discard on {self.image_name}")
+        self._call(f"discard on {self.image_name}", self._image.discard, offset, length)
 
     def write_zeroes(self, offset: int, length: int) -> None:
         self.check_range(offset, length)
-        try:
-            self._image.write_zeroes(offset, length)
-        except rbd.Error as exc:
-            self._failed(exc, f"write-zeroes on {self.image_name}")
+        self._call(f"write-zeroes on {self.image_name}", self._image.write_zeroes, offset, length)
 
     def allocated_bytes(self) -> int:
         """Bytes of the objects that exist (object granularity, from the object map)."""
