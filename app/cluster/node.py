@@ -199,8 +199,9 @@ class ClusterNode:
         lost = self.serving.renewed(asked, renewed, started + self.lease_seconds)
         for volume in lost:
             self.stats.leases_lost += 1
-            log.warning("lost the lease on volume %s: fenced, dropping it", volume.name)
-            # Fenced already; the drop waits for the control lock, so not in this thread.
+            log.warning("lost the lease on volume %s: I/O refused, dropping it", volume.name)
+            # I/O refused already (deadline passed); the drop waits for the control lock, so
+            # not in this thread.
             threading.Thread(
                 target=self._drop_lost, args=(volume.name,), name="reqcrypt-drop", daemon=True
             ).start()

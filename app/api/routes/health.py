@@ -38,7 +38,9 @@ def readyz(state: StateDep) -> dict[str, object] | Response:
         if age is None or age > state.settings.lease_seconds:
             checks["node"] = "no heartbeat within a lease: this node serves no volume"
         elif not state.cluster.announced_ready:
-            checks["node"] = "fenced off Ceph, reconnecting: no RBD volume, no placement here"
+            checks["node"] = (
+                "Ceph client blocklisted, reconnecting: no RBD volume, no placement here"
+            )
         else:
             checks["node"] = "ok"
     try:
