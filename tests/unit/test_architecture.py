@@ -53,7 +53,7 @@ ALLOWED: dict[str, set[str]] = {
         "main",  # `reqcrypt bench` builds the service's state in process
     },
     "metrics": {"cluster", "control", "nbd"},
-    "nbd": {"blk", "control", "dm", "errors", "io", "vocab"},
+    "nbd": {"blk", "config", "control", "dm", "errors", "io", "vocab"},
     "keyfiles": {"config"},
     "state": {"bench", "cluster", "config", "control", "engine", "io", "nbd"},
     "api": {
