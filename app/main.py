@@ -38,7 +38,7 @@ from app.bench.jobs import BenchmarkJobs
 from app.cluster import ClusterNode
 from app.cluster.relay import CONNECT_SECONDS
 from app.cluster.serving import ServingSet
-from app.config import Settings, get_settings
+from app.config import ClusterSettings, HttpLimits, Settings, get_settings
 from app.control import Control
 from app.db import checks, keycheck, migrate
 from app.db.leases import Leases
@@ -86,21 +86,21 @@ in the data directory as `admin.token`. Errors are `application/problem+json`
 """
 
 
-def forward_timeout(settings: Settings) -> httpx.Timeout:
+def forward_timeout(limits: HttpLimits, cluster: ClusterSettings) -> httpx.Timeout:
     """A forwarded control call: connecting is quick or hopeless; the answer may take a
     draining suspend (``suspend_wait_seconds``) or a move (that, then up to two leases
     for the target to take over). The owner's heartbeat ends the wait much sooner when
     the owner freezes or dies (``app.cluster.relay``): this is only the backstop for an
     owner that heartbeats yet never answers."""
     return httpx.Timeout(
-        settings.suspend_wait_seconds + 2 * settings.lease_seconds + 30,
+        limits.suspend_wait_seconds + 2 * cluster.lease_seconds + 30,
         connect=CONNECT_SECONDS,
     )
 
 
 def http_protocol(settings: Settings) -> type[BoundedHeadProtocol]:
     """What ``serve`` runs uvicorn with: its protocol plus a bounded request head."""
-    return bounded_head_protocol(settings.head_timeout_seconds)
+    return bounded_head_protocol(settings.http.head_timeout_seconds)
 
 
 def ceph_cluster(settings: Settings) -> CephCluster | None:
@@ -180,6 +180,7 @@ def rotate_master_key(settings: Settings) -> int:
 
 def build_state(settings: Settings, registry: CollectorRegistry) -> State:
     db_engine = migrated_engine(settings)
+    http = settings.http
     admin_token: str | None = None
     if settings.auth == "enabled":
         admin_token, created = load_admin_token(settings)
@@ -216,6 +217,7 @@ def build_state(settings: Settings, registry: CollectorRegistry) -> State:
     benchmarks_runner.recover()
     return State(
         settings=settings,
+        http=http,
         db_engine=db_engine,
         sessions=sessions,
         admin_token=admin_token,
@@ -225,7 +227,7 @@ def build_state(settings: Settings, registry: CollectorRegistry) -> State:
         engines=engines,
         benchmarks=benchmarks_runner,
         io_executor=IoExecutor(),
-        admission=VolumeAdmission(settings.max_volume_ios),
+        admission=VolumeAdmission(http.max_volume_ios),
         cluster=cluster,
     )
 
@@ -238,16 +240,7 @@ async def start_nbd(state: State) -> NbdServer:
         tls = make_tls_context(
             str(settings.nbd_tls_cert), str(settings.nbd_tls_key), str(settings.nbd_tls_ca)
         )
-    server = NbdServer(
-        state.control,
-        state.io_executor,
-        state.admission,
-        host=settings.host,
-        port=settings.nbd_port,
-        tls=tls,
-        max_in_flight=settings.nbd_max_in_flight,
-        max_in_flight_bytes=settings.nbd_max_in_flight_bytes,
-    )
+    server = NbdServer(state.control, state.io_executor, state.admission, settings, tls=tls)
     await server.start()
     state.registry.register(ScrapeCollector(partial(nbd_metrics, server)))
     log.info("NBD on %s:%d%s", settings.host, server.port, " (TLS required)" if tls else "")
@@ -362,7 +355,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         try:
             if state.cluster is not None:
                 await anyio.to_thread.run_sync(state.cluster.start)
-                state.forwarder = httpx.AsyncClient(timeout=forward_timeout(settings))
+                state.forwarder = httpx.AsyncClient(
+                    timeout=forward_timeout(state.http, state.cluster.settings)
+                )
             if settings.nbd_port is not None:
                 state.nbd = await start_nbd(state)
             yield
@@ -390,7 +385,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     problems.install(app)
     if settings.node_id is not None:
         app.add_middleware(OwnerRouting)
-    app.add_middleware(ControlBodyLimit, max_bytes=settings.max_control_body_bytes)
+    app.add_middleware(ControlBodyLimit, max_bytes=settings.http.max_control_body_bytes)
     app.add_middleware(RequestContextMiddleware, metrics=HttpMetrics(registry))
     # Data routes first: FastAPI tries routers in this order on every request.
     app.include_router(data.router)

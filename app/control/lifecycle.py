@@ -451,7 +451,8 @@ class Control:
         return names
 
     def stop_serving(self, name: str, *, graceful: bool) -> Volume:
-        """Stop serving a volume (its row stays): fence it, let in-flight I/O finish, and
+        """Stop serving a volume (its row stays): end its lease deadline now (every new I/O
+        is refused), let in-flight I/O finish, and
         — when ``graceful`` (a move, a clean stop) — make it durable; then the guard
         forgets it. A volume whose lease is lost is never graceful: nothing more is
         written for it."""

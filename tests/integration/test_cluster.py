@@ -150,9 +150,10 @@ def test_a_frozen_owner_drops_the_volume_without_writing(
     cluster: Callable[..., Node],
 ) -> None:
     """SIGSTOP the owner past its lease: b takes the lease but cannot claim the device file
-    (the stopped process still holds its lock: file-backed fencing), so nothing is served.
-    On SIGCONT the owner finds its lease gone, refuses the write it is sent, drops the
-    volume and its lock; then b serves the data as last flushed."""
+    (the stopped process still holds its lock: a file cannot fence a live holder), so
+    nothing is served. On SIGCONT the owner finds its lease gone and drops the volume and
+    its lock without writing; a write sent to it then is redirected to the lease's owner,
+    b, which serves the data as last flushed."""
     a, b = cluster("a"), cluster("b")
     a.start()
     b.start()
@@ -168,9 +169,11 @@ def test_a_frozen_owner_drops_the_volume_without_writing(
     with http(b) as client:
         assert client.get("/v1/volumes/v").status_code == 503  # b owns it, cannot serve yet
     a.signal(signal.SIGCONT)
+    a.wait_dropped()
     with http(a) as client:
         late = write(client, 0, b"\xff" * 4096)
-        assert late.status_code in (307, 503), late.status_code
+    assert late.status_code == 307, late.status_code
+    assert late.headers["location"] == f"{b.base}/v1/volumes/v/data"
     wait_owner(b, "b")
     with http(b) as client:
         assert read(client, 0, 4096) == before

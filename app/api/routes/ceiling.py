@@ -65,7 +65,7 @@ async def null_read(
         "Content-Range": byte_range.content_range(size),
         "Content-Length": str(byte_range.length),
     }
-    chunk = io.settings.io_chunk_bytes
+    chunk = io.limits.io_chunk_bytes
     if byte_range.length <= chunk:
         return Response(
             memoryview(_zeros(chunk))[: byte_range.length],
