@@ -203,16 +203,22 @@ class Control:
             # a row whose file or image is gone
             self.catalog.remove(name)
 
+    def known_device(self, name: str) -> None:
+        """``DeviceNotFound`` unless device ``name`` exists; on a shared database the
+        devices are re-read first when it is not known here (made through another node)."""
+        with self._lock:
+            if name not in self.catalog:
+                self._sync_if_shared()
+            self.catalog.get(name)
+
     def check_header_change(self, name: str, *, unmapped: bool) -> None:
         """Before the LUKS header of device ``name`` changes here. ``unmapped`` (luksFormat):
         ``DeviceBusy`` if a volume here maps it. On a shared database, ``DeviceClaimed`` if
         a volume another node serves maps it: its header changes only on that node."""
         with self._lock:
-            self._sync_if_shared()
+            self.known_device(name)
             if unmapped:
                 self._refuse_mapped(name)
-            else:
-                self.catalog.get(name)
             if not self.guard.shared:
                 return
             elsewhere = [

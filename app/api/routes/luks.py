@@ -60,7 +60,7 @@ async def run_kdf(request: Request, state: State, work: Callable[[], T]) -> T:
 
 
 def device(control: Control, name: str) -> Disk:
-    control.catalog.get(name)  # DeviceNotFound, as every device route says it
+    control.known_device(name)  # DeviceNotFound, as every device route says it
     return control.devices.get(name)
 
 
