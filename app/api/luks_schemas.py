@@ -19,6 +19,9 @@ MAX_PASSPHRASE = 512
 MAX_KEY_FILE_BASE64 = 4 * (8 << 20) // 3 + 4
 """A key file of up to 8 MiB (cryptsetup's default ``--keyfile-size`` ceiling), in base64."""
 
+MAX_ITER_TIME_MS = 60_000
+"""The longest ``iter_time_ms`` asked for (the cost ceilings cap it further)."""
+
 Count = Annotated[int, Field(ge=1, le=1 << 32), BeforeValidator(integral_float)]
 
 
@@ -104,9 +107,28 @@ class PbkdfIn(BaseModel):
     parallel: Annotated[int, Field(ge=1, le=1024), BeforeValidator(integral_float)] | None = Field(
         default=None, description="Argon2 threads"
     )
+    iter_time_ms: (
+        Annotated[int, Field(ge=1, le=MAX_ITER_TIME_MS), BeforeValidator(integral_float)] | None
+    ) = Field(
+        default=None,
+        description=(
+            "as cryptsetup --iter-time (whose default is 2000): the derivation is timed on the "
+            "serving node and takes about this many milliseconds there: PBKDF2 iterations, or "
+            "Argon2 passes (and memory, when memory_kib is not given), within "
+            "REQCRYPT_LUKS_MAX_PBKDF_*; not with iterations. Without it the fixed defaults "
+            "apply: PBKDF2 1000000 iterations; Argon2 4 passes, 1048576 KiB, min(4, CPUs) threads"
+        ),
+    )
 
     def options(self) -> PbkdfOptions:
-        return PbkdfOptions(self.type, self.hash, self.iterations, self.memory_kib, self.parallel)
+        return PbkdfOptions(
+            self.type,
+            self.hash,
+            self.iterations,
+            self.memory_kib,
+            self.parallel,
+            self.iter_time_ms,
+        )
 
 
 class LuksFormatIn(Secret):

@@ -69,6 +69,10 @@ CSV_COLUMNS = (
     "warnings",
 )
 
+#: Columns a replayed trace's cells add (``app.bench.replay``), after the others so a
+#: column keeps its place whatever the run was.
+REPLAY_CSV_COLUMNS = ("engine_calls_per_bio", "wareq_sz", "rareq_sz", "p90_ms")
+
 #: Axes that identify a test row; the compared axis is taken out of it.
 ROW_AXES = ("rw", "bs", "engine", "cipher", "sector_size", "device_model", "iodepth", "numjobs")
 
@@ -222,11 +226,14 @@ def _num(value: float | None) -> str:
 
 
 def cells_csv(cells: Sequence[Cell]) -> str:
+    """One row per cell; a replay's cells also carry ``REPLAY_CSV_COLUMNS``."""
+    replayed = any(cell.get("modelled_basis") == "replay" for cell in cells)
+    columns: tuple[str, ...] = CSV_COLUMNS + REPLAY_CSV_COLUMNS if replayed else CSV_COLUMNS
     buffer = io.StringIO()
-    writer = csv.DictWriter(buffer, fieldnames=CSV_COLUMNS, extrasaction="ignore")
+    writer = csv.DictWriter(buffer, fieldnames=columns, extrasaction="ignore")
     writer.writeheader()
     for cell in cells:
-        row = {column: cell.get(column) for column in CSV_COLUMNS}
+        row = {column: cell.get(column) for column in columns}
         row["warnings"] = "; ".join(cell.get("warnings") or ())
         writer.writerow(row)
     return buffer.getvalue()

@@ -50,6 +50,7 @@ def pbkdf_body(
     iterations: int | None,
     memory: int | None,
     parallel: int | None,
+    iter_time: int | None,
 ) -> dict[str, Any]:
     body: dict[str, Any] = {"hash": hash_name}
     for key, value in (
@@ -57,6 +58,7 @@ def pbkdf_body(
         ("iterations", iterations),
         ("memory_kib", memory),
         ("parallel", parallel),
+        ("iter_time_ms", iter_time),
     ):
         if value is not None:
             body[key] = value
@@ -71,6 +73,15 @@ IterationsOption = Annotated[
 ]
 MemoryOption = Annotated[int | None, typer.Option("--pbkdf-memory", help="Argon2 memory (KiB)")]
 ParallelOption = Annotated[int | None, typer.Option("--pbkdf-parallel", help="Argon2 threads")]
+IterTimeOption = Annotated[
+    int | None,
+    typer.Option(
+        "--iter-time",
+        "-i",
+        help="milliseconds the key derivation takes, timed on the service (as cryptsetup's; "
+        "without it: fixed defaults)",
+    ),
+]
 
 
 def print_dump(dump: dict[str, Any]) -> None:
@@ -110,6 +121,7 @@ def format_device(
     iterations: IterationsOption = None,
     memory: MemoryOption = None,
     parallel: ParallelOption = None,
+    iter_time: IterTimeOption = None,
     label: Annotated[str, typer.Option("--label", help="LUKS2 label (47 bytes at most)")] = "",
     key_file: KeyFileOption = None,
 ) -> None:
@@ -119,7 +131,7 @@ def format_device(
         "cipher": cipher,
         "key_size": key_size,
         "sector_size": sector_size,
-        "pbkdf": pbkdf_body(pbkdf, hash_name, iterations, memory, parallel),
+        "pbkdf": pbkdf_body(pbkdf, hash_name, iterations, memory, parallel, iter_time),
         "label": label,
         **secret(key_file, "Enter passphrase", confirm=True),
     }
@@ -172,6 +184,7 @@ def add_key(
     iterations: IterationsOption = None,
     memory: MemoryOption = None,
     parallel: ParallelOption = None,
+    iter_time: IterTimeOption = None,
     key_file: KeyFileOption = None,
 ) -> None:
     """luksAddKey: a free keyslot opens with a new passphrase too."""
@@ -185,7 +198,7 @@ def add_key(
         body["new_passphrase"] = typer.prompt(
             "Enter new passphrase for key slot", hide_input=True, confirmation_prompt=True
         )
-    body["pbkdf"] = pbkdf_body(pbkdf, hash_name, iterations, memory, parallel)
+    body["pbkdf"] = pbkdf_body(pbkdf, hash_name, iterations, memory, parallel, iter_time)
     added = service.request("POST", f"/v1/devices/{device}/luks/keyslots", json=body).json()
     typer.echo(f"Key slot {added['slot']} created.")
 
