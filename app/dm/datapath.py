@@ -615,13 +615,16 @@ class DataPath:
 
     def _in_range(self, ios: Sequence[BlockIo]) -> list[BlockIo]:
         """The I/Os within the volume; each of the others fails alone, RangeNotSatisfiable."""
+        size = self.size
         within: list[BlockIo] = []
         for io in ios:
-            try:
-                self.check_range(io.offset, io.length)
-            except RangeNotSatisfiable as error:
-                io.error = error
-                continue
+            offset, length = io.offset, io.length
+            if offset < 0 or length < 0 or offset + length > size:
+                try:
+                    self.check_range(offset, length)
+                except RangeNotSatisfiable as error:
+                    io.error = error
+                    continue
             within.append(io)
         return within
 

@@ -88,10 +88,14 @@ class SimulatedEngine(Engine, Paced):
         )
 
     def _count(self, plan: CallPlan, cpu_ns: float) -> None:
+        calls = len(plan.calls)
+        bulk = plan.fallback_reason is None  # plan.bulk, without a property call per request
         with self._lock:
             self._requests += 1
-            self._bulk_calls += plan.bulk_calls
-            self._unit_calls += plan.unit_calls
+            if bulk:
+                self._bulk_calls += calls
+            else:
+                self._unit_calls += calls
             self._bytes[plan.op] += plan.nbytes
             self._cpu_ns += round(cpu_ns)
 
@@ -118,9 +122,6 @@ def _run_calls(
     """Make each planned call for real; per-unit calls get exactly one data unit."""
     transform = request.transform
     encrypt = request.op == "encrypt"
-    many: Callable[[Sequence[Buffer], int], list[bytes]] = (
-        transform.encrypt_segments if encrypt else transform.decrypt_segments
-    )
     outputs = request.outputs(views)
     convert = transform.encrypt_into if encrypt else transform.decrypt_into
     if len(plan.calls) == 1 and len(views) == 1:
@@ -128,6 +129,9 @@ def _run_calls(
         began = clock_ns()
         convert(views[0], plan.calls[0].sector, outputs[0])
         return outputs, [float(clock_ns() - began)]
+    many: Callable[[Sequence[Buffer], int], list[bytes]] = (
+        transform.encrypt_segments if encrypt else transform.decrypt_segments
+    )
     ends = list(accumulate(view.nbytes for view in views))
     starts = [0, *ends[:-1]]
     durations: list[float] = []
