@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+from dataclasses import fields
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, SecretStr, model_validator
@@ -121,14 +122,7 @@ class PbkdfIn(BaseModel):
     )
 
     def options(self) -> PbkdfOptions:
-        return PbkdfOptions(
-            self.type,
-            self.hash,
-            self.iterations,
-            self.memory_kib,
-            self.parallel,
-            self.iter_time_ms,
-        )
+        return PbkdfOptions(**self.model_dump())
 
 
 class LuksFormatIn(Secret):
@@ -140,14 +134,8 @@ class LuksFormatIn(Secret):
     label: str = Field(default="", max_length=47, pattern=r"^[ -~]*$")
 
     def options(self) -> FormatOptions:
-        return FormatOptions(
-            self.type,
-            self.cipher,
-            self.key_size,
-            self.sector_size,
-            self.pbkdf.options(),
-            self.label,
-        )
+        plain = {field.name for field in fields(FormatOptions)} - {"pbkdf"}
+        return FormatOptions(**self.model_dump(include=plain), pbkdf=self.pbkdf.options())
 
 
 class LuksKeyslotIn(Secret):
