@@ -57,6 +57,24 @@ class ControlSettings(SettingsView):
     suspend_wait_seconds: float
 
 
+class HttpLimits(SettingsView):
+    """What the HTTP API bounds: a body's size and the pieces it is read in, the ranges
+    and bytes of a batch, how long a request's head and body may take, how long a call
+    waits for a suspend, and the I/Os in flight on one volume (REQCRYPT_MAX_VOLUME_IOS,
+    which NBD counts against too)."""
+
+    max_body_bytes: int
+    io_chunk_bytes: int
+    max_ranges: int
+    max_batch_bytes: int
+    max_control_body_bytes: int
+    body_timeout_seconds: float
+    body_min_rate_bytes: int
+    head_timeout_seconds: float
+    suspend_wait_seconds: float
+    max_volume_ios: int
+
+
 class ClusterSettings(SettingsView):
     """This process as one node of a cluster sharing the database (REQCRYPT_NODE_ID)."""
 
@@ -78,6 +96,13 @@ class NbdSettings(SettingsView):
     nbd_tls_cert: Path | None
     nbd_tls_key: Path | None
     nbd_tls_ca: Path | None
+
+
+class BenchmarkSettings(SettingsView):
+    """How much benchmarking the service takes on (REQCRYPT_MAX_BENCHMARK_*)."""
+
+    max_benchmark_jobs: int
+    max_benchmark_bytes: int
 
 
 class LuksSettings(SettingsView):
@@ -324,6 +349,10 @@ class Settings(BaseSettings):
         return ControlSettings.model_validate(self)
 
     @property
+    def benchmarks(self) -> BenchmarkSettings:
+        return BenchmarkSettings.model_validate(self)
+
+    @property
     def luks(self) -> LuksSettings:
         return LuksSettings.model_validate(self)
 
@@ -336,6 +365,10 @@ class Settings(BaseSettings):
     def nbd(self) -> NbdSettings | None:
         """None: no NBD listener."""
         return None if self.nbd_port is None else NbdSettings.model_validate(self)
+
+    @property
+    def http(self) -> HttpLimits:
+        return HttpLimits.model_validate(self)
 
     @property
     def renew_interval(self) -> float:

@@ -17,14 +17,7 @@ from typing import Annotated, Any
 
 import typer
 
-from app.commands.client import (
-    DEFAULT_URL,
-    Service,
-    TokenOption,
-    UrlOption,
-    VolumeName,
-    connect,
-)
+from app.commands.client import Service, VolumeName, listing, with_service
 
 dmsetup_app = typer.Typer(
     help="dmsetup verbs against a running reqcrypt service.", no_args_is_help=True
@@ -69,39 +62,39 @@ def _per_volume(name: str | None, lines: dict[str, str]) -> str:
 
 
 @dmsetup_app.command()
+@with_service()
 def create(
+    service: Service,
     name: VolumeName,
     table: TableOption = None,
     table_file: TableFileOption = None,
-    url: UrlOption = DEFAULT_URL,
-    token: TokenOption = None,
 ) -> None:
     """Create and activate volume NAME from a table (--table, --table-file, else stdin)."""
     body = {"name": name, "table": _table_text(table, table_file)}
-    with connect(url, token) as service:
-        service.request("POST", "/v1/volumes", json=body)
+    service.request("POST", "/v1/volumes", json=body)
 
 
 @dmsetup_app.command()
+@with_service()
 def load(
+    service: Service,
     name: VolumeName,
     table: TableOption = None,
     table_file: TableFileOption = None,
-    url: UrlOption = DEFAULT_URL,
-    token: TokenOption = None,
 ) -> None:
     """Load a table into NAME's inactive slot (resume swaps it in); reads stdin by default."""
-    with connect(url, token) as service:
-        service.request(
-            "PUT",
-            f"/v1/volumes/{name}/table",
-            content=_table_text(table, table_file),
-            headers={"Content-Type": "text/plain"},
-        )
+    service.request(
+        "PUT",
+        f"/v1/volumes/{name}/table",
+        content=_table_text(table, table_file),
+        headers={"Content-Type": "text/plain"},
+    )
 
 
 @dmsetup_app.command()
+@with_service()
 def table(
+    service: Service,
     name: OptionalName = None,
     showkeys: Annotated[
         bool, typer.Option("--showkeys", help="print the keys instead of zeros (admin only)")
@@ -109,16 +102,13 @@ def table(
     inactive: Annotated[
         bool, typer.Option("--inactive", help="print the inactive table loaded by load")
     ] = False,
-    url: UrlOption = DEFAULT_URL,
-    token: TokenOption = None,
 ) -> None:
     """Print the table exactly as dmsetup table does; keys are zeros unless --showkeys."""
     params = {"show_keys": str(showkeys).lower(), "inactive": str(inactive).lower()}
-    with connect(url, token) as service:
-        tables = {
-            volume: service.request("GET", f"/v1/volumes/{volume}/table", params=params).text
-            for volume in _names(service, name)
-        }
+    tables = {
+        volume: service.request("GET", f"/v1/volumes/{volume}/table", params=params).text
+        for volume in _names(service, name)
+    }
     typer.echo(_per_volume(name, tables), nl=False)
 
 
@@ -130,15 +120,13 @@ def _status_text(body: dict[str, Any]) -> str:
 
 
 @dmsetup_app.command()
-def status(
-    name: OptionalName = None, url: UrlOption = DEFAULT_URL, token: TokenOption = None
-) -> None:
+@with_service()
+def status(service: Service, name: OptionalName = None) -> None:
     """Print dmsetup status lines, then the queue statistics (every volume without NAME)."""
-    with connect(url, token) as service:
-        reports = {
-            volume: _status_text(service.request("GET", f"/v1/volumes/{volume}/status").json())
-            for volume in _names(service, name)
-        }
+    reports = {
+        volume: _status_text(service.request("GET", f"/v1/volumes/{volume}/status").json())
+        for volume in _names(service, name)
+    }
     typer.echo(_per_volume(name, reports), nl=False)
 
 
@@ -159,96 +147,85 @@ def _info_text(body: dict[str, Any]) -> str:
 
 
 @dmsetup_app.command()
-def info(
-    name: OptionalName = None, url: UrlOption = DEFAULT_URL, token: TokenOption = None
-) -> None:
+@with_service()
+def info(service: Service, name: OptionalName = None) -> None:
     """Print NAME's state the way dmsetup info does; without NAME, every volume's."""
-    with connect(url, token) as service:
-        if name is not None:
-            bodies = [service.request("GET", f"/v1/volumes/{name}").json()]
-        else:
-            bodies = service.request("GET", "/v1/volumes").json()
-    if not bodies:
-        typer.echo("No devices found")
+    if name is not None:
+        bodies = [service.request("GET", f"/v1/volumes/{name}").json()]
+    else:
+        bodies = listing(service, "/v1/volumes")
     typer.echo("\n".join(_info_text(body) for body in bodies), nl=False)
 
 
 @dmsetup_app.command("ls")
-def list_volumes(url: UrlOption = DEFAULT_URL, token: TokenOption = None) -> None:
+@with_service()
+def list_volumes(service: Service) -> None:
     """List volumes: name, size in sectors and state."""
-    with connect(url, token) as service:
-        volumes = service.request("GET", "/v1/volumes").json()
-    if not volumes:
-        typer.echo("No devices found")
-    for volume in volumes:
+    for volume in listing(service, "/v1/volumes"):
         typer.echo(f"{volume['name']}\t({volume['size_sectors']} sectors, {volume['state']})")
 
 
 @dmsetup_app.command()
+@with_service()
 def suspend(
+    service: Service,
     name: VolumeName,
     noflush: Annotated[
         bool,
         typer.Option("--noflush", help="do not wait for in-flight I/O; hold it with the rest"),
     ] = False,
-    url: UrlOption = DEFAULT_URL,
-    token: TokenOption = None,
 ) -> None:
     """Suspend NAME: drain in-flight I/O (unless --noflush), then hold new I/O until resume."""
-    with connect(url, token) as service:
-        service.request("POST", f"/v1/volumes/{name}/suspend", json={"noflush": noflush})
+    service.request("POST", f"/v1/volumes/{name}/suspend", json={"noflush": noflush})
 
 
 @dmsetup_app.command()
-def resume(name: VolumeName, url: UrlOption = DEFAULT_URL, token: TokenOption = None) -> None:
+@with_service()
+def resume(service: Service, name: VolumeName) -> None:
     """Resume NAME, swapping in the inactive table if there is one."""
-    with connect(url, token) as service:
-        service.request("POST", f"/v1/volumes/{name}/resume")
+    service.request("POST", f"/v1/volumes/{name}/resume")
 
 
 @dmsetup_app.command()
+@with_service()
 def message(
+    service: Service,
     name: VolumeName,
     sector: Annotated[int, typer.Argument(metavar="SECTOR", help="sector of the target")],
     words: Annotated[list[str], typer.Argument(metavar="MESSAGE...", help="the message words")],
-    url: UrlOption = DEFAULT_URL,
-    token: TokenOption = None,
 ) -> None:
     """Send a target message to NAME, e.g. message vol 0 key wipe."""
     body = {"message": " ".join(words), "sector": sector}
-    with connect(url, token) as service:
-        service.request("POST", f"/v1/volumes/{name}/message", json=body)
+    service.request("POST", f"/v1/volumes/{name}/message", json=body)
 
 
 @dmsetup_app.command()
+@with_service()
 def rename(
+    service: Service,
     name: VolumeName,
     new_name: Annotated[str, typer.Argument(metavar="NEW_NAME", help="the volume's new name")],
-    url: UrlOption = DEFAULT_URL,
-    token: TokenOption = None,
 ) -> None:
     """Rename volume NAME to NEW_NAME."""
-    with connect(url, token) as service:
-        service.request("POST", f"/v1/volumes/{name}/rename", json={"new_name": new_name})
+    service.request("POST", f"/v1/volumes/{name}/rename", json={"new_name": new_name})
 
 
 @dmsetup_app.command()
-def clear(name: VolumeName, url: UrlOption = DEFAULT_URL, token: TokenOption = None) -> None:
+@with_service()
+def clear(service: Service, name: VolumeName) -> None:
     """Drop NAME's inactive table."""
-    with connect(url, token) as service:
-        service.request("DELETE", f"/v1/volumes/{name}/table")
+    service.request("DELETE", f"/v1/volumes/{name}/table")
 
 
 @dmsetup_app.command()
+@with_service()
 def remove(
+    service: Service,
     name: VolumeName,
     force: Annotated[
         bool,
         typer.Option("--force", help="replace the table with error first, failing held I/O"),
     ] = False,
-    url: UrlOption = DEFAULT_URL,
-    token: TokenOption = None,
 ) -> None:
     """Remove volume NAME."""
-    with connect(url, token) as service:
-        service.request("DELETE", f"/v1/volumes/{name}", params={"force": str(force).lower()})
+    service.request("DELETE", f"/v1/volumes/{name}", params={"force": str(force).lower()})

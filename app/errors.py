@@ -28,7 +28,7 @@ only through ``app.dm.table.redact``.
     ├── RequestTimeout            (a request body arrived too slowly)
     ├── TargetIOError             (error target, device failure)
     ├── Unavailable               (suspended too long; retry_after seconds)
-    │   ├── LeaseExpired          (this node no longer owns the volume: fenced)
+    │   ├── LeaseExpired          (past this node's lease deadline on the volume)
     │   └── Fenced                (another node took the device over; this one may not write)
     └── BatchFailed               (some writes of a batch; the first one's cause)
 """

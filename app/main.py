@@ -6,6 +6,7 @@ import logging
 import traceback
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from functools import partial
 from typing import Any
 
 import anyio
@@ -32,11 +33,12 @@ from app.api.routes import (
     volumes,
 )
 from app.api.schemas import Problem, TableIn
+from app.bench.cells import CellRunner
 from app.bench.jobs import BenchmarkJobs
 from app.cluster import ClusterNode
 from app.cluster.relay import CONNECT_SECONDS
 from app.cluster.serving import ServingSet
-from app.config import Settings, get_settings
+from app.config import ClusterSettings, HttpLimits, Settings, get_settings
 from app.control import Control
 from app.db import checks, keycheck, migrate
 from app.db.leases import Leases
@@ -57,11 +59,12 @@ from app.keyfiles import (
     write_pending_master_key,
 )
 from app.metrics import (
-    ClusterCollector,
     HttpMetrics,
-    NbdCollector,
     RequestContextMiddleware,
-    VolumeCollector,
+    ScrapeCollector,
+    cluster_metrics,
+    nbd_metrics,
+    volume_metrics,
 )
 from app.nbd.server import NbdServer, make_tls_context
 from app.state import State
@@ -83,21 +86,21 @@ in the data directory as `admin.token`. Errors are `application/problem+json`
 """
 
 
-def forward_timeout(settings: Settings) -> httpx.Timeout:
+def forward_timeout(limits: HttpLimits, cluster: ClusterSettings) -> httpx.Timeout:
     """A forwarded control call: connecting is quick or hopeless; the answer may take a
     draining suspend (``suspend_wait_seconds``) or a move (that, then up to two leases
     for the target to take over). The owner's heartbeat ends the wait much sooner when
     the owner freezes or dies (``app.cluster.relay``): this is only the backstop for an
     owner that heartbeats yet never answers."""
     return httpx.Timeout(
-        settings.suspend_wait_seconds + 2 * settings.lease_seconds + 30,
+        limits.suspend_wait_seconds + 2 * cluster.lease_seconds + 30,
         connect=CONNECT_SECONDS,
     )
 
 
 def http_protocol(settings: Settings) -> type[BoundedHeadProtocol]:
     """What ``serve`` runs uvicorn with: its protocol plus a bounded request head."""
-    return bounded_head_protocol(settings.head_timeout_seconds)
+    return bounded_head_protocol(settings.http.head_timeout_seconds)
 
 
 def ceph_cluster(settings: Settings) -> CephCluster | None:
@@ -177,6 +180,7 @@ def rotate_master_key(settings: Settings) -> int:
 
 def build_state(settings: Settings, registry: CollectorRegistry) -> State:
     db_engine = migrated_engine(settings)
+    http = settings.http
     admin_token: str | None = None
     if settings.auth == "enabled":
         admin_token, created = load_admin_token(settings)
@@ -204,21 +208,16 @@ def build_state(settings: Settings, registry: CollectorRegistry) -> State:
         serving = ServingSet(leases, devices)
     control = Control(Records(sessions, master_key), devices, engines, settings.control, serving)
     control.restore()
-    registry.register(VolumeCollector(control))
+    registry.register(ScrapeCollector(partial(volume_metrics, control)))
     cluster = None
     if cluster_settings is not None and serving is not None:
         cluster = ClusterNode(control, serving, cluster_settings)
-        registry.register(ClusterCollector(cluster))
-    benchmarks_runner = BenchmarkJobs(
-        sessions,
-        control,
-        engines,
-        max_jobs=settings.max_benchmark_jobs,
-        max_bytes=settings.max_benchmark_bytes,
-    )
+        registry.register(ScrapeCollector(partial(cluster_metrics, cluster)))
+    benchmarks_runner = BenchmarkJobs(sessions, CellRunner(control, engines), settings.benchmarks)
     benchmarks_runner.recover()
     return State(
         settings=settings,
+        http=http,
         db_engine=db_engine,
         sessions=sessions,
         admin_token=admin_token,
@@ -228,7 +227,7 @@ def build_state(settings: Settings, registry: CollectorRegistry) -> State:
         engines=engines,
         benchmarks=benchmarks_runner,
         io_executor=IoExecutor(),
-        admission=VolumeAdmission(settings.max_volume_ios),
+        admission=VolumeAdmission(http.max_volume_ios),
         cluster=cluster,
     )
 
@@ -241,18 +240,9 @@ async def start_nbd(state: State) -> NbdServer:
         tls = make_tls_context(
             str(settings.nbd_tls_cert), str(settings.nbd_tls_key), str(settings.nbd_tls_ca)
         )
-    server = NbdServer(
-        state.control,
-        state.io_executor,
-        state.admission,
-        host=settings.host,
-        port=settings.nbd_port,
-        tls=tls,
-        max_in_flight=settings.nbd_max_in_flight,
-        max_in_flight_bytes=settings.nbd_max_in_flight_bytes,
-    )
+    server = NbdServer(state.control, state.io_executor, state.admission, settings, tls=tls)
     await server.start()
-    state.registry.register(NbdCollector(server))
+    state.registry.register(ScrapeCollector(partial(nbd_metrics, server)))
     log.info("NBD on %s:%d%s", settings.host, server.port, " (TLS required)" if tls else "")
     return server
 
@@ -365,7 +355,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         try:
             if state.cluster is not None:
                 await anyio.to_thread.run_sync(state.cluster.start)
-                state.forwarder = httpx.AsyncClient(timeout=forward_timeout(settings))
+                state.forwarder = httpx.AsyncClient(
+                    timeout=forward_timeout(state.http, state.cluster.settings)
+                )
             if settings.nbd_port is not None:
                 state.nbd = await start_nbd(state)
             yield
@@ -393,7 +385,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     problems.install(app)
     if settings.node_id is not None:
         app.add_middleware(OwnerRouting)
-    app.add_middleware(ControlBodyLimit, max_bytes=settings.max_control_body_bytes)
+    app.add_middleware(ControlBodyLimit, max_bytes=settings.http.max_control_body_bytes)
     app.add_middleware(RequestContextMiddleware, metrics=HttpMetrics(registry))
     # Data routes first: FastAPI tries routers in this order on every request.
     app.include_router(data.router)

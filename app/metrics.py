@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import random
 import time
-from collections.abc import Awaitable, Callable, Iterator, MutableMapping
+from collections.abc import Awaitable, Callable, Iterable, Iterator, MutableMapping
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
@@ -113,144 +114,134 @@ def _client_request_id(scope: Scope) -> str | None:
     return None
 
 
-class VolumeCollector(Collector):
-    """Per-volume queue statistics and per-engine call counts, read at scrape time.
+@dataclass(eq=False)
+class ScrapeCollector(Collector):
+    """Families that ``read`` builds at scrape time from counters the service already
+    keeps, so scraping adds nothing to the hot path."""
 
-    Collected from the in-memory counters the I/O path already keeps, so scraping
-    adds nothing to the hot path.
-    """
-
-    def __init__(self, control: Control) -> None:
-        self.control = control
+    read: Callable[[], Iterable[Metric]]
 
     def collect(self) -> Iterator[Metric]:
-        counters = {
-            key: CounterMetricFamily(
-                f"reqcrypt_volume_{key}", help_text, labels=["volume", "group"]
-            )
-            for key, help_text in (
-                ("ios", "completed requests by group (r, w, d, f)"),
-                ("bios", "bios submitted by group"),
-                ("merges", "bios merged into an existing request by group"),
-                ("sectors", "sectors transferred by group"),
-            )
-        }
-        engine_calls = CounterMetricFamily(
-            "reqcrypt_volume_engine_calls", "crypto engine calls", labels=["volume"]
-        )
-        in_flight = GaugeMetricFamily(
-            "reqcrypt_volume_in_flight", "requests in flight", labels=["volume"]
-        )
-        for name, volume in sorted(self.control.volumes.items()):
-            stats = volume.stats.snapshot()
-            for group in ("r", "w", "d", "f"):
-                for key, family in counters.items():
-                    family.add_metric([name, group], stats[f"{group}_{key}"])
-            engine_calls.add_metric([name], stats["engine_calls"])
-            in_flight.add_metric([name], stats["in_flight"])
-        yield from counters.values()
-        yield engine_calls
-        yield in_flight
-        calls = CounterMetricFamily(
-            "reqcrypt_engine_calls", "engine calls by kind", labels=["engine", "kind"]
-        )
-        busy = CounterMetricFamily(
-            "reqcrypt_engine_busy_seconds", "modelled engine busy time", labels=["engine"]
-        )
-        for engine_name, snapshot in self.control.engines.snapshot()["engines"].items():
-            for kind, count in snapshot["calls"].items():
-                calls.add_metric([engine_name, kind], count)
-            busy.add_metric([engine_name], snapshot.get("busy_ns", 0) / 1e9)
-        yield calls
-        yield busy
+        yield from self.read()
 
 
-class NbdCollector(Collector):
-    """NBD requests, bytes and connections per exported volume, read at scrape time."""
-
-    def __init__(self, server: NbdServer) -> None:
-        self.server = server
-
-    def collect(self) -> Iterator[Metric]:
-        requests = CounterMetricFamily(
-            "reqcrypt_nbd_requests", "NBD requests answered", labels=["volume", "command"]
-        )
-        moved = CounterMetricFamily(
-            "reqcrypt_nbd_bytes", "NBD payload bytes", labels=["volume", "direction"]
-        )
-        errors = CounterMetricFamily(
-            "reqcrypt_nbd_errors", "NBD requests answered with an error", labels=["volume"]
-        )
-        connections = GaugeMetricFamily(
-            "reqcrypt_nbd_connections", "open NBD connections", labels=["volume"]
-        )
-        for name, volume in sorted(self.server.control.volumes.items()):
-            stats = self.server.stats.get(volume.uuid)
-            if stats is None:
-                continue
-            for command, count in stats.requests.items():
-                requests.add_metric([name, command], count)
-            moved.add_metric([name, "read"], stats.read_bytes)
-            moved.add_metric([name, "written"], stats.written_bytes)
-            errors.add_metric([name], stats.errors)
-            connections.add_metric([name], len(self.server.connections_of(volume)))
-        yield requests
-        yield moved
-        yield errors
-        yield connections
-
-
-class ClusterCollector(Collector):
-    """This node's leases: what it owns, how long each lease still runs, takeovers."""
-
-    def __init__(self, cluster: ClusterNode) -> None:
-        self.cluster = cluster
-
-    def collect(self) -> Iterator[Metric]:
-        node = self.cluster.node
-        serving = self.cluster.serving
-        now = time.monotonic()
-        owned = GaugeMetricFamily(
-            "reqcrypt_node_volumes_owned", "volumes this node serves under a lease", labels=["node"]
-        )
-        pending = GaugeMetricFamily(
-            "reqcrypt_node_volumes_pending",
-            "leases taken whose devices a live previous holder still claims",
-            labels=["node"],
-        )
-        remaining = GaugeMetricFamily(
-            "reqcrypt_volume_lease_remaining_seconds",
-            "until this node stops serving the volume unless the lease is renewed",
-            labels=["volume", "node"],
-        )
-        epoch = GaugeMetricFamily(
-            "reqcrypt_volume_lease_epoch",
-            "the lease's epoch (takeovers)",
-            labels=["volume", "node"],
-        )
-        holdings = sorted(dict(serving.held).values(), key=lambda holding: holding.volume.name)
-        owned.add_metric([node], len(holdings))
-        pending.add_metric([node], len(serving.pending))
-        for holding in holdings:
-            name = holding.volume.name
-            remaining.add_metric([name, node], max(0.0, holding.deadline - now))
-            epoch.add_metric([name, node], holding.lease.epoch)
-        ready = GaugeMetricFamily(
-            "reqcrypt_node_ready",
-            "1: placement may choose this node; 0: its Ceph client is blocklisted (reconnecting)",
-            labels=["node"],
-        )
-        ready.add_metric([node], 0 if self.cluster.blocklisted else 1)
-        yield from (owned, pending, remaining, epoch, ready)
-        stats = self.cluster.stats
+def volume_metrics(control: Control) -> Iterator[Metric]:
+    """Per-volume queue statistics and per-engine call counts."""
+    counters = {
+        key: CounterMetricFamily(f"reqcrypt_volume_{key}", help_text, labels=["volume", "group"])
         for key, help_text in (
-            ("takeovers", "leases this node took (failover, move target, start)"),
-            ("leases_lost", "volumes dropped because their lease was not renewed in time"),
-            ("claims_blocked", "device claims refused by a live previous holder"),
-            ("tick_failures", "lease ticks that failed (database unreachable...)"),
-            ("rbd_fenced", "leases released because this node's Ceph client was blocklisted"),
-            ("reconnects", "new Ceph connections made after a blocklisting"),
-        ):
-            family = CounterMetricFamily(f"reqcrypt_node_{key}", help_text, labels=["node"])
-            family.add_metric([node], getattr(stats, key))
-            yield family
+            ("ios", "completed requests by group (r, w, d, f)"),
+            ("bios", "bios submitted by group"),
+            ("merges", "bios merged into an existing request by group"),
+            ("sectors", "sectors transferred by group"),
+        )
+    }
+    engine_calls = CounterMetricFamily(
+        "reqcrypt_volume_engine_calls", "crypto engine calls", labels=["volume"]
+    )
+    in_flight = GaugeMetricFamily(
+        "reqcrypt_volume_in_flight", "requests in flight", labels=["volume"]
+    )
+    for name, volume in sorted(control.volumes.items()):
+        stats = volume.stats.snapshot()
+        for group in ("r", "w", "d", "f"):
+            for key, family in counters.items():
+                family.add_metric([name, group], stats[f"{group}_{key}"])
+        engine_calls.add_metric([name], stats["engine_calls"])
+        in_flight.add_metric([name], stats["in_flight"])
+    yield from counters.values()
+    yield engine_calls
+    yield in_flight
+    calls = CounterMetricFamily(
+        "reqcrypt_engine_calls", "engine calls by kind", labels=["engine", "kind"]
+    )
+    busy = CounterMetricFamily(
+        "reqcrypt_engine_busy_seconds", "modelled engine busy time", labels=["engine"]
+    )
+    for engine_name, snapshot in control.engines.snapshot()["engines"].items():
+        for kind, count in snapshot["calls"].items():
+            calls.add_metric([engine_name, kind], count)
+        busy.add_metric([engine_name], snapshot.get("busy_ns", 0) / 1e9)
+    yield calls
+    yield busy
+
+
+def nbd_metrics(server: NbdServer) -> Iterator[Metric]:
+    """NBD requests, bytes and connections per exported volume."""
+    requests = CounterMetricFamily(
+        "reqcrypt_nbd_requests", "NBD requests answered", labels=["volume", "command"]
+    )
+    moved = CounterMetricFamily(
+        "reqcrypt_nbd_bytes", "NBD payload bytes", labels=["volume", "direction"]
+    )
+    errors = CounterMetricFamily(
+        "reqcrypt_nbd_errors", "NBD requests answered with an error", labels=["volume"]
+    )
+    connections = GaugeMetricFamily(
+        "reqcrypt_nbd_connections", "open NBD connections", labels=["volume"]
+    )
+    for name, volume in sorted(server.control.volumes.items()):
+        stats = server.stats.get(volume.uuid)
+        if stats is None:
+            continue
+        for command, count in stats.requests.items():
+            requests.add_metric([name, command], count)
+        moved.add_metric([name, "read"], stats.read_bytes)
+        moved.add_metric([name, "written"], stats.written_bytes)
+        errors.add_metric([name], stats.errors)
+        connections.add_metric([name], len(server.connections_of(volume)))
+    yield requests
+    yield moved
+    yield errors
+    yield connections
+
+
+def cluster_metrics(cluster: ClusterNode) -> Iterator[Metric]:
+    """This node's leases: what it owns, how long each lease still runs, takeovers."""
+    node = cluster.node
+    serving = cluster.serving
+    now = time.monotonic()
+    owned = GaugeMetricFamily(
+        "reqcrypt_node_volumes_owned", "volumes this node serves under a lease", labels=["node"]
+    )
+    pending = GaugeMetricFamily(
+        "reqcrypt_node_volumes_pending",
+        "leases taken whose devices a live previous holder still claims",
+        labels=["node"],
+    )
+    remaining = GaugeMetricFamily(
+        "reqcrypt_volume_lease_remaining_seconds",
+        "until this node stops serving the volume unless the lease is renewed",
+        labels=["volume", "node"],
+    )
+    epoch = GaugeMetricFamily(
+        "reqcrypt_volume_lease_epoch",
+        "the lease's epoch (takeovers)",
+        labels=["volume", "node"],
+    )
+    holdings = sorted(dict(serving.held).values(), key=lambda holding: holding.volume.name)
+    owned.add_metric([node], len(holdings))
+    pending.add_metric([node], len(serving.pending))
+    for holding in holdings:
+        name = holding.volume.name
+        remaining.add_metric([name, node], max(0.0, holding.deadline - now))
+        epoch.add_metric([name, node], holding.lease.epoch)
+    ready = GaugeMetricFamily(
+        "reqcrypt_node_ready",
+        "1: placement may choose this node; 0: its Ceph client is blocklisted (reconnecting)",
+        labels=["node"],
+    )
+    ready.add_metric([node], 0 if cluster.blocklisted else 1)
+    yield from (owned, pending, remaining, epoch, ready)
+    stats = cluster.stats
+    for key, help_text in (
+        ("takeovers", "leases this node took (failover, move target, start)"),
+        ("leases_lost", "volumes dropped because their lease was not renewed in time"),
+        ("claims_blocked", "device claims refused by a live previous holder"),
+        ("tick_failures", "lease ticks that failed (database unreachable...)"),
+        ("rbd_fenced", "leases released because this node's Ceph client was blocklisted"),
+        ("reconnects", "new Ceph connections made after a blocklisting"),
+    ):
+        family = CounterMetricFamily(f"reqcrypt_node_{key}", help_text, labels=["node"])
+        family.add_metric([node], getattr(stats, key))
+        yield family

@@ -11,7 +11,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from app.bench.jobs import BenchmarkJobs
 from app.cluster import ClusterNode
-from app.config import Settings
+from app.config import HttpLimits, Settings
 from app.control import Control
 from app.engine.registry import EngineRegistry
 from app.io.admission import VolumeAdmission
@@ -22,6 +22,8 @@ from app.nbd.server import NbdServer
 @dataclass(slots=True)
 class State:
     settings: Settings
+    http: HttpLimits
+    """What the HTTP API bounds, read once from ``settings``."""
     db_engine: Engine
     sessions: sessionmaker[Session]
     admin_token: str | None

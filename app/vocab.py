@@ -1,7 +1,7 @@
 """The words every layer shares, each defined once: sectors, data units, ops, modes, names.
 
 A leaf: imports nothing from ``app``, so any package may use it without
-bending the downward dependencies (``api -> dm -> blk/engine -> crypto``).
+bending the downward dependencies (``api/nbd -> io -> dm -> blk/engine -> crypto``).
 """
 
 from __future__ import annotations

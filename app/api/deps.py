@@ -17,7 +17,7 @@ from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from starlette.exceptions import HTTPException
 
-from app.config import Settings
+from app.config import HttpLimits
 from app.control import Control
 from app.io.admission import VolumeAdmission
 from app.io.executor import IoExecutor
@@ -94,7 +94,7 @@ ControlDep = Annotated[Control, Depends(get_control)]
 @dataclass(frozen=True, slots=True)
 class IoContext:
     control: Control
-    settings: Settings
+    limits: HttpLimits
     executor: IoExecutor
     admission: VolumeAdmission
     role: Role
@@ -105,7 +105,7 @@ async def get_io_context(request: Request) -> IoContext:
     tens of microseconds, which a 4 KiB I/O notices."""
     state = await get_state(request)
     role = authorize(state, request.headers.get("authorization"))
-    return IoContext(state.control, state.settings, state.io_executor, state.admission, role)
+    return IoContext(state.control, state.http, state.io_executor, state.admission, role)
 
 
 IoDep = Annotated[IoContext, Depends(get_io_context)]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+from dataclasses import fields
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, SecretStr, model_validator
@@ -18,6 +19,9 @@ MAX_PASSPHRASE = 512
 """cryptsetup's interactive passphrase limit (characters)."""
 MAX_KEY_FILE_BASE64 = 4 * (8 << 20) // 3 + 4
 """A key file of up to 8 MiB (cryptsetup's default ``--keyfile-size`` ceiling), in base64."""
+
+MAX_ITER_TIME_MS = 60_000
+"""The longest ``iter_time_ms`` asked for (the cost ceilings cap it further)."""
 
 Count = Annotated[int, Field(ge=1, le=1 << 32), BeforeValidator(integral_float)]
 
@@ -104,9 +108,21 @@ class PbkdfIn(BaseModel):
     parallel: Annotated[int, Field(ge=1, le=1024), BeforeValidator(integral_float)] | None = Field(
         default=None, description="Argon2 threads"
     )
+    iter_time_ms: (
+        Annotated[int, Field(ge=1, le=MAX_ITER_TIME_MS), BeforeValidator(integral_float)] | None
+    ) = Field(
+        default=None,
+        description=(
+            "as cryptsetup --iter-time (whose default is 2000): the derivation is timed on the "
+            "serving node and takes about this many milliseconds there: PBKDF2 iterations, or "
+            "Argon2 passes (and memory, when memory_kib is not given), within "
+            "REQCRYPT_LUKS_MAX_PBKDF_*; not with iterations. Without it the fixed defaults "
+            "apply: PBKDF2 1000000 iterations; Argon2 4 passes, 1048576 KiB, min(4, CPUs) threads"
+        ),
+    )
 
     def options(self) -> PbkdfOptions:
-        return PbkdfOptions(self.type, self.hash, self.iterations, self.memory_kib, self.parallel)
+        return PbkdfOptions(**self.model_dump())
 
 
 class LuksFormatIn(Secret):
@@ -118,14 +134,8 @@ class LuksFormatIn(Secret):
     label: str = Field(default="", max_length=47, pattern=r"^[ -~]*$")
 
     def options(self) -> FormatOptions:
-        return FormatOptions(
-            self.type,
-            self.cipher,
-            self.key_size,
-            self.sector_size,
-            self.pbkdf.options(),
-            self.label,
-        )
+        plain = {field.name for field in fields(FormatOptions)} - {"pbkdf"}
+        return FormatOptions(**self.model_dump(include=plain), pbkdf=self.pbkdf.options())
 
 
 class LuksKeyslotIn(Secret):

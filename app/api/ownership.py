@@ -51,7 +51,7 @@ class OwnerRouting:
         assert state.cluster is not None
         router = Router(
             state.cluster,
-            data_path=state.settings.cluster_data_path,
+            data_path=state.cluster.settings.cluster_data_path,
             table_limits=state.control.table_limits,
         )
         if match is None:

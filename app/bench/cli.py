@@ -17,7 +17,7 @@ from typing import Annotated, Any
 
 import typer
 
-from app.bench.spec import DEFAULT_ROUNDS, MAX_ROUNDS, MAX_WARMUP
+from app.bench.spec import ROUNDS, WARMUP, Count
 from app.bench.workload import Workload
 from app.commands.client import DEFAULT_URL, TokenOption, UrlOption, resolve_token
 from app.errors import ReqcryptError
@@ -25,6 +25,18 @@ from app.sizes import format_size, parse_size
 
 #: A round this long is well clear of timer and scheduling noise on a laptop.
 DEFAULT_ROUND_SECONDS = 0.25
+
+DataDirOption = Annotated[
+    Path | None, typer.Option(metavar="DIR", help="state directory (default: a temporary one)")
+]
+NumjobsOption = Annotated[int, typer.Option(metavar="N", help="jobs, each over its own region")]
+SeedOption = Annotated[int, typer.Option(metavar="N", help="seed of the random offsets")]
+
+
+def _count_option(count: Count, help: str) -> Any:
+    """The option of a job's count, bounded as the spec bounds it."""
+    return typer.Option(min=count.minimum, max=count.maximum, metavar="N", help=help)
+
 
 bench_app = typer.Typer(help="Benchmarks: fio-like workloads, sweeps and built-in scenarios.")
 
@@ -115,7 +127,7 @@ def run(
     iodepth: Annotated[
         str, typer.Option(metavar="N[,N...]", help="I/Os in flight per job; a comma list sweeps")
     ] = "1",
-    numjobs: Annotated[int, typer.Option(metavar="N", help="jobs, each over its own region")] = 1,
+    numjobs: NumjobsOption = 1,
     direct: Annotated[
         bool, typer.Option(help="direct I/O; --no-direct flushes once at the end instead")
     ] = True,
@@ -126,7 +138,7 @@ def run(
     rwmixread: Annotated[
         int, typer.Option(metavar="PERCENT", help="read share of randrw and readwrite")
     ] = 50,
-    seed: Annotated[int, typer.Option(metavar="N", help="seed of the random offsets")] = 0,
+    seed: SeedOption = 0,
     sweep_mode: Annotated[
         str, typer.Option(metavar="MODE[,MODE...]", help="dispatch modes compared")
     ] = "bio,request",
@@ -135,25 +147,18 @@ def run(
     ] = None,
     rounds: Annotated[
         int,
-        typer.Option(
-            min=1,
-            max=MAX_ROUNDS,
-            metavar="N",
-            help="rounds kept per cell; its figure is their median with a 95 % interval",
+        _count_option(
+            ROUNDS, "rounds kept per cell; its figure is their median with a 95 % interval"
         ),
-    ] = DEFAULT_ROUNDS,
-    warmup: Annotated[
-        int,
-        typer.Option(min=0, max=MAX_WARMUP, metavar="N", help="rounds run first and discarded"),
-    ] = 1,
+    ] = ROUNDS.default,
+    warmup: Annotated[int, _count_option(WARMUP, "rounds run first and discarded")] = (
+        WARMUP.default
+    ),
     as_json: Annotated[bool, typer.Option("--json", help="print the run as JSON")] = False,
     plot: Annotated[
         Path | None, typer.Option(metavar="FILE", help="write throughput against bs as PNG")
     ] = None,
-    data_dir: Annotated[
-        Path | None,
-        typer.Option(metavar="DIR", help="state directory (default: a temporary one)"),
-    ] = None,
+    data_dir: DataDirOption = None,
 ) -> None:
     """Run one benchmark job in-process and print the bio vs request table.
 
@@ -251,10 +256,7 @@ def run_scenario(
     plot: Annotated[
         Path | None, typer.Option(metavar="FILE", help="write the scenario's plot as PNG")
     ] = None,
-    data_dir: Annotated[
-        Path | None,
-        typer.Option(metavar="DIR", help="state directory (default: a temporary one)"),
-    ] = None,
+    data_dir: DataDirOption = None,
 ) -> None:
     """Run a built-in scenario; prints its Markdown tables."""
     from app.bench import scenarios
@@ -372,11 +374,11 @@ def http(
     bs: Annotated[str, typer.Option(metavar="SIZE", help="block size, e.g. 64k")] = "64k",
     size: Annotated[str, typer.Option(metavar="SIZE", help="bytes per job, e.g. 16M")] = "16M",
     iodepth: Annotated[int, typer.Option(metavar="N", help="requests in flight per job")] = 4,
-    numjobs: Annotated[int, typer.Option(metavar="N", help="jobs, each over its own region")] = 1,
+    numjobs: NumjobsOption = 1,
     runtime: Annotated[
         float | None, typer.Option(metavar="SECONDS", help="run this long instead of --size")
     ] = None,
-    seed: Annotated[int, typer.Option(metavar="N", help="seed of the random offsets")] = 0,
+    seed: SeedOption = 0,
     batch: Annotated[
         bool,
         typer.Option(

@@ -33,10 +33,9 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from app.bench.cells import FIGURE_KINDS, CellResult, CellRunner
 from app.bench.spec import JobSpec
-from app.control import Control
+from app.config import BenchmarkSettings
 from app.db import models
 from app.dm.table import parse_table
-from app.engine.registry import EngineRegistry
 from app.errors import BenchmarkNotFound, InvalidInput, ReqcryptError, Unavailable
 
 __all__ = ["BenchmarkJobs", "machine_info"]
@@ -90,20 +89,11 @@ class BenchmarkJobs:
     """The service's job runner: one worker thread, jobs in submission order."""
 
     def __init__(
-        self,
-        sessions: sessionmaker[Session],
-        control: Control,
-        engines: EngineRegistry,
-        *,
-        max_jobs: int,
-        max_bytes: int,
+        self, sessions: sessionmaker[Session], cells: CellRunner, limits: BenchmarkSettings
     ) -> None:
         self.sessions = sessions
-        self.max_jobs = max_jobs
-        self.max_bytes = max_bytes
-        self.cells = CellRunner(control, engines)
-        self.control = control
-        self.engines = engines
+        self.cells = cells
+        self.limits = limits
         self._live: dict[str, _Live] = {}
         self._lock = threading.Lock()
         self._queue: queue.Queue[str | None] = queue.Queue()
@@ -131,11 +121,11 @@ class BenchmarkJobs:
     def check(self, spec: JobSpec) -> None:
         """Refuse at submission what would fail in the first cell (404 / 422, not a failed run)."""
         if spec.volume is not None:
-            self.control.volume(spec.volume)
+            self.cells.control.volume(spec.volume)
         total = spec.runs_per_cell * sum(plan.workload.total_bytes for plan in spec.points())
-        if total > self.max_bytes:
+        if total > self.limits.max_benchmark_bytes:
             raise InvalidInput(
-                f"the job would move {total} bytes; at most {self.max_bytes} "
+                f"the job would move {total} bytes; at most {self.limits.max_benchmark_bytes} "
                 "(REQCRYPT_MAX_BENCHMARK_BYTES)"
             )
         for plan in spec.points():
@@ -144,18 +134,18 @@ class BenchmarkJobs:
                 engine = plan.engine or "software"
             else:
                 assert spec.volume is not None
-                volume = self.control.volume(spec.volume)
+                volume = self.cells.control.volume(spec.volume)
                 if volume.live is None:
                     continue
                 table = volume.live.table
                 engine = plan.engine or volume.engine.name
-            capabilities = self.engines.profile(engine).capabilities
+            capabilities = self.cells.engines.profile(engine).capabilities
             for params in table.crypt_params():
                 reason = capabilities.unsupported_reason(params.cipher, params.sector_size)
                 if reason is not None:
                     raise InvalidInput(f"engine {engine} cannot run cell {plan.index}: {reason}")
         if spec.volume_template is not None:
-            self.engines.device_model(spec.volume_template.device_model)
+            self.cells.engines.device_model(spec.volume_template.device_model)
 
     def _insert_run(self, spec: JobSpec) -> str:
         """A queued ``BenchmarkRun`` row for ``spec``; returns its id."""
@@ -174,10 +164,10 @@ class BenchmarkJobs:
     def submit(self, spec: JobSpec) -> str:
         self.check(spec)
         with self._lock:
-            if len(self._live) >= self.max_jobs:
+            if len(self._live) >= self.limits.max_benchmark_jobs:
                 raise Unavailable(
                     f"{len(self._live)} benchmark jobs are queued or running; at most "
-                    f"{self.max_jobs} (REQCRYPT_MAX_BENCHMARK_JOBS): retry when one finishes",
+                    f"{self.limits.max_benchmark_jobs} (REQCRYPT_MAX_BENCHMARK_JOBS): retry when one finishes",
                     retry_after=10,
                 )
             run_id = self._insert_run(spec)

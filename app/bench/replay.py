@@ -41,6 +41,7 @@ from app.blk.limits import QueueLimits
 from app.blk.queue import BlockQueue
 from app.blk.request import Request
 from app.blk.trace import BadLines, parse_blkparse
+from app.engine.clock import DeviceState
 from app.engine.cost import plan_cost
 from app.engine.model import DeviceModel, EngineProfile, ModelSpec
 from app.engine.planner import plan_calls
@@ -237,16 +238,16 @@ class _Timeline:
     """Virtual resources: device tags, the engine, the device (one I/O at a time)."""
 
     tags: list[float]
+    device: DeviceState
     engine_free: float = 0.0
-    device_free: float = 0.0
     crypto_ns: float = 0.0
     storage_ns: float = 0.0
-    engine_calls: int = 0
     bulk_calls: int = 0
     unit_calls: int = 0
-    buffered: float = 0.0
-    burst_bytes: float = 0.0
-    sustained_bytes: float = 0.0
+
+    @property
+    def engine_calls(self) -> int:
+        return self.bulk_calls + self.unit_calls
 
 
 @dataclass(slots=True)
@@ -275,20 +276,6 @@ class _Run:
             self.error = self.error or error
             raise
 
-    def _write_ns(self, nbytes: int, idle_ns: float) -> float:
-        """A write on the device model, its write buffer drained over the idle time
-        before it (as ``DeviceTimer`` does in the service)."""
-        device, line = self.device, self.timeline
-        if device.write_buffer_bytes is None:
-            return device.io_ns("write", nbytes)
-        drained = idle_ns * (device.write_sustained_bytes_per_s or 0.0) / 1e9
-        line.buffered = max(0.0, line.buffered - drained)
-        burst = min(float(nbytes), max(0.0, device.write_buffer_bytes - line.buffered))
-        line.buffered = min(float(device.write_buffer_bytes), line.buffered + nbytes)
-        line.burst_bytes += burst
-        line.sustained_bytes += nbytes - burst
-        return device.write_ns(nbytes, burst)
-
     def _model(self, rq: Request) -> None:
         """Model the request's time; it completes at once on the wall clock."""
         self.requests.append(rq)
@@ -307,22 +294,26 @@ class _Run:
         )
         cost = plan_cost(self.profile, plan)
         crypto, cpu = cost.makespan_ns, cost.cpu_ns
-        line.engine_calls += len(plan.calls)
         line.bulk_calls += plan.bulk_calls
         line.unit_calls += plan.unit_calls
         line.crypto_ns += cpu + crypto
+        device = line.device
         if rq.op is Op.READ:
             storage = self.device.io_ns("read", nbytes)
-            device_start = max(start, line.device_free)
-            line.device_free = device_start + storage
-            engine_start = max(line.device_free + cpu, line.engine_free)
+            device_start = max(start, device.busy_until)
+            device.busy_until = device_start + storage
+            engine_start = max(device.busy_until + cpu, line.engine_free)
             line.engine_free = end = engine_start + crypto
         else:
             engine_start = max(start + cpu, line.engine_free)
             line.engine_free = engine_start + crypto
-            device_start = max(line.engine_free, line.device_free)
-            storage = self._write_ns(nbytes, device_start - line.device_free)
-            line.device_free = end = device_start + storage
+            device_start = max(line.engine_free, device.busy_until)
+            storage = (
+                device.buffered_write_ns(nbytes, device_start)
+                if self.device.buffered
+                else self.device.io_ns("write", nbytes)
+            )
+            device.busy_until = end = device_start + storage
         line.storage_ns += storage
         heapq.heappush(line.tags, end)
         for bio in rq.bios:
@@ -411,7 +402,14 @@ def _replay_mode(
     config: ReplayConfig,
 ) -> dict[str, Any]:
     depth = config.queue_depth or device.queue_depth
-    run = _Run(mode, profile, device, model_spec(config.cipher), config, _Timeline([0.0] * depth))
+    run = _Run(
+        mode,
+        profile,
+        device,
+        model_spec(config.cipher),
+        config,
+        _Timeline([0.0] * depth, DeviceState(device)),
+    )
     queue = _drive(run, bios)
     if run.error is not None:
         raise run.error
@@ -469,7 +467,10 @@ def _replay_mode(
         "device_ios": requests,
         "write_regime": "+".join(
             regime
-            for regime, nbytes in (("burst", line.burst_bytes), ("sustained", line.sustained_bytes))
+            for regime, nbytes in (
+                ("burst", line.device.burst_bytes),
+                ("sustained", line.device.sustained_bytes),
+            )
             if nbytes > 0
         )
         or None,

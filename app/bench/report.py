@@ -13,7 +13,9 @@ import io
 import textwrap
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypedDict
+
+from typing_extensions import Unpack
 
 from app.bench.stats import Ratio, median_interval, ratio_interval
 from app.sizes import format_size
@@ -66,6 +68,10 @@ CSV_COLUMNS = (
     "modelled_mb_s_high",
     "warnings",
 )
+
+#: Columns a replayed trace's cells add (``app.bench.replay``), after the others so a
+#: column keeps its place whatever the run was.
+REPLAY_CSV_COLUMNS = ("engine_calls_per_bio", "wareq_sz", "rareq_sz", "p90_ms")
 
 #: Axes that identify a test row; the compared axis is taken out of it.
 ROW_AXES = ("rw", "bs", "engine", "cipher", "sector_size", "device_model", "iodepth", "numjobs")
@@ -220,11 +226,14 @@ def _num(value: float | None) -> str:
 
 
 def cells_csv(cells: Sequence[Cell]) -> str:
+    """One row per cell; a replay's cells also carry ``REPLAY_CSV_COLUMNS``."""
+    replayed = any(cell.get("modelled_basis") == "replay" for cell in cells)
+    columns: tuple[str, ...] = CSV_COLUMNS + REPLAY_CSV_COLUMNS if replayed else CSV_COLUMNS
     buffer = io.StringIO()
-    writer = csv.DictWriter(buffer, fieldnames=CSV_COLUMNS, extrasaction="ignore")
+    writer = csv.DictWriter(buffer, fieldnames=columns, extrasaction="ignore")
     writer.writeheader()
     for cell in cells:
-        row = {column: cell.get(column) for column in CSV_COLUMNS}
+        row = {column: cell.get(column) for column in columns}
         row["warnings"] = "; ".join(cell.get("warnings") or ())
         writer.writerow(row)
     return buffer.getvalue()
@@ -501,19 +510,19 @@ def plot_figure(
     return figure
 
 
-def plot_png(
-    cells: Sequence[Cell],
-    *,
-    metric: str | None = None,
-    title: str = "",
-    x_axis: str = "bs",
-    published: Sequence[Published] = (),
-    failure: str | None = None,
-) -> bytes:
+class PlotOptions(TypedDict, total=False):
+    """``plot_figure``'s keyword arguments, passed on unchanged by ``plot_png``."""
+
+    metric: str | None
+    title: str
+    x_axis: str
+    published: Sequence[Published]
+    failure: str | None
+
+
+def plot_png(cells: Sequence[Cell], **options: Unpack[PlotOptions]) -> bytes:
     """``plot_figure`` as PNG bytes: what the API, the CLI and docs/img serve."""
-    figure = plot_figure(
-        cells, metric=metric, title=title, x_axis=x_axis, published=published, failure=failure
-    )
+    figure = plot_figure(cells, **options)
     buffer = io.BytesIO()
     figure.savefig(buffer, format="png")
     return buffer.getvalue()

@@ -21,7 +21,7 @@ from typing import Protocol
 
 import httpx
 
-from app.bench.workload import Io, Workload, job_ios
+from app.bench.workload import IoUnit, Workload, job_ios
 from app.errors import InvalidInput
 
 Progress = Callable[[int], None]
@@ -80,12 +80,12 @@ class _Job:
         self.workload = workload
         self.job = job
         self._lock = threading.Lock()
-        self._ios: Iterator[Io] = job_ios(workload, job)
+        self._ios: Iterator[IoUnit] = job_ios(workload, job)
         self._deadline = (
             time.monotonic() + workload.runtime if workload.runtime is not None else None
         )
 
-    def next(self) -> Io | None:
+    def next(self) -> IoUnit | None:
         with self._lock:
             if self._deadline is not None and time.monotonic() >= self._deadline:
                 return None
@@ -113,7 +113,7 @@ def run_workload(
     lock = threading.Lock()
     errors: list[BaseException] = []
 
-    def submit(ios: list[Io]) -> None:
+    def submit(ios: list[IoUnit]) -> None:
         if not batch:
             (io,) = ios
             if io.op == "read":
@@ -135,7 +135,7 @@ def run_workload(
         done = {"read": 0, "write": 0}
         try:
             while not errors:
-                ios: list[Io] = []
+                ios: list[IoUnit] = []
                 while len(ios) < group and (io := job.next()) is not None:
                     ios.append(io)
                 if not ios:

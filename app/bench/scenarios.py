@@ -99,6 +99,23 @@ def _template(table: str, size: int, model: str) -> dict[str, Any]:
     return {"table": table, "device_size": size, "device_model": model}
 
 
+def _job(
+    label: str,
+    template: dict[str, Any],
+    engine: str,
+    workload: dict[str, Any],
+    **sweep: Sequence[Any],
+) -> dict[str, Any]:
+    """One job of a scenario as ``JobSpec.from_dict`` reads it; ``sweep`` maps axes to values."""
+    return {
+        "label": label,
+        "volume_template": template,
+        "engine": engine,
+        "workload": workload,
+        "sweep": sweep,
+    }
+
+
 @dataclass(frozen=True, slots=True)
 class ScenarioReport:
     markdown: str
@@ -152,21 +169,24 @@ _SD_SECTORS = _SD // 512
 def _dd_jobs() -> list[dict[str, Any]]:
     template = _template(_table("aes-cbc-plain64", 16, _SD_SECTORS), _SD, "sdcard-bbb")
     workload = {"bs": "512k", "size": "16M", "iodepth": 1, "direct": True}
+    rw = ["read", "write"]
     return [
-        {
-            "label": "dd-512k: stock dm-crypt (bio-based)",
-            "volume_template": template,
-            "engine": STOCK_ENGINE,
-            "workload": workload,
-            "sweep": {"rw": ["read", "write"], "dispatch_mode": ["bio"]},
-        },
-        {
-            "label": "dd-512k: this service, bulk engine",
-            "volume_template": template,
-            "engine": "omap-aes-am335x",
-            "workload": workload,
-            "sweep": {"rw": ["read", "write"], "dispatch_mode": ["bio", "request"]},
-        },
+        _job(
+            "dd-512k: stock dm-crypt (bio-based)",
+            template,
+            STOCK_ENGINE,
+            workload,
+            rw=rw,
+            dispatch_mode=["bio"],
+        ),
+        _job(
+            "dd-512k: this service, bulk engine",
+            template,
+            "omap-aes-am335x",
+            workload,
+            rw=rw,
+            dispatch_mode=["bio", "request"],
+        ),
     ]
 
 
@@ -183,10 +203,7 @@ def _dd_render(runs: Sequence[Run]) -> ScenarioReport:
         base="bio (stock)",
         other="request (bulk)",
         unit="modelled MB/s",
-        extra={
-            "published bio": [p[0] for p in published],
-            "published request": [p[1] for p in published],
-        },
+        extra=_published_columns(published, "bio", "request"),
     )
     service = [c for c in cells if c.engine == "omap-aes-am335x"]
     service_table = report.render_table(report.compare(service), unit="modelled MB/s")
@@ -212,6 +229,16 @@ def _dd_render(runs: Sequence[Run]) -> ScenarioReport:
     return ScenarioReport(markdown, plot, cells)
 
 
+def _published_columns(
+    published: Sequence[tuple[str, str]], base: str, other: str
+) -> dict[str, list[str]]:
+    """The published (base, other) figures of each row as two extra table columns."""
+    return {
+        f"published {base}": [p[0] for p in published],
+        f"published {other}": [p[1] for p in published],
+    }
+
+
 def _calls_table(cells: Sequence[CellResult], label: Callable[[CellResult], str]) -> str:
     header = "| variant | rw | bs | bios | requests | engine calls | measured MB/s (host) | modelled MB/s |"
     lines = [header, "|---|---|---|---|---|---|---|---|"]
@@ -232,20 +259,22 @@ def _bs_jobs() -> list[dict[str, Any]]:
     workload = {"size": "64M", "iodepth": 1, "direct": True}
     sweep = {"rw": ["read", "write"], "bs": ["4k", "64k", "256k", "1M"]}
     return [
-        {
-            "label": "bs-sweep: stock dm-crypt",
-            "volume_template": template,
-            "engine": STOCK_ENGINE,
-            "workload": workload,
-            "sweep": {**sweep, "dispatch_mode": ["bio"]},
-        },
-        {
-            "label": "bs-sweep: bulk engine",
-            "volume_template": template,
-            "engine": "omap-aes-am335x",
-            "workload": workload,
-            "sweep": {**sweep, "dispatch_mode": ["bio", "request"]},
-        },
+        _job(
+            "bs-sweep: stock dm-crypt",
+            template,
+            STOCK_ENGINE,
+            workload,
+            **sweep,
+            dispatch_mode=["bio"],
+        ),
+        _job(
+            "bs-sweep: bulk engine",
+            template,
+            "omap-aes-am335x",
+            workload,
+            **sweep,
+            dispatch_mode=["bio", "request"],
+        ),
     ]
 
 
@@ -290,17 +319,15 @@ def _sector_jobs() -> list[dict[str, Any]]:
         _table("aes-cbc-essiv:sha256", 32, sectors, " 1 sector_size:4096"),
     ]
     return [
-        {
-            "label": "sector-size: mv-cesa + hdd-wd3000",
-            "volume_template": _template(tables[0], size, "hdd-wd3000"),
-            "engine": "mv-cesa",
-            "workload": {"bs": "1M", "size": "16M", "iodepth": 1},
-            "sweep": {
-                "table": tables,
-                "rw": ["write", "read"],
-                "dispatch_mode": ["bio", "request"],
-            },
-        }
+        _job(
+            "sector-size: mv-cesa + hdd-wd3000",
+            _template(tables[0], size, "hdd-wd3000"),
+            "mv-cesa",
+            {"bs": "1M", "size": "16M", "iodepth": 1},
+            table=tables,
+            rw=["write", "read"],
+            dispatch_mode=["bio", "request"],
+        )
     ]
 
 
@@ -320,10 +347,7 @@ def _sector_render(runs: Sequence[Run]) -> ScenarioReport:
         base="512 B",
         other="4096 B",
         unit="modelled MB/s",
-        extra={
-            "published 512": [p[0] for p in published],
-            "published 4096": [p[1] for p in published],
-        },
+        extra=_published_columns(published, "512", "4096"),
     )
     modes = report.render_table(
         report.compare(cells, axis="sector_size", base=512, other=4096, ignore=()),
@@ -370,18 +394,16 @@ def _bulk_jobs() -> list[dict[str, Any]]:
     size = 64 << 20
     tables = _xts_and_essiv(size // 512)
     return [
-        {
-            "label": "bulk-vs-unit: plain64-only engine",
-            "volume_template": _template(tables[0], size, "sdcard-bbb"),
-            "engine": PLAIN64_ENGINE,
-            "workload": {"size": "8M", "iodepth": 8},
-            "sweep": {
-                "table": tables,
-                "rw": ["write", "read"],
-                "bs": ["4k", "64k"],
-                "dispatch_mode": ["bio", "request"],
-            },
-        }
+        _job(
+            "bulk-vs-unit: plain64-only engine",
+            _template(tables[0], size, "sdcard-bbb"),
+            PLAIN64_ENGINE,
+            {"size": "8M", "iodepth": 8},
+            table=tables,
+            rw=["write", "read"],
+            bs=["4k", "64k"],
+            dispatch_mode=["bio", "request"],
+        )
     ]
 
 
@@ -421,15 +443,14 @@ def _bulk_render(runs: Sequence[Run]) -> ScenarioReport:
 
 def _concurrency_jobs() -> list[dict[str, Any]]:
     return [
-        {
-            "label": "concurrency: sequential 4k writers",
-            "volume_template": _template(
-                _table("aes-cbc-plain64", 16, _SD_SECTORS), _SD, "sdcard-bbb"
-            ),
-            "engine": "omap-aes-am335x",
-            "workload": {"rw": "write", "bs": "4k", "size": "4M"},
-            "sweep": {"iodepth": [1, 2, 4, 8, 16, 32], "dispatch_mode": ["bio", "request"]},
-        }
+        _job(
+            "concurrency: sequential 4k writers",
+            _template(_table("aes-cbc-plain64", 16, _SD_SECTORS), _SD, "sdcard-bbb"),
+            "omap-aes-am335x",
+            {"rw": "write", "bs": "4k", "size": "4M"},
+            iodepth=[1, 2, 4, 8, 16, 32],
+            dispatch_mode=["bio", "request"],
+        )
     ]
 
 
@@ -468,30 +489,28 @@ def _concurrency_render(runs: Sequence[Run]) -> ScenarioReport:
 def _software_jobs() -> list[dict[str, Any]]:
     size = 64 << 20
     tables = _xts_and_essiv(size // 512)
+    template = _template(tables[0], size, "none")
+    rw, modes = ["write", "read"], ["bio", "request"]
     return [
-        {
-            "label": "software: measured on this machine",
-            "volume_template": _template(tables[0], size, "none"),
-            "engine": "software",
-            "workload": {"size": "16M", "iodepth": 1},
-            "sweep": {
-                "table": tables,
-                "rw": ["write", "read"],
-                "bs": ["4k", "64k", "1M"],
-                "dispatch_mode": ["bio", "request"],
-            },
-        },
-        {
-            "label": "software: 4k queued, measured on this machine",
-            "volume_template": _template(tables[0], size, "none"),
-            "engine": "software",
-            "workload": {"size": "16M", "iodepth": 8, "bs": "4k"},
-            "sweep": {
-                "table": tables,
-                "rw": ["write", "read"],
-                "dispatch_mode": ["bio", "request"],
-            },
-        },
+        _job(
+            "software: measured on this machine",
+            template,
+            "software",
+            {"size": "16M", "iodepth": 1},
+            table=tables,
+            rw=rw,
+            bs=["4k", "64k", "1M"],
+            dispatch_mode=modes,
+        ),
+        _job(
+            "software: 4k queued, measured on this machine",
+            template,
+            "software",
+            {"size": "16M", "iodepth": 8, "bs": "4k"},
+            table=tables,
+            rw=rw,
+            dispatch_mode=modes,
+        ),
     ]
 
 

@@ -97,6 +97,10 @@ def _digest(data: bytes) -> bytes:
     return hashlib.blake2b(data, digest_size=16).digest()
 
 
+def _content_range(first: int, length: int) -> str:
+    return f"bytes {first}-{first + length - 1}/*"
+
+
 class _Soak:
     def __init__(
         self, client: httpx.AsyncClient, volumes: list[str], size: int, clients: int, seed: int
@@ -123,6 +127,13 @@ class _Soak:
             )
         return response
 
+    async def _put(self, op: str, volume: str, body: bytes, headers: dict[str, str]) -> bool:
+        """PUT ``body`` to ``volume``'s data; True when it was written (204)."""
+        response = await self._call(
+            op, "PUT", f"/v1/volumes/{volume}/data", content=body, headers=headers
+        )
+        return response.status_code == 204
+
     async def _block(self, volume: str, block: int) -> bytes | None:
         first = block * BLOCK
         response = await self._call(
@@ -142,50 +153,29 @@ class _Soak:
                 return
             offset = rng.randrange(BLOCK - 100)
             piece = rng.randbytes(rng.randrange(1, 100))
-            response = await self._call(
-                "write-partial",
-                "PUT",
-                f"/v1/volumes/{volume}/data",
-                content=piece,
-                headers={
-                    "Content-Range": f"bytes {first + offset}-{first + offset + len(piece) - 1}/*"
-                },
-            )
-            if response.status_code == 204:
+            headers = {"Content-Range": _content_range(first + offset, len(piece))}
+            if await self._put("write-partial", volume, piece, headers):
                 self.expected[key] = _digest(
                     current[:offset] + piece + current[offset + len(piece) :]
                 )
             return
         data = rng.randbytes(BLOCK)
-        response = await self._call(
-            "write",
-            "PUT",
-            f"/v1/volumes/{volume}/data",
-            content=data,
-            headers={"Content-Range": f"bytes {first}-{first + BLOCK - 1}/*"},
-        )
-        if response.status_code == 204:
+        if await self._put("write", volume, data, {"Content-Range": _content_range(first, BLOCK)}):
             self.expected[key] = _digest(data)
 
     async def _write_batch(self, volume: str, blocks: list[int], rng: random.Random) -> None:
         parts = [(block, rng.randbytes(BLOCK)) for block in blocks]
         body = (
             b"".join(
-                f"--{BOUNDARY}\r\nContent-Range: bytes {b * BLOCK}-{b * BLOCK + BLOCK - 1}/*\r\n\r\n".encode()
+                f"--{BOUNDARY}\r\nContent-Range: {_content_range(b * BLOCK, BLOCK)}\r\n\r\n".encode()
                 + data
                 + b"\r\n"
                 for b, data in parts
             )
             + f"--{BOUNDARY}--\r\n".encode()
         )
-        response = await self._call(
-            "write-batch",
-            "PUT",
-            f"/v1/volumes/{volume}/data",
-            content=body,
-            headers={"Content-Type": f"multipart/byteranges; boundary={BOUNDARY}"},
-        )
-        if response.status_code == 204:
+        multipart = {"Content-Type": f"multipart/byteranges; boundary={BOUNDARY}"}
+        if await self._put("write-batch", volume, body, multipart):
             for block, data in parts:
                 self.expected[(volume, block)] = _digest(data)
 

@@ -18,11 +18,13 @@ from app.sizes import parse_size
 from app.vocab import DISPATCH_MODES, SECTOR_SIZE, DispatchMode
 
 __all__ = [
-    "DEFAULT_ROUNDS",
     "MAX_CELLS",
     "MAX_DEVICE_BYTES",
+    "ROUNDS",
     "SWEEP_AXES",
+    "WARMUP",
     "CellPlan",
+    "Count",
     "JobSpec",
     "VolumeTemplate",
 ]
@@ -30,10 +32,32 @@ __all__ = [
 SWEEP_AXES = ("engine", "table", "dispatch_mode", "rw", "bs", "iodepth", "numjobs")
 MAX_CELLS = 256
 MAX_DEVICE_BYTES = 16 << 30
+
+
+@dataclass(frozen=True, slots=True)
+class Count:
+    """A job's count field: its default and the bounds the spec, the API and the CLI enforce."""
+
+    default: int
+    minimum: int
+    maximum: int
+
+    def of(self, data: Mapping[str, Any], key: str) -> int:
+        value = data.get(key, self.default)
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, int)
+            or not self.minimum <= value <= self.maximum
+        ):
+            raise InvalidInput(
+                f"{key} must be a whole number from {self.minimum} to {self.maximum}"
+            )
+        return value
+
+
 #: Six rounds are the fewest whose min..max interval covers the median at 95 % (96.9 %).
-DEFAULT_ROUNDS = 6
-MAX_ROUNDS = 50
-MAX_WARMUP = 10
+ROUNDS = Count(default=6, minimum=1, maximum=50)
+WARMUP = Count(default=1, minimum=0, maximum=10)
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,8 +79,8 @@ class JobSpec:
     workload: Workload
     sweep: Mapping[str, Sequence[Any]] = field(default_factory=dict)
     label: str = ""
-    rounds: int = DEFAULT_ROUNDS
-    warmup: int = 1
+    rounds: int = ROUNDS.default
+    warmup: int = WARMUP.default
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> JobSpec:
@@ -120,8 +144,8 @@ class JobSpec:
             workload=Workload.from_dict(data.get("workload") or {}),
             sweep=sweep,
             label=str(data.get("label") or ""),
-            rounds=_count(data, "rounds", DEFAULT_ROUNDS, 1, MAX_ROUNDS),
-            warmup=_count(data, "warmup", 1, 0, MAX_WARMUP),
+            rounds=ROUNDS.of(data, "rounds"),
+            warmup=WARMUP.of(data, "warmup"),
         )
         points = spec.points()
         if len(points) > MAX_CELLS:
@@ -187,13 +211,6 @@ class JobSpec:
                 )
             )
         return plans
-
-
-def _count(data: Mapping[str, Any], key: str, default: int, low: int, high: int) -> int:
-    value = data.get(key, default)
-    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-        raise InvalidInput(f"{key} must be a whole number from {low} to {high}")
-    return value
 
 
 @dataclass(frozen=True, slots=True)

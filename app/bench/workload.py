@@ -92,7 +92,9 @@ class Workload:
 
 
 @dataclass(frozen=True, slots=True)
-class Io:
+class IoUnit:
+    """One I/O of a job, fio's ``io_u`` (not the service's ``app.io.Io``)."""
+
     op: IoOp
     offset: int
     length: int
@@ -103,7 +105,7 @@ def _rng(workload: Workload, job: int) -> random.Random:
     return random.Random(f"reqcrypt-bench/{workload.seed}/{job}")
 
 
-def job_ios(workload: Workload, job: int) -> Iterator[Io]:
+def job_ios(workload: Workload, job: int) -> Iterator[IoUnit]:
     """One pass of job ``job`` over its region, in fio's order for ``rw``.
 
     Random modes visit every block exactly once in a seeded permutation (fio's
@@ -125,4 +127,4 @@ def job_ios(workload: Workload, job: int) -> Iterator[Io]:
             op = "write"
         else:
             op = "read" if rng.random() * 100 < workload.rwmixread else "write"
-        yield Io(op, base + block * workload.bs, workload.bs)
+        yield IoUnit(op, base + block * workload.bs, workload.bs)

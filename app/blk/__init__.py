@@ -2,7 +2,7 @@
 
 Owns how client I/Os become dispatched requests and in what order. Knows
 nothing about ciphers, targets, HTTP or SQL: it must not import fastapi,
-sqlalchemy, app.crypto, app.engine or app.dm (only app.errors).
+sqlalchemy, app.crypto, app.engine or app.dm (only app.errors and app.vocab).
 """
 
 from app.blk.bio import Bio, bio_endio, bio_split

@@ -10,7 +10,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import KW_ONLY, dataclass, field
 
 from app.blk.wait import Completion
 from app.errors import InvalidInput
@@ -30,16 +30,35 @@ UnplugHook = Callable[["Bio", float | None], None]
 
 
 @dataclass(slots=True, eq=False)
-class Bio:
-    """One I/O: ``sector``/``nr_sectors`` in 512-byte units, volume-relative."""
+class SectorOp:
+    """An op on a run of 512-byte sectors, with its flags: what a bio and a request share.
+
+    The flags are keyword-only; a request takes them from its first bio. ``end_sector``
+    is the kernel's ``bio_end_sector``, ``nr_bytes`` its ``bi_size`` / ``blk_rq_bytes``.
+    """
 
     op: Op
     sector: int
     nr_sectors: int
-    segments: list[memoryview] = field(default_factory=list)
+    _: KW_ONLY
     fua: bool = False
     preflush: bool = False
     no_merge: bool = False
+
+    @property
+    def end_sector(self) -> int:
+        return self.sector + self.nr_sectors
+
+    @property
+    def nr_bytes(self) -> int:
+        return self.nr_sectors << SECTOR_SHIFT
+
+
+@dataclass(slots=True, eq=False)
+class Bio(SectorOp):
+    """One I/O: ``sector``/``nr_sectors`` in 512-byte units, volume-relative."""
+
+    segments: list[memoryview] = field(default_factory=list)
     status: BaseException | None = None
     done: Completion = field(default_factory=Completion, repr=False)
     submit_time: int = 0
@@ -50,14 +69,6 @@ class Bio:
     chained: bool = field(default=False, repr=False)
     plug_generation: int = field(default=-1, repr=False)
     unplug: UnplugHook | None = field(default=None, repr=False)
-
-    @property
-    def end_sector(self) -> int:
-        return self.sector + self.nr_sectors
-
-    @property
-    def nr_bytes(self) -> int:
-        return self.nr_sectors << SECTOR_SHIFT
 
     def wait(self, timeout: float | None = None) -> None:
         """Block until the bio completes; raise its error, or TimeoutError."""

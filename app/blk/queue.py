@@ -322,6 +322,14 @@ class BlockQueue:
         if bio.op is Op.FLUSH:
             return [bio]
         limits = self._limits
+        segments = bio.segments
+        if (
+            not self._boundaries
+            and len(segments) <= 1
+            and (not segments or segments[0].nbytes <= limits.max_segment_size)
+            and bio.nr_sectors <= limits.max_sectors
+        ):
+            return [bio]  # one physical segment at most, within every limit: nothing to cut
         pieces: list[Bio] = []
         current = bio
         while True:

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import itertools
+from dataclasses import KW_ONLY, dataclass, field
 from enum import IntEnum
 
-from app.blk.bio import Bio, bio_endio
+from app.blk.bio import Bio, SectorOp, bio_endio
 from app.blk.trace import Tracer
-from app.vocab import SECTOR_SHIFT, Op, div_round_up
+from app.vocab import div_round_up
 
 _serials = itertools.count()
 
@@ -35,7 +36,8 @@ class RqState(IntEnum):
     DONE = 3
 
 
-class Request:
+@dataclass(slots=True, eq=False, repr=False)
+class Request(SectorOp):
     """A merged I/O; ``segments`` is the concatenation of the bios' segments.
 
     Besides the kernel fields it carries the queue's ordering bookkeeping:
@@ -45,60 +47,20 @@ class Request:
     otherwise close a dependency cycle).
     """
 
-    __slots__ = (
-        "bios",
-        "dependents",
-        "dispatch_time",
-        "fifo_deadline",
-        "fua",
-        "no_merge",
-        "nr_phys_segments",
-        "nr_sectors",
-        "op",
-        "ordered",
-        "preflush",
-        "sector",
-        "segments",
-        "serial",
-        "start_time",
-        "state",
-        "tracer",
-        "wait_count",
-    )
-
-    def __init__(
-        self,
-        op: Op,
-        sector: int,
-        nr_sectors: int,
-        bios: list[Bio],
-        segments: list[memoryview],
-        nr_phys_segments: int,
-        *,
-        fua: bool = False,
-        preflush: bool = False,
-        no_merge: bool = False,
-        start_time: int = 0,
-    ) -> None:
-        self.op = op
-        self.sector = sector
-        self.nr_sectors = nr_sectors
-        self.bios = bios
-        self.segments = segments
-        self.nr_phys_segments = nr_phys_segments
-        self.fua = fua
-        self.preflush = preflush
-        self.no_merge = no_merge
-        self.start_time = start_time
-        self.dispatch_time = 0
-        self.serial = next(_serials)
-        self.state = RqState.PLUGGED
-        self.wait_count = 0
-        self.dependents: list[Request] = []
-        self.ordered = False
-        self.fifo_deadline = 0
-        #: The queue's tracer when the request was made: targets trace engine calls on it.
-        self.tracer: Tracer | None = None
+    bios: list[Bio]
+    segments: list[memoryview]
+    nr_phys_segments: int
+    _: KW_ONLY
+    start_time: int = 0
+    dispatch_time: int = field(default=0, init=False)
+    serial: int = field(default_factory=_serials.__next__, init=False)
+    state: RqState = field(default=RqState.PLUGGED, init=False)
+    wait_count: int = field(default=0, init=False)
+    dependents: list[Request] = field(default_factory=list, init=False)
+    ordered: bool = field(default=False, init=False)
+    fifo_deadline: int = field(default=0, init=False)
+    #: The queue's tracer when the request was made: targets trace engine calls on it.
+    tracer: Tracer | None = field(default=None, init=False)
 
     @classmethod
     def from_bio(cls, bio: Bio, max_segment_size: int, start_time: int = 0) -> Request:
@@ -114,14 +76,6 @@ class Request:
             no_merge=bio.no_merge,
             start_time=start_time,
         )
-
-    @property
-    def end_sector(self) -> int:
-        return self.sector + self.nr_sectors
-
-    @property
-    def nr_bytes(self) -> int:
-        return self.nr_sectors << SECTOR_SHIFT
 
     def complete(self, status: BaseException | None = None) -> None:
         """End every bio with the same status (blk_mq_end_request)."""

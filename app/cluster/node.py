@@ -81,9 +81,7 @@ class ClusterNode:
         self.serving = serving
         self.leases = serving.leases
         self.node = serving.node
-        self.url = settings.advertised_url
-        self.lease_seconds = settings.lease_seconds
-        self.renew_interval = settings.renew_interval
+        self.settings = settings
         self.stats = ClusterStats()
         self.last_heartbeat: float | None = None
         self.announced_ready = False
@@ -106,9 +104,9 @@ class ClusterNode:
         another node takes it in one tick instead of a lease."""
         self._stop.set()
         if self._thread is not None:
-            self._thread.join(timeout=self.lease_seconds + 5)
+            self._thread.join(timeout=self.settings.lease_seconds + 5)
         try:  # place nothing more here while this node still looks alive
-            self.leases.heartbeat(self.url, ready=False)
+            self.leases.heartbeat(self.settings.advertised_url, ready=False)
         except Exception:
             log.exception("could not mark this node as stopping")
         with self._tick_lock:
@@ -124,7 +122,7 @@ class ClusterNode:
             self.serving.pending.clear()
 
     def _run(self) -> None:
-        while not self._stop.wait(self.renew_interval):
+        while not self._stop.wait(self.settings.renew_interval):
             try:
                 self.tick()
             except Exception:
@@ -149,7 +147,7 @@ class ClusterNode:
         with self._tick_lock:
             started = time.monotonic()
             blocklisted = self.blocklisted
-            self.leases.heartbeat(self.url, ready=not blocklisted)
+            self.leases.heartbeat(self.settings.advertised_url, ready=not blocklisted)
             self.last_heartbeat = started
             self.announced_ready = not blocklisted
             if blocklisted:
@@ -168,7 +166,7 @@ class ClusterNode:
             lease = self.serving.let_go(volume)
             if lease is not None:
                 self.leases.release(lease.uuid, lease.epoch)
-                self.serving.released[lease.uuid] = time.monotonic() + self.lease_seconds
+                self.serving.released[lease.uuid] = time.monotonic() + self.settings.lease_seconds
                 self.stats.rbd_fenced += 1
                 log.warning("volume %s: Ceph client blocklisted; lease released", volume.name)
         self._reconnecting = threading.Thread(
@@ -196,11 +194,12 @@ class ClusterNode:
     def _renew(self, started: float) -> None:
         asked = self.serving.asked()
         renewed = self.leases.renew(asked)
-        lost = self.serving.renewed(asked, renewed, started + self.lease_seconds)
+        lost = self.serving.renewed(asked, renewed, started + self.settings.lease_seconds)
         for volume in lost:
             self.stats.leases_lost += 1
-            log.warning("lost the lease on volume %s: fenced, dropping it", volume.name)
-            # Fenced already; the drop waits for the control lock, so not in this thread.
+            log.warning("lost the lease on volume %s: I/O refused, dropping it", volume.name)
+            # I/O refused already (deadline passed); the drop waits for the control lock, so
+            # not in this thread.
             threading.Thread(
                 target=self._drop_lost, args=(volume.name,), name="reqcrypt-drop", daemon=True
             ).start()
@@ -215,7 +214,7 @@ class ClusterNode:
         ``rbd`` (blocklisted), volumes on RBD devices are left to the other nodes."""
         with self.control.lock_unless_busy() as locked:
             if locked:
-                self._take_locked(started + self.lease_seconds, rbd=rbd)
+                self._take_locked(started + self.settings.lease_seconds, rbd=rbd)
 
     def _take_locked(self, deadline: float, *, rbd: bool) -> None:
         serving = self.serving

@@ -212,7 +212,7 @@ class Relay:
 
         async def watch(scope: anyio.CancelScope) -> None:
             while True:
-                await anyio.sleep(cluster.renew_interval)
+                await anyio.sleep(cluster.settings.renew_interval)
                 try:
                     alive = await anyio.to_thread.run_sync(cluster.leases.node_live, node)
                 except Exception:  # the database is away: no verdict, the client timeout bounds

@@ -127,8 +127,8 @@ class ServingSet:
     def renewed(
         self, asked: Mapping[str, int], leases: Mapping[str, Lease], deadline: float
     ) -> list[Volume]:
-        """Apply a renewal of ``asked``: extend what was renewed; fence at once what was
-        not and return those volumes, to be dropped. A lease taken since the renewal was
+        """Apply a renewal of ``asked``: extend what was renewed; end at once the lease
+        deadline of what was not (its I/O refused) and return those volumes, to be dropped. A lease taken since the renewal was
         asked is left alone."""
         lost = []
         for uuid, holding in list(self.held.items()):

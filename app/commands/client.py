@@ -7,11 +7,13 @@ data directory (``REQCRYPT_DATA_DIR`` or the default one), else none.
 
 from __future__ import annotations
 
+import functools
+import inspect
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated, Any, NoReturn
+from typing import Annotated, Any, Concatenate, NoReturn, ParamSpec
 
 import httpx
 import typer
@@ -100,3 +102,45 @@ def connect(url: str, token: str | None, timeout: float = 60) -> Iterator[Servic
     headers = {"Authorization": f"Bearer {resolved}"} if resolved else {}
     with httpx.Client(base_url=url, headers=headers, timeout=timeout) as client:
         yield Service(client)
+
+
+P = ParamSpec("P")
+
+_CONNECTION_PARAMETERS = (
+    inspect.Parameter(
+        "url", inspect.Parameter.KEYWORD_ONLY, default=DEFAULT_URL, annotation=UrlOption
+    ),
+    inspect.Parameter(
+        "token", inspect.Parameter.KEYWORD_ONLY, default=None, annotation=TokenOption
+    ),
+)
+
+
+def with_service(
+    timeout: float = 60,
+) -> Callable[[Callable[Concatenate[Service, P], None]], Callable[..., None]]:
+    """A verb that talks to the service: it takes ``--url`` and ``--token`` (last, as every
+    verb lists them) and runs with a connection open, its first argument."""
+
+    def decorate(verb: Callable[Concatenate[Service, P], None]) -> Callable[..., None]:
+        @functools.wraps(verb)
+        def run(*args: Any, url: str, token: str | None, **kwargs: Any) -> None:
+            with connect(url, token, timeout) as service:
+                verb(service, *args, **kwargs)
+
+        signature = inspect.signature(verb, eval_str=True)
+        own = list(signature.parameters.values())[1:]
+        run.__signature__ = signature.replace(  # type: ignore[attr-defined]
+            parameters=[*own, *_CONNECTION_PARAMETERS]
+        )
+        return run
+
+    return decorate
+
+
+def listing(service: Service, path: str) -> list[dict[str, Any]]:
+    """A collection; an empty one is said the way dmsetup says it."""
+    items: list[dict[str, Any]] = service.request("GET", path).json()
+    if not items:
+        typer.echo("No devices found")
+    return items

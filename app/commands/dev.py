@@ -7,14 +7,16 @@ from typing import Annotated
 
 import typer
 
-from app.commands.client import DEFAULT_URL, TokenOption, UrlOption, connect
+from app.commands.client import Service, listing, with_service
 from app.commands.sizes import format_size, size
 
 dev_app = typer.Typer(help="Backing devices: create, list, remove.", no_args_is_help=True)
 
 
 @dev_app.command()
+@with_service()
 def create(
+    service: Service,
     name: Annotated[
         str, typer.Argument(metavar="NAME", help="device name, used in tables (e.g. sda2)")
     ],
@@ -38,8 +40,6 @@ def create(
     pool: Annotated[
         str | None, typer.Option(help="Ceph pool of an rbd device (default rbd)")
     ] = None,
-    url: UrlOption = DEFAULT_URL,
-    token: TokenOption = None,
 ) -> None:
     """Create a backing device (a sparse file, or with --store rbd an RBD image)."""
     body: dict[str, object] = {"name": name, "size_bytes": size_bytes}
@@ -49,17 +49,15 @@ def create(
         body["store"] = store
     if pool is not None:
         body["pool"] = pool
-    with connect(url, token) as service:
-        service.request("POST", "/v1/devices", json=body)
+    service.request("POST", "/v1/devices", json=body)
 
 
 @dev_app.command("ls")
-def list_devices(url: UrlOption = DEFAULT_URL, token: TokenOption = None) -> None:
+@with_service()
+def list_devices(service: Service) -> None:
     """List devices: size, space allocated, timing model and the volumes mapping each."""
-    with connect(url, token) as service:
-        devices = service.request("GET", "/v1/devices").json()
+    devices = listing(service, "/v1/devices")
     if not devices:
-        typer.echo("No devices found")
         return
     typer.echo(f"{'NAME':<16} {'SIZE':>8} {'ALLOC':>8} {'MODEL':<14} MAPPED BY")
     for device in devices:
@@ -71,11 +69,10 @@ def list_devices(url: UrlOption = DEFAULT_URL, token: TokenOption = None) -> Non
 
 
 @dev_app.command("rm")
+@with_service()
 def remove(
+    service: Service,
     name: Annotated[str, typer.Argument(metavar="NAME", help="device name")],
-    url: UrlOption = DEFAULT_URL,
-    token: TokenOption = None,
 ) -> None:
     """Remove a device and its file or RBD image (refused while a volume maps it)."""
-    with connect(url, token) as service:
-        service.request("DELETE", f"/v1/devices/{name}")
+    service.request("DELETE", f"/v1/devices/{name}")

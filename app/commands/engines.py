@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import typer
 
-from app.commands.client import DEFAULT_URL, TokenOption, UrlOption, connect
+from app.commands.client import Service, with_service
 from app.commands.sizes import format_size
 
 
-def engines(url: UrlOption = DEFAULT_URL, token: TokenOption = None) -> None:
+@with_service()
+def engines(service: Service) -> None:
     """List engine models: bulk IV modes, largest call, setup cost and throughput."""
-    with connect(url, token) as service:
-        profiles = service.request("GET", "/v1/engines").json()
+    profiles = service.request("GET", "/v1/engines").json()
     rows = [("NAME", "BULK IV MODES", "MAX CALL", "SETUP", "ENCRYPT")]
     for profile in profiles:
         caps, cost = profile["capabilities"], profile["cost"]

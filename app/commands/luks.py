@@ -14,7 +14,7 @@ from typing import Annotated, Any
 
 import typer
 
-from app.commands.client import DEFAULT_URL, TokenOption, UrlOption, connect, fail
+from app.commands.client import Service, fail, with_service
 
 luks_app = typer.Typer(
     help="LUKS1/LUKS2 on devices: format, dump, open, add-key, kill-slot.", no_args_is_help=True
@@ -50,6 +50,7 @@ def pbkdf_body(
     iterations: int | None,
     memory: int | None,
     parallel: int | None,
+    iter_time: int | None,
 ) -> dict[str, Any]:
     body: dict[str, Any] = {"hash": hash_name}
     for key, value in (
@@ -57,6 +58,7 @@ def pbkdf_body(
         ("iterations", iterations),
         ("memory_kib", memory),
         ("parallel", parallel),
+        ("iter_time_ms", iter_time),
     ):
         if value is not None:
             body[key] = value
@@ -71,6 +73,15 @@ IterationsOption = Annotated[
 ]
 MemoryOption = Annotated[int | None, typer.Option("--pbkdf-memory", help="Argon2 memory (KiB)")]
 ParallelOption = Annotated[int | None, typer.Option("--pbkdf-parallel", help="Argon2 threads")]
+IterTimeOption = Annotated[
+    int | None,
+    typer.Option(
+        "--iter-time",
+        "-i",
+        help="milliseconds the key derivation takes, timed on the service (as cryptsetup's; "
+        "without it: fixed defaults)",
+    ),
+]
 
 
 def print_dump(dump: dict[str, Any]) -> None:
@@ -93,7 +104,9 @@ def print_dump(dump: dict[str, Any]) -> None:
 
 
 @luks_app.command("format")
+@with_service(timeout=PBKDF_SECONDS)
 def format_device(
+    service: Service,
     device: Device,
     type_: Annotated[str, typer.Option("--type", help="luks2 or luks1")] = "luks2",
     cipher: Annotated[str, typer.Option("--cipher", help="data and keyslot cipher")] = (
@@ -108,10 +121,9 @@ def format_device(
     iterations: IterationsOption = None,
     memory: MemoryOption = None,
     parallel: ParallelOption = None,
+    iter_time: IterTimeOption = None,
     label: Annotated[str, typer.Option("--label", help="LUKS2 label (47 bytes at most)")] = "",
     key_file: KeyFileOption = None,
-    url: UrlOption = DEFAULT_URL,
-    token: TokenOption = None,
 ) -> None:
     """luksFormat: a new volume key in keyslot 0; whatever the device held is lost."""
     body: dict[str, Any] = {
@@ -119,25 +131,23 @@ def format_device(
         "cipher": cipher,
         "key_size": key_size,
         "sector_size": sector_size,
-        "pbkdf": pbkdf_body(pbkdf, hash_name, iterations, memory, parallel),
+        "pbkdf": pbkdf_body(pbkdf, hash_name, iterations, memory, parallel, iter_time),
         "label": label,
         **secret(key_file, "Enter passphrase", confirm=True),
     }
-    with connect(url, token, timeout=PBKDF_SECONDS) as service:
-        dump = service.request("POST", f"/v1/devices/{device}/luks", json=body).json()
+    dump = service.request("POST", f"/v1/devices/{device}/luks", json=body).json()
     print_dump(dump)
 
 
 @luks_app.command("dump")
+@with_service()
 def dump_header(
+    service: Service,
     device: Device,
     as_json: Annotated[bool, typer.Option("--json", help="the service's JSON")] = False,
-    url: UrlOption = DEFAULT_URL,
-    token: TokenOption = None,
 ) -> None:
     """luksDump: the header, never key material."""
-    with connect(url, token) as service:
-        dump = service.request("GET", f"/v1/devices/{device}/luks").json()
+    dump = service.request("GET", f"/v1/devices/{device}/luks").json()
     if as_json:
         typer.echo(json.dumps(dump, indent=2))
     else:
@@ -145,25 +155,26 @@ def dump_header(
 
 
 @luks_app.command("open")
+@with_service(timeout=PBKDF_SECONDS)
 def open_volume(
+    service: Service,
     device: Device,
     name: Annotated[str, typer.Argument(metavar="NAME", help="the volume to create")],
     allow_discards: Annotated[
         bool, typer.Option("--allow-discards", help="pass discards down (as cryptsetup's)")
     ] = False,
     key_file: KeyFileOption = None,
-    url: UrlOption = DEFAULT_URL,
-    token: TokenOption = None,
 ) -> None:
     """luksOpen: volume NAME maps the device's data with the key the passphrase unlocks."""
     luks = {"device": device, "allow_discards": allow_discards}
     luks |= secret(key_file, f"Enter passphrase for {device}")
-    with connect(url, token, timeout=PBKDF_SECONDS) as service:
-        service.request("POST", "/v1/volumes", json={"name": name, "luks": luks})
+    service.request("POST", "/v1/volumes", json={"name": name, "luks": luks})
 
 
 @luks_app.command("add-key")
+@with_service(timeout=PBKDF_SECONDS)
 def add_key(
+    service: Service,
     device: Device,
     new_key_file: Annotated[
         Path | None, typer.Argument(metavar="[NEW_KEY_FILE]", help="the new passphrase's file")
@@ -173,9 +184,8 @@ def add_key(
     iterations: IterationsOption = None,
     memory: MemoryOption = None,
     parallel: ParallelOption = None,
+    iter_time: IterTimeOption = None,
     key_file: KeyFileOption = None,
-    url: UrlOption = DEFAULT_URL,
-    token: TokenOption = None,
 ) -> None:
     """luksAddKey: a free keyslot opens with a new passphrase too."""
     body: dict[str, Any] = secret(key_file, "Enter any existing passphrase")
@@ -188,26 +198,24 @@ def add_key(
         body["new_passphrase"] = typer.prompt(
             "Enter new passphrase for key slot", hide_input=True, confirmation_prompt=True
         )
-    body["pbkdf"] = pbkdf_body(pbkdf, hash_name, iterations, memory, parallel)
-    with connect(url, token, timeout=PBKDF_SECONDS) as service:
-        added = service.request("POST", f"/v1/devices/{device}/luks/keyslots", json=body).json()
+    body["pbkdf"] = pbkdf_body(pbkdf, hash_name, iterations, memory, parallel, iter_time)
+    added = service.request("POST", f"/v1/devices/{device}/luks/keyslots", json=body).json()
     typer.echo(f"Key slot {added['slot']} created.")
 
 
 @luks_app.command("kill-slot")
+@with_service(timeout=PBKDF_SECONDS)
 def kill_slot(
+    service: Service,
     device: Device,
     slot: Annotated[int, typer.Argument(metavar="SLOT", help="the keyslot to remove")],
     force: Annotated[
         bool, typer.Option("--force", help="kill the last keyslot: the data is lost for good")
     ] = False,
     key_file: KeyFileOption = None,
-    url: UrlOption = DEFAULT_URL,
-    token: TokenOption = None,
 ) -> None:
     """luksKillSlot: needs a passphrase of another keyslot (none with --force alone)."""
     body: dict[str, Any] = {"force": force}
     if key_file is not None or not force:
         body |= secret(key_file, "Enter any remaining passphrase")
-    with connect(url, token, timeout=PBKDF_SECONDS) as service:
-        service.request("DELETE", f"/v1/devices/{device}/luks/keyslots/{slot}", json=body)
+    service.request("DELETE", f"/v1/devices/{device}/luks/keyslots/{slot}", json=body)

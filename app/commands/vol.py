@@ -11,7 +11,7 @@ from typing import Annotated
 
 import typer
 
-from app.commands.client import DEFAULT_URL, TokenOption, UrlOption, VolumeName, connect
+from app.commands.client import Service, VolumeName, with_service
 
 vol_app = typer.Typer(
     help="A volume's tuning: engine, dispatch mode, NBD export.", no_args_is_help=True
@@ -64,7 +64,9 @@ def parse_settings(words: list[str]) -> dict[str, object]:
 
 
 @vol_app.command("set")
+@with_service()
 def set_tuning(
+    service: Service,
     name: VolumeName,
     settings: Annotated[
         list[str],
@@ -74,25 +76,21 @@ def set_tuning(
             "plug_window_us=MICROSECONDS, nbd_export=on|off",
         ),
     ],
-    url: UrlOption = DEFAULT_URL,
-    token: TokenOption = None,
 ) -> None:
     """Change volume NAME's settings, all at once or none; prints them afterwards."""
     body = parse_settings(settings)
-    with connect(url, token) as service:
-        volume = service.request("PATCH", f"/v1/volumes/{name}", json=body).json()
+    volume = service.request("PATCH", f"/v1/volumes/{name}", json=body).json()
     _print(volume)
 
 
 @vol_app.command("show")
+@with_service()
 def show(
+    service: Service,
     name: VolumeName,
-    url: UrlOption = DEFAULT_URL,
-    token: TokenOption = None,
 ) -> None:
     """Print volume NAME's settings as KEY=VALUE lines, the words set takes."""
-    with connect(url, token) as service:
-        volume = service.request("GET", f"/v1/volumes/{name}").json()
+    volume = service.request("GET", f"/v1/volumes/{name}").json()
     _print(volume)
 
 

@@ -37,6 +37,7 @@ from app.engine.registry import EngineRegistry
 from app.errors import (
     AlreadyExists,
     DeviceBusy,
+    DeviceClaimed,
     InvalidInput,
     QuotaExceeded,
     Unavailable,
@@ -184,12 +185,16 @@ class Control:
                 raise
             self.catalog.add(CatalogedDevice(name, size_bytes, model, placement))
 
+    def _refuse_mapped(self, name: str) -> None:
+        """``DeviceBusy`` if a volume here maps device ``name`` (which must exist)."""
+        self.catalog.get(name)
+        users = self.stacking.users_of(name)
+        if users:
+            raise DeviceBusy(f"device {name} is mapped by volume(s) {', '.join(users)}")
+
     def delete_device(self, name: str) -> None:
         with self._lock:
-            self.catalog.get(name)
-            users = self.stacking.users_of(name)
-            if users:
-                raise DeviceBusy(f"device {name} is mapped by volume(s) {', '.join(users)}")
+            self._refuse_mapped(name)
             self.devices.check_removable(name)
             self.guard.claim_unmapped(name)
             with self.records.transaction() as records:
@@ -197,6 +202,36 @@ class Control:
             # after the commit: a crash in between leaves an orphan file or image, never
             # a row whose file or image is gone
             self.catalog.remove(name)
+
+    def known_device(self, name: str) -> None:
+        """``DeviceNotFound`` unless device ``name`` exists; on a shared database the
+        devices are re-read first when it is not known here (made through another node)."""
+        with self._lock:
+            if name not in self.catalog:
+                self._sync_if_shared()
+            self.catalog.get(name)
+
+    def check_header_change(self, name: str, *, unmapped: bool) -> None:
+        """Before the LUKS header of device ``name`` changes here. ``unmapped`` (luksFormat):
+        ``DeviceBusy`` if a volume here maps it. On a shared database, ``DeviceClaimed`` if
+        a volume another node serves maps it: its header changes only on that node."""
+        with self._lock:
+            self.known_device(name)
+            if unmapped:
+                self._refuse_mapped(name)
+            if not self.guard.shared:
+                return
+            elsewhere = [
+                recorded.info.name
+                for recorded in self.recorded.all()
+                if recorded.info.name not in self.volumes
+                and any(name in mapped for mapped in recorded.maps)
+            ]
+        if elsewhere:
+            raise DeviceClaimed(
+                f"device {name} is mapped by volume(s) {', '.join(elsewhere)}, served by "
+                "another cluster node: change its LUKS header on the node serving them"
+            )
 
     def device_names(self) -> list[str]:
         return self.catalog.names()
@@ -451,7 +486,8 @@ class Control:
         return names
 
     def stop_serving(self, name: str, *, graceful: bool) -> Volume:
-        """Stop serving a volume (its row stays): fence it, let in-flight I/O finish, and
+        """Stop serving a volume (its row stays): end its lease deadline now (every new I/O
+        is refused), let in-flight I/O finish, and
         — when ``graceful`` (a move, a clean stop) — make it durable; then the guard
         forgets it. A volume whose lease is lost is never graceful: nothing more is
         written for it."""

@@ -7,11 +7,11 @@ the record says what the owner's ``Volume.info`` says, modelled queue depth incl
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from app.control.catalog import DeviceCatalog
 from app.db.records import Records, StoredVolume
-from app.dm.volume import VolumeInfo, queue_depth, wipe_replaced_keys
+from app.dm.volume import QueueSettings, VolumeInfo, queue_depth, wipe_replaced_keys
 from app.engine.registry import EngineRegistry
 from app.vocab import SECTOR_SIZE
 
@@ -28,19 +28,12 @@ class RecordedVolume:
     nbd_export: bool
 
 
+@dataclass
 class RecordedVolumes:
-    def __init__(
-        self,
-        records: Records,
-        catalog: DeviceCatalog,
-        engines: EngineRegistry,
-        *,
-        plug_window_us: int,
-    ) -> None:
-        self.records = records
-        self.catalog = catalog
-        self.engines = engines
-        self.plug_window_us = plug_window_us
+    records: Records
+    catalog: DeviceCatalog
+    engines: EngineRegistry
+    plug_window_us: int = field(kw_only=True)
 
     def all(self) -> list[RecordedVolume]:
         """Every volume of the cluster as SQL records it, by name; keys wiped once read."""
@@ -79,18 +72,20 @@ class RecordedVolumes:
             if ref.kind == "device"
         ]
         known = {model.name: model.queue_depth for model in self.engines.device_models()}
-        return VolumeInfo(
-            name=stored.name,
-            uuid=stored.uuid,
-            state=stored.state,
-            event_nr=stored.event_nr,
+        queue = QueueSettings(
             dispatch_mode=tuning.dispatch_mode,
-            engine=stored.engine,
             elevator=tuning.elevator,
             limits=tuning.limits_for(block_size),
             plug_window_us=tuning.plug_window(self.plug_window_us),
             queue_depth=queue_depth(known[model] for model in models if model in known),
-            has_live=stored.live is not None,
-            has_inactive=stored.inactive is not None,
-            size_sectors=stored.live.size_sectors if stored.live else 0,
+        )
+        return VolumeInfo.of(
+            stored.name,
+            stored.uuid,
+            stored.state,
+            stored.event_nr,
+            queue=queue,
+            engine=stored.engine,
+            live=stored.live,
+            inactive=stored.inactive,
         )

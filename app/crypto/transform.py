@@ -25,11 +25,11 @@ import sys
 import threading
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
-from typing import Any, Literal
+from typing import Any, Final, Literal, TypedDict
 
 import numpy as np
 import numpy.typing as npt
-from typing_extensions import Buffer
+from typing_extensions import Buffer, Unpack
 
 from app import _native
 from app.crypto import _ciphers
@@ -62,8 +62,20 @@ if sys.byteorder != "little":  # pragma: no cover - the uint64 views below assum
     raise ImportError("app.crypto.transform assumes a little-endian host")
 
 
+class Geometry(TypedDict, total=False):
+    """Where a target's data units sit: ``CryptTransform``'s keywords, which the other
+    constructors pass on (defaults there)."""
+
+    sector_size: int
+    iv_offset: int
+    iv_large_sectors: bool
+
+
 class CryptTransform(ABC):
-    """Encrypt/decrypt whole data units of one crypt target, byte-compatible with dm-crypt."""
+    """Encrypt/decrypt whole data units of one crypt target, byte-compatible with dm-crypt.
+
+    ``spec`` and the geometry attributes are fixed for the transform's life (``Final``).
+    """
 
     def __init__(
         self,
@@ -84,12 +96,12 @@ class CryptTransform(ABC):
         if spec.chainmode != "ecb" and sector_size % spec.block_size:
             raise CipherSpecError("sector_size is not a multiple of the cipher block size")
         spec.check_key(key)
-        self._spec = spec
+        self.spec: Final = spec
         self._key = KeyMaterial(key.view())
-        self._sector_size = sector_size
-        self._sector_shift = step.bit_length() - 1
-        self._iv_offset = iv_offset
-        self._iv_large_sectors = iv_large_sectors
+        self.sector_size: Final = sector_size
+        self.sector_shift: Final = step.bit_length() - 1
+        self.iv_offset: Final = iv_offset
+        self.iv_large_sectors: Final = iv_large_sectors
         # Derived copies are bytearrays so that wipe() can zero them, not just drop them.
         size = spec.key_layout(len(self._key)).subkey_size
         with self._key.view() as raw:
@@ -101,26 +113,6 @@ class CryptTransform(ABC):
             spec, self._subkeys, self._extra, sector_size
         )
         self._wiped = False
-
-    @property
-    def spec(self) -> CipherSpec:
-        return self._spec
-
-    @property
-    def sector_size(self) -> int:
-        return self._sector_size
-
-    @property
-    def sector_shift(self) -> int:
-        return self._sector_shift
-
-    @property
-    def iv_offset(self) -> int:
-        return self._iv_offset
-
-    @property
-    def iv_large_sectors(self) -> bool:
-        return self._iv_large_sectors
 
     def encrypt(self, data: Buffer, sector: int) -> bytes:
         """Ciphertext of ``data`` (whole data units) written at target ``sector``."""
@@ -169,9 +161,9 @@ class CryptTransform(ABC):
     def _check(self, size: int, sector: int) -> None:
         if self._wiped:
             raise KeyNotSet("the key of this crypt target was wiped")
-        if size % self._sector_size:
+        if size % self.sector_size:
             raise ValueError(f"data length {size} is not a multiple of sector_size")
-        if sector < 0 or sector % (self._sector_size >> SECTOR_SHIFT):
+        if sector < 0 or sector % (self.sector_size >> SECTOR_SHIFT):
             raise ValueError(f"sector {sector} is not aligned to sector_size")
 
     def _run(self, data: Buffer, sector: int, *, encrypt: bool) -> bytes:
@@ -211,11 +203,11 @@ class CryptTransform(ABC):
         return results
 
     def _cc_sector(self, sector: int, unit: int) -> int:
-        step = self._sector_size >> SECTOR_SHIFT
-        return (sector + self._iv_offset + unit * step) & _MASK64
+        step = self.sector_size >> SECTOR_SHIFT
+        return (sector + self.iv_offset + unit * step) & _MASK64
 
     def _iv_sector(self, cc_sector: int) -> int:
-        return cc_sector >> self._sector_shift if self._iv_large_sectors else cc_sector
+        return cc_sector >> self.sector_shift if self.iv_large_sectors else cc_sector
 
     @abstractmethod
     def _convert(self, view: memoryview, sector: int, encrypt: bool) -> bytes:
@@ -226,8 +218,8 @@ class ReferenceTransform(CryptTransform):
     """One cipher request per data unit, exactly like ``crypt_convert_block_skcipher``."""
 
     def _convert(self, view: memoryview, sector: int, encrypt: bool) -> bytes:
-        size = self._sector_size
-        keycount = self._spec.keycount
+        size = self.sector_size
+        keycount = self.spec.keycount
         out = bytearray(len(view))
         for index, offset in enumerate(range(0, len(view), size)):
             cc_sector = self._cc_sector(sector, index)
@@ -244,7 +236,7 @@ class ReferenceTransform(CryptTransform):
         return bytes(out)
 
     def _cipher_unit(self, key_index: int, iv: bytes, unit: bytearray, encrypt: bool) -> bytes:
-        spec = self._spec
+        spec = self.spec
         key = self._subkeys[key_index]
         if spec.chainmode == "xts" and _openssl_refuses_xts(spec.cipher, key):
             return _xts_unit_by_ecb(spec.cipher, key, iv, bytes(unit), encrypt)
@@ -293,32 +285,18 @@ class BulkTransform(CryptTransform):
         spec: CipherSpec,
         key: KeyMaterial,
         *,
-        sector_size: int = 512,
-        iv_offset: int = 0,
-        iv_large_sectors: bool = False,
         min_units: int = 0,
         chunk_bytes: int = CHUNK_BYTES,
+        **geometry: Unpack[Geometry],
     ) -> None:
         if spec.ivmode in SECTOR_SIZE_512_ONLY_IV_MODES:
             raise CipherSpecError(f"IV mode {spec.ivmode} depends on the data: no bulk path")
-        super().__init__(
-            spec,
-            key,
-            sector_size=sector_size,
-            iv_offset=iv_offset,
-            iv_large_sectors=iv_large_sectors,
-        )
-        self._reference = ReferenceTransform(
-            spec,
-            key,
-            sector_size=sector_size,
-            iv_offset=iv_offset,
-            iv_large_sectors=iv_large_sectors,
-        )
+        super().__init__(spec, key, **geometry)
+        self._reference = ReferenceTransform(spec, key, **geometry)
         self._min_units = min_units
-        self._units_per_chunk = max(1, chunk_bytes // sector_size)
+        self._units_per_chunk = max(1, chunk_bytes // self.sector_size)
         # cc_sector - cc_first of each unit of a chunk (uint64: the sum wraps like sector_t).
-        step = sector_size >> SECTOR_SHIFT
+        step = self.sector_size >> SECTOR_SHIFT
         self._unit_steps = np.arange(self._units_per_chunk, dtype=np.uint64) * np.uint64(step)
         self._state = _BulkState()
         self._aes_cbc = spec.cipher == "aes" and spec.chainmode == "cbc"
@@ -346,10 +324,10 @@ class BulkTransform(CryptTransform):
         context = contexts.get(slot)
         if context is None:
             key = memoryview(self._subkeys[key_index])  # a view: wipe() zeroes what it sees
-            if self._spec.chainmode == "xts":
+            if self.spec.chainmode == "xts":
                 half = len(key) // 2
                 key = key[half:] if role == "tweak" else key[:half]
-            context = _ciphers.ecb(self._spec.cipher, key, encrypt=encrypt)
+            context = _ciphers.ecb(self.spec.cipher, key, encrypt=encrypt)
             contexts[slot] = context
         return context
 
@@ -359,7 +337,7 @@ class BulkTransform(CryptTransform):
         buffer = buffers.get(name)
         needed = size + 16
         if buffer is None or len(buffer) < needed:
-            buffer = np.empty(max(needed, self._units_per_chunk * self._sector_size + 16), np.uint8)
+            buffer = np.empty(max(needed, self._units_per_chunk * self.sector_size + 16), np.uint8)
             buffers[name] = buffer
         return buffer
 
@@ -385,12 +363,12 @@ class BulkTransform(CryptTransform):
         """
         if units < self._min_units:
             return True
-        if self._min_units and encrypt and self._spec.chainmode == "cbc" and not self._cbc_lanes():
-            return units < self._sector_size // self._spec.block_size // 4
+        if self._min_units and encrypt and self.spec.chainmode == "cbc" and not self._cbc_lanes():
+            return units < self.sector_size // self.spec.block_size // 4
         return False
 
     def _convert(self, view: memoryview, sector: int, encrypt: bool) -> bytes:
-        units = len(view) // self._sector_size
+        units = len(view) // self.sector_size
         if self._prefers_reference(units, encrypt):
             return self._reference._convert(view, sector, encrypt)
         # numpy-allocated (transparent huge pages for big arrays), then one copy out.
@@ -403,7 +381,7 @@ class BulkTransform(CryptTransform):
     ) -> None:
         if self._xts_plain64 and self._native_xts(view, sector, encrypt, target):
             return
-        units = len(view) // self._sector_size
+        units = len(view) // self.sector_size
         if self._prefers_reference(units, encrypt):
             target[:] = self._reference._convert(view, sector, encrypt)
             return
@@ -414,20 +392,20 @@ class BulkTransform(CryptTransform):
     ) -> bool:
         """aes-xts-plain64 in one native call; False where the IV sectors would wrap
         differently from consecutive steps (iv_large_sectors at the top of sector_t)."""
-        size = self._sector_size
+        size = self.sector_size
         step = size >> SECTOR_SHIFT
         first = self._cc_sector(sector, 0)
-        if self._iv_large_sectors:
+        if self.iv_large_sectors:
             if first + (len(view) >> SECTOR_SHIFT) > _MASK64:
                 return False
-            first, step = first >> self._sector_shift, 1
+            first, step = first >> self.sector_shift, 1
         _native.xts_plain64(target, view, first, step, self._subkeys[0], size, encrypt)
         return True
 
     def _bulk(self, view: memoryview, sector: int, encrypt: bool, flat_out: U8) -> None:
         if self._xts_plain64 and self._native_xts(view, sector, encrypt, flat_out):
             return
-        size = self._sector_size
+        size = self.sector_size
         units = len(view) // size
         source = np.frombuffer(view, dtype=np.uint8).reshape(units, size)
         out = flat_out.reshape(units, size)
@@ -440,7 +418,7 @@ class BulkTransform(CryptTransform):
     def _convert_segments(self, views: list[memoryview], sector: int, encrypt: bool) -> list[bytes]:
         """Many small segments go through one vectorized call; big ones stay separate."""
         total = sum(len(view) for view in views)
-        if len(views) <= 1 or total // len(views) >= self._units_per_chunk * self._sector_size:
+        if len(views) <= 1 or total // len(views) >= self._units_per_chunk * self.sector_size:
             return super()._convert_segments(views, sector, encrypt)
         joined = self._convert(memoryview(b"".join(views)), sector, encrypt)
         results = []
@@ -451,9 +429,9 @@ class BulkTransform(CryptTransform):
         return results
 
     def _convert_chunk(self, source: U8, out: U8, cc_sectors: U64, encrypt: bool) -> None:
-        keycount = self._spec.keycount
-        if self._iv_large_sectors:
-            iv_sectors = cc_sectors >> np.uint64(self._sector_shift)
+        keycount = self.spec.keycount
+        if self.iv_large_sectors:
+            iv_sectors = cc_sectors >> np.uint64(self.sector_shift)
         else:
             iv_sectors = cc_sectors
         if keycount == 1:
@@ -462,14 +440,14 @@ class BulkTransform(CryptTransform):
         key_indexes = cc_sectors & np.uint64(keycount - 1)
         for key_index in np.unique(key_indexes).tolist():
             rows = np.nonzero(key_indexes == key_index)[0]
-            part = np.empty((len(rows), self._sector_size), dtype=np.uint8)
+            part = np.empty((len(rows), self.sector_size), dtype=np.uint8)
             self._convert_units(source[rows], part, iv_sectors[rows], int(key_index), encrypt)
             out[rows] = part
 
     def _convert_units(
         self, source: U8, out: U8, iv_sectors: U64, key_index: int, encrypt: bool
     ) -> None:
-        chainmode = self._spec.chainmode
+        chainmode = self.spec.chainmode
         if chainmode == "ecb":
             context = self._ecb("data", key_index, encrypt)
             out.reshape(-1)[:] = self._ecb_into(context, source, "ecb")
@@ -494,12 +472,12 @@ class BulkTransform(CryptTransform):
         AES goes through one native call (the CPU's AES instructions, else OpenSSL's ECB
         from C, chunk by chunk in cache); the other ciphers through pyca's ECB around the
         native whitening."""
-        if self._spec.cipher == "aes":
-            _native.xts(out, source, ivs, self._subkeys[key_index], self._sector_size, encrypt)
+        if self.spec.cipher == "aes":
+            _native.xts(out, source, ivs, self._subkeys[key_index], self.sector_size, encrypt)
             return
         first = self._ecb_into(self._ecb("tweak", key_index, True), ivs, "tweak0")
         flat = out.reshape(-1)
-        _native.whiten(flat, source, first, self._sector_size)
+        _native.whiten(flat, source, first, self.sector_size)
         context = self._ecb("data", key_index, encrypt)
         if not isinstance(context, _ciphers.NullContext):
             # update_into wants block_size - 1 spare bytes after the output: all but the
@@ -509,7 +487,7 @@ class BulkTransform(CryptTransform):
             tail = np.empty(32, dtype=np.uint8)
             context.update_into(flat[body:], tail)
             flat[body:] = tail[:16]
-        _native.whiten(flat, flat, first, self._sector_size)
+        _native.whiten(flat, flat, first, self.sector_size)
 
     def _cbc_lanes(self) -> bool:
         """AES-CBC in native lanes: the module's path, read per call (tests switch it)."""
@@ -517,11 +495,11 @@ class BulkTransform(CryptTransform):
 
     def _cbc_decrypt(self, source: U8, out: U8, ivs: U8, key_index: int) -> None:
         if self._cbc_lanes():
-            _native.cbc_decrypt(out, source, ivs, self._subkeys[key_index], self._sector_size)
+            _native.cbc_decrypt(out, source, ivs, self._subkeys[key_index], self.sector_size)
             return
-        block = self._spec.block_size
+        block = self.spec.block_size
         decrypted = self._ecb_into(self._ecb("data", key_index, False), source, "crypted")
-        decrypted2d = decrypted.reshape(len(source), self._sector_size)
+        decrypted2d = decrypted.reshape(len(source), self.sector_size)
         np.bitwise_xor(decrypted2d[:, block:], source[:, :-block], out=out[:, block:])
         np.bitwise_xor(decrypted2d[:, :block], ivs[:, :block], out=out[:, :block])
 
@@ -530,13 +508,13 @@ class BulkTransform(CryptTransform):
         # parallel lanes in one native call (the module's path). Other ciphers: block column
         # j of every unit in one ECB call, on a column-major copy so each call is contiguous.
         if self._cbc_lanes():
-            _native.cbc_encrypt(out, source, ivs, self._subkeys[key_index], self._sector_size)
+            _native.cbc_encrypt(out, source, ivs, self._subkeys[key_index], self.sector_size)
             return
-        block = self._spec.block_size
+        block = self.spec.block_size
         units = len(source)
-        columns = self._sector_size // block
+        columns = self.sector_size // block
         context = self._ecb("data", key_index, True)
-        size = units * self._sector_size
+        size = units * self.sector_size
         plain = self._scratch("columns", size)[:size].reshape(columns, units, block)
         plain[:] = source.reshape(units, columns, block).transpose(1, 0, 2)
         crypted = self._scratch("crypted", size)
@@ -552,7 +530,7 @@ class BulkTransform(CryptTransform):
     def _ctr(self, source: U8, out: U8, ivs: U8, key_index: int) -> None:
         # The kernel's ctr template increments the whole 16-byte IV as a big-endian counter.
         units = len(source)
-        blocks = self._sector_size // 16
+        blocks = self.sector_size // 16
         high = ivs[:, :8].copy().view(">u8").reshape(units, 1).astype(np.uint64)
         low = ivs[:, 8:16].copy().view(">u8").reshape(units, 1).astype(np.uint64)
         counter_low = low + np.arange(blocks, dtype=np.uint64).reshape(1, blocks)
@@ -569,24 +547,13 @@ class BulkTransform(CryptTransform):
 
 
 def make_transform(
-    spec: CipherSpec,
-    key: KeyMaterial,
-    *,
-    sector_size: int = 512,
-    iv_offset: int = 0,
-    iv_large_sectors: bool = False,
-    impl: Impl = "auto",
+    spec: CipherSpec, key: KeyMaterial, *, impl: Impl = "auto", **geometry: Unpack[Geometry]
 ) -> CryptTransform:
     """Build the transform of one crypt target.
 
     ``auto`` is the bulk path, falling back to per-unit calls for requests under
     ``AUTO_MIN_UNITS`` units and for the data-dependent IV modes lmk and tcw.
     """
-    geometry: dict[str, Any] = {
-        "sector_size": sector_size,
-        "iv_offset": iv_offset,
-        "iv_large_sectors": iv_large_sectors,
-    }
     if impl == "reference" or (impl == "auto" and spec.ivmode in SECTOR_SIZE_512_ONLY_IV_MODES):
         return ReferenceTransform(spec, key, **geometry)
     if impl == "bulk":

@@ -79,7 +79,7 @@ class Leases:
         self.span = timedelta(seconds=lease_seconds)
 
     def heartbeat(self, url: str, *, ready: bool = True) -> None:
-        """Prove this node alive; ``ready`` False keeps placement away (fenced, stopping)."""
+        """Prove this node alive; ``ready`` False keeps placement away (Ceph client blocklisted, stopping)."""
         statement = insert(Node).values(
             id=self.node, url=url, heartbeat_at=func.now(), started_at=func.now(), ready=ready
         )
@@ -222,7 +222,7 @@ class Leases:
             return session.execute(statement).one_or_none() is not None
 
     def live_nodes(self) -> list[NodeLoad]:
-        """Nodes ready (not fenced, not stopping) whose heartbeat is younger than a lease,
+        """Nodes ready (Ceph client not blocklisted, not stopping) whose heartbeat is younger than a lease,
         with how many volumes each owns: where a volume may be placed or moved."""
         owned = (
             select(Volume.owner_node, func.count().label("volumes"))

@@ -137,24 +137,28 @@ class WrappedKey(Base):
     table: Mapped[VolumeTable] = relationship(back_populates="keys", lazy="raise")
 
 
-class EngineProfileRow(Base):
+class _CustomRow:
+    """The columns of a row the API creates by name; its JSON body is named per table."""
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    name: Mapped[str] = mapped_column(String(64), unique=True)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class EngineProfileRow(_CustomRow, Base):
     """A custom engine created through the API; presets live in code."""
 
     __tablename__ = "engine_profiles"
 
-    id: Mapped[int] = mapped_column(primary_key=True)
-    name: Mapped[str] = mapped_column(String(64), unique=True)
     profile: Mapped[dict[str, Any]] = mapped_column(JSON)
-    created_at: Mapped[datetime] = mapped_column(default=utcnow)
 
 
-class DeviceModelRow(Base):
+class DeviceModelRow(_CustomRow, Base):
+    """A custom device model created through the API; presets live in code."""
+
     __tablename__ = "device_models"
 
-    id: Mapped[int] = mapped_column(primary_key=True)
-    name: Mapped[str] = mapped_column(String(64), unique=True)
     params: Mapped[dict[str, Any]] = mapped_column(JSON)
-    created_at: Mapped[datetime] = mapped_column(default=utcnow)
 
 
 class BenchmarkRun(Base):

@@ -143,16 +143,7 @@ class RecordsTx:
     # ------------------------------------------------------------------ devices
 
     def add_device(self, device: StoredDevice) -> None:
-        self.session.add(
-            models.Device(
-                name=device.name,
-                size_bytes=device.size_bytes,
-                model=device.model,
-                store=device.store,
-                pool=device.pool,
-                image=device.image,
-            )
-        )
+        self.session.add(models.Device(**asdict(device)))
         self.session.flush()
 
     def delete_device(self, name: str) -> None:

@@ -14,7 +14,7 @@ other; whole-block I/O shares the range.
 Every I/O is admitted through one gate: while suspended it waits (bounded by
 ``suspend_wait_seconds``), and it is counted in flight so suspend can drain.
 Past ``lease_deadline`` (a cluster node whose lease on the volume was not
-renewed in time) the gate refuses every I/O: that node is fenced.
+renewed in time) the gate refuses every I/O with ``LeaseExpired``.
 The lifecycle (``app.dm.volume``) swaps tables and opens or closes the gate.
 """
 
@@ -493,7 +493,7 @@ class DataPath:
         """
         try:
             live = self._admit()
-        except Exception as error:  # not admitted: suspended too long, removed, fenced
+        except Exception as error:  # not admitted: suspended too long, removed, past the lease
             for io in ios:
                 io.error = error
             return self.versions.value
@@ -615,13 +615,16 @@ class DataPath:
 
     def _in_range(self, ios: Sequence[BlockIo]) -> list[BlockIo]:
         """The I/Os within the volume; each of the others fails alone, RangeNotSatisfiable."""
+        size = self.size
         within: list[BlockIo] = []
         for io in ios:
-            try:
-                self.check_range(io.offset, io.length)
-            except RangeNotSatisfiable as error:
-                io.error = error
-                continue
+            offset, length = io.offset, io.length
+            if offset < 0 or length < 0 or offset + length > size:
+                try:
+                    self.check_range(offset, length)
+                except RangeNotSatisfiable as error:
+                    io.error = error
+                    continue
             within.append(io)
         return within
 

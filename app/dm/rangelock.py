@@ -8,7 +8,7 @@ read and the write (Ceph RBD's rule for unaligned writes).
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 
 from app.blk.wait import WaitQueue, WouldBlock
 
@@ -18,35 +18,27 @@ class RangeLock:
         self._cond = WaitQueue()
         self._held: list[tuple[int, int, bool]] = []
 
-    def _conflicts(self, start: int, end: int, exclusive: bool) -> bool:
-        for held_start, held_end, held_exclusive in self._held:
-            if held_start < end and start < held_end and (exclusive or held_exclusive):
-                return True
+    def _conflicts(self, entries: Sequence[tuple[int, int, bool]]) -> bool:
+        for start, end, exclusive in entries:
+            for held_start, held_end, held_exclusive in self._held:
+                if held_start < end and start < held_end and (exclusive or held_exclusive):
+                    return True
         return False
 
-    @contextmanager
-    def hold(self, start: int, end: int, *, exclusive: bool) -> Iterator[None]:
-        entry = (start, end, exclusive)
-        with self._cond:
-            while self._conflicts(start, end, exclusive):
-                self._cond.wait()
-            self._held.append(entry)
-        try:
-            yield
-        finally:
-            with self._cond:
-                self._held.remove(entry)
-                self._cond.notify_all()
+    def hold(self, start: int, end: int, *, exclusive: bool) -> AbstractContextManager[None]:
+        return self._hold_all(((start, end, exclusive),), wait=True)
 
-    @contextmanager
     def hold_shared(
         self, ranges: Sequence[tuple[int, int]], *, wait: bool = True
-    ) -> Iterator[None]:
+    ) -> AbstractContextManager[None]:
         """Many shared ranges taken at once (a batch of I/Os): all or nothing, one wake-up.
         ``wait=False``: WouldBlock instead of waiting for an exclusive holder."""
-        entries = [(start, end, False) for start, end in ranges]
+        return self._hold_all([(start, end, False) for start, end in ranges], wait=wait)
+
+    @contextmanager
+    def _hold_all(self, entries: Sequence[tuple[int, int, bool]], *, wait: bool) -> Iterator[None]:
         with self._cond:
-            while any(self._conflicts(start, end, False) for start, end, _ in entries):
+            while self._conflicts(entries):
                 if not wait:
                     raise WouldBlock
                 self._cond.wait()

@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 
 from app.blk.limits import QueueLimits
+from app.blk.queue import BlockQueue
 from app.blk.tuning import Tuning
 from app.crypto.keys import KeyMaterial
 from app.crypto.transform import make_transform
@@ -80,6 +81,18 @@ def missing_key(table: Table) -> int | None:
     return None
 
 
+@dataclass(frozen=True, slots=True)
+class QueueSettings:
+    """What a volume's request queue would run with, for a volume with no live
+    ``BlockQueue`` here (one only recorded in SQL)."""
+
+    dispatch_mode: DispatchMode
+    elevator: str
+    limits: QueueLimits
+    plug_window_us: int
+    queue_depth: int
+
+
 @dataclass(slots=True)
 class VolumeInfo:
     name: str
@@ -96,6 +109,37 @@ class VolumeInfo:
     has_inactive: bool
     size_sectors: int
     extra: dict[str, object] = field(default_factory=dict)
+
+    @classmethod
+    def of(
+        cls,
+        name: str,
+        uuid: str,
+        state: VolumeState,
+        event_nr: int,
+        *,
+        queue: BlockQueue | QueueSettings,
+        engine: str,
+        live: Table | None,
+        inactive: Table | None,
+    ) -> VolumeInfo:
+        """The one way to describe a volume, whether served here (``Volume.info``) or only
+        recorded in SQL: the same fields then come from the same places."""
+        return cls(
+            name=name,
+            uuid=uuid,
+            state=state,
+            event_nr=event_nr,
+            dispatch_mode=queue.dispatch_mode,
+            engine=engine,
+            elevator=queue.elevator,
+            limits=queue.limits,
+            plug_window_us=queue.plug_window_us,
+            queue_depth=queue.queue_depth,
+            has_live=live is not None,
+            has_inactive=inactive is not None,
+            size_sectors=live.size_sectors if live else 0,
+        )
 
 
 class Volume(DataPath):
@@ -321,18 +365,13 @@ class Volume(DataPath):
         return CryptTarget(line.start, line.length, params, transform, device, self.engine)
 
     def info(self) -> VolumeInfo:
-        return VolumeInfo(
-            name=self.name,
-            uuid=self.uuid,
-            state=self.state,
-            event_nr=self.event_nr,
-            dispatch_mode=self.dispatch_mode,
+        return VolumeInfo.of(
+            self.name,
+            self.uuid,
+            self.state,
+            self.event_nr,
+            queue=self.queue,
             engine=self.engine.name,
-            elevator=self.elevator,
-            limits=self.limits,
-            plug_window_us=self.queue.plug_window_us,
-            queue_depth=self.queue.queue_depth,
-            has_live=self.live is not None,
-            has_inactive=self.inactive is not None,
-            size_sectors=self.live.table.size_sectors if self.live else 0,
+            live=self.live.table if self.live else None,
+            inactive=self.inactive,
         )

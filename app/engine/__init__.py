@@ -5,8 +5,8 @@ Owns what an engine can do (``model``), which calls a request becomes
 (``clock``), the one-request interface (``base``), the engine object
 (``simulated``) and a scriptable one for tests (``mock``), presets and their
 registry (``presets``, ``registry``) and the calibration fits (``fit``).
-Imports ``app.crypto`` contracts structurally and ``app.errors``; never
-fastapi, sqlalchemy, ``app.blk`` or ``app.dm``.
+Imports ``app.crypto`` contracts structurally, and ``app.errors``, ``app.integers``
+and ``app.vocab``; never fastapi, sqlalchemy, ``app.blk`` or ``app.dm``.
 """
 
 from app.engine.base import CryptTransformLike, Engine, EngineRequest, EngineResult, EngineStats

@@ -19,13 +19,23 @@ import heapq
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import asdict, dataclass
+from typing import Any, TypedDict
+
+from typing_extensions import Unpack
 
 from app.engine.model import DeviceModel, DeviceOp
 from app.errors import InvalidInput
 
-__all__ = ["ClockSnapshot", "DeviceTimer", "Reservation", "VirtualClock"]
+__all__ = [
+    "ClockSnapshot",
+    "Clocking",
+    "DeviceState",
+    "DeviceTimer",
+    "Paced",
+    "Reservation",
+    "VirtualClock",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,15 +62,11 @@ class ClockSnapshot:
     lanes: int
     reservations: int
     busy_ns: int
-    wait_ns: int
-    max_wait_ns: int
-    first_start_ns: int | None
-    last_end_ns: int
+    queue_wait_ns: int
+    max_queue_wait_ns: int
+    span_ns: int
+    """Virtual time from the first start to the last end (0 before any work)."""
     now_ns: int
-
-    @property
-    def span_ns(self) -> int:
-        return 0 if self.first_start_ns is None else self.last_end_ns - self.first_start_ns
 
     @property
     def utilization_virtual(self) -> float:
@@ -75,13 +81,7 @@ class ClockSnapshot:
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "lanes": self.lanes,
-            "reservations": self.reservations,
-            "busy_ns": self.busy_ns,
-            "queue_wait_ns": self.wait_ns,
-            "max_queue_wait_ns": self.max_wait_ns,
-            "span_ns": self.span_ns,
-            "now_ns": self.now_ns,
+            **asdict(self),
             "utilization_virtual": self.utilization_virtual,
             "utilization_wall": self.utilization_wall,
         }
@@ -167,15 +167,65 @@ class VirtualClock:
                 lanes=self.lanes,
                 reservations=self._reservations,
                 busy_ns=round(self._busy),
-                wait_ns=self._wait,
-                max_wait_ns=self._max_wait,
-                first_start_ns=self._first_start,
-                last_end_ns=self._last_end,
+                queue_wait_ns=self._wait,
+                max_queue_wait_ns=self._max_wait,
+                span_ns=0 if self._first_start is None else self._last_end - self._first_start,
                 now_ns=self.now_ns(),
             )
 
 
-class DeviceTimer:
+class Clocking(TypedDict, total=False):
+    """How a ``Paced`` keeps time: ``pacing`` (a positive factor: sleep until the
+    modelled completion, scaled; None never sleeps) and a ``clock`` to use instead of
+    its own."""
+
+    pacing: float | None
+    clock: VirtualClock | None
+
+
+class Paced:
+    """Work placed on a virtual clock of ``lanes``; with ``pacing`` the caller then sleeps
+    until the work's modelled end."""
+
+    def __init__(
+        self, lanes: int, *, pacing: float | None = None, clock: VirtualClock | None = None
+    ) -> None:
+        self.pacing = pacing
+        self.clock = clock or VirtualClock(lanes, time_scale=pacing or 1.0)
+        self._lock = threading.Lock()
+
+    def _pace(self, reservation: Reservation) -> None:
+        if self.pacing:
+            self.clock.sleep_until(reservation.end_ns)
+
+
+@dataclass(slots=True)
+class DeviceState:
+    """What a device model carries from one I/O to the next: when it is busy until, and
+    its write buffer's fill level (see ``DeviceModel``); not thread-safe."""
+
+    model: DeviceModel
+    busy_until: float = 0.0
+    buffered: float = 0.0
+    burst_bytes: int = 0
+    sustained_bytes: int = 0
+
+    def buffered_write_ns(self, nbytes: int, start_ns: float) -> float:
+        """A write started at ``start_ns``: the idle time before it drains the buffer at
+        the sustained rate, then ``nbytes`` go in, at the burst rate while there is room."""
+        model = self.model
+        capacity = float(model.write_buffer_bytes or 0)
+        sustained = model.write_sustained_bytes_per_s or 0.0
+        idle = max(0.0, start_ns - self.busy_until)
+        self.buffered = max(0.0, self.buffered - idle * sustained / 1e9)
+        burst = int(min(nbytes, max(0.0, capacity - self.buffered)))
+        self.buffered = min(capacity, self.buffered + nbytes)
+        self.burst_bytes += burst
+        self.sustained_bytes += nbytes - burst
+        return model.write_ns(nbytes, burst)
+
+
+class DeviceTimer(Paced):
     """A device model's clock: one I/O at a time, optional pacing, per-op counters.
 
     A model with a write buffer keeps its fill level: writes take the burst rate
@@ -183,65 +233,41 @@ class DeviceTimer:
     device spends idle drains it at the sustained rate.
     """
 
-    def __init__(
-        self,
-        model: DeviceModel,
-        *,
-        pacing: float | None = None,
-        clock: VirtualClock | None = None,
-    ) -> None:
+    def __init__(self, model: DeviceModel, **clocking: Unpack[Clocking]) -> None:
+        super().__init__(1, **clocking)
         self.model = model
-        self.pacing = pacing
-        self.clock = clock or VirtualClock(1, time_scale=pacing or 1.0)
-        self._lock = threading.Lock()
         self._ios: dict[str, int] = {"read": 0, "write": 0, "flush": 0}
         self._bytes: dict[str, int] = {"read": 0, "write": 0, "flush": 0}
-        self._buffered = 0.0
-        self._busy_until = 0
-        self._burst_bytes = 0
-        self._sustained_bytes = 0
+        self._state = DeviceState(model)
 
     def account(self, op: DeviceOp, nbytes: int, *, ready_ns: int | None = None) -> Reservation:
         """Charge one I/O to the device's virtual clock; sleeps if pacing."""
         model = self.model
         with self._lock:
+            state = self._state
             if op == "write" and model.buffered:
-                duration = self._buffered_write_ns(nbytes, ready_ns)
+                start = self.clock.now_ns() if ready_ns is None else ready_ns
+                duration = state.buffered_write_ns(nbytes, start)
             else:
                 duration = model.io_ns(op, nbytes)
             reservation = self.clock.reserve([duration], ready_ns=ready_ns)
-            self._busy_until = max(self._busy_until, reservation.end_ns)
+            state.busy_until = max(state.busy_until, reservation.end_ns)
             self._ios[op] += 1
             self._bytes[op] += nbytes
-        if self.pacing:
-            self.clock.sleep_until(reservation.end_ns)
+        self._pace(reservation)
         return reservation
 
     def settle(self) -> None:
         """Empty the write buffer, as a pause long enough to drain it would (between
         benchmark cells: each starts from an idle device, whatever ran before)."""
         with self._lock:
-            self._buffered = 0.0
-
-    def _buffered_write_ns(self, nbytes: int, ready_ns: int | None) -> float:
-        """Lock held: drain the buffer over the idle time, then take ``nbytes`` into it."""
-        model = self.model
-        capacity = float(model.write_buffer_bytes or 0)
-        sustained = model.write_sustained_bytes_per_s or 0.0
-        now = self.clock.now_ns() if ready_ns is None else ready_ns
-        idle = max(0, now - self._busy_until)
-        self._buffered = max(0.0, self._buffered - idle * sustained / 1e9)
-        burst = int(min(nbytes, max(0.0, capacity - self._buffered)))
-        self._buffered = min(capacity, self._buffered + nbytes)
-        self._burst_bytes += burst
-        self._sustained_bytes += nbytes - burst
-        return model.write_ns(nbytes, burst)
+            self._state.buffered = 0.0
 
     def snapshot(self) -> dict[str, Any]:
         clock = self.clock.snapshot().to_dict()
         with self._lock:
             ios, nbytes = dict(self._ios), dict(self._bytes)
-            regimes = {"burst": self._burst_bytes, "sustained": self._sustained_bytes}
+            regimes = {"burst": self._state.burst_bytes, "sustained": self._state.sustained_bytes}
         return {
             "model": self.model.name,
             "ios": ios,

@@ -114,12 +114,8 @@ def build(
     engine: EngineProfile, device: DeviceModel, parameters: Mapping[str, float]
 ) -> tuple[EngineProfile, DeviceModel]:
     """Engine and device templates with ``parameters`` (ns units) filled in."""
-    crypt_rate = _rate(parameters["crypt_ns_per_byte"])
-    cost = CostModel(
-        setup_ns=parameters["setup_ns"],
-        segment_ns=parameters["segment_ns"],
-        encrypt_bytes_per_s=crypt_rate,
-        decrypt_bytes_per_s=crypt_rate,
+    cost = CostModel.symmetric(
+        parameters["setup_ns"], _rate(parameters["crypt_ns_per_byte"]), parameters["segment_ns"]
     )
     new_engine = dataclasses.replace(engine, cost=cost, cpu_iv_ns=parameters["cpu_iv_ns"])
 

@@ -22,7 +22,7 @@ MOCK_PROFILE = EngineProfile(
     name="mock",
     description="A test's scripted engine.",
     capabilities=Capabilities(ciphers=None, chainmodes=None),
-    cost=CostModel(setup_ns=0.0, encrypt_bytes_per_s=1e12, decrypt_bytes_per_s=1e12),
+    cost=CostModel.symmetric(setup_ns=0.0, bytes_per_s=1e12),
 )
 
 

@@ -325,6 +325,16 @@ class CostModel(_Schema):
     decrypt_bytes_per_s: BytesPerSecond
     segment_ns: Annotated[Nanoseconds, Field(description="per scatterlist entry")] = 0.0
 
+    @classmethod
+    def symmetric(cls, setup_ns: float, bytes_per_s: float, segment_ns: float = 0.0) -> Self:
+        """One throughput both ways: a block cipher engine encrypts and decrypts alike."""
+        return cls(
+            setup_ns=setup_ns,
+            encrypt_bytes_per_s=bytes_per_s,
+            decrypt_bytes_per_s=bytes_per_s,
+            segment_ns=segment_ns,
+        )
+
     def call_ns(self, op: CipherOp, nbytes: int, nr_segments: int = 1) -> float:
         rate = self.encrypt_bytes_per_s if op == "encrypt" else self.decrypt_bytes_per_s
         return self.setup_ns + nr_segments * self.segment_ns + nbytes * 1e9 / rate

@@ -93,7 +93,7 @@ def plan_calls(
     unsupported = capabilities.unsupported_reason(spec, data_unit_size)
     if unsupported is not None:
         raise InvalidInput(f"engine cannot process this volume: {unsupported}")
-    ends = list(accumulate(segments))
+    ends = [segments[0]] if len(segments) == 1 else list(accumulate(segments))
     nbytes = ends[-1] if ends else 0
     _check_geometry(segments, nbytes, sector, data_unit_size)
     reason = capabilities.fallback_reason(spec)

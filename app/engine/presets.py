@@ -45,9 +45,7 @@ SOFTWARE = EngineProfile(
         max_segments_per_call=4096,
         channels=1,  # the GIL serialises the Python around each OpenSSL call
     ),
-    cost=CostModel(
-        setup_ns=4500.0, segment_ns=0.0, encrypt_bytes_per_s=1.6e9, decrypt_bytes_per_s=1.6e9
-    ),
+    cost=CostModel.symmetric(setup_ns=4500.0, bytes_per_s=1.6e9),
     measured=True,
 )
 
@@ -66,12 +64,7 @@ OMAP_AES_AM335X = EngineProfile(
         max_segments_per_call=256,
         channels=1,
     ),
-    cost=CostModel(
-        setup_ns=48_010.0,
-        segment_ns=0.0,
-        encrypt_bytes_per_s=29.39e6,
-        decrypt_bytes_per_s=29.39e6,
-    ),
+    cost=CostModel.symmetric(setup_ns=48_010.0, bytes_per_s=29.39e6),
     cpu_iv_ns=300.0,
 )
 
@@ -89,12 +82,7 @@ MV_CESA = EngineProfile(
         max_segments_per_call=16,
         channels=1,
     ),
-    cost=CostModel(
-        setup_ns=29_410.0,
-        segment_ns=0.0,
-        encrypt_bytes_per_s=86.76e6,
-        decrypt_bytes_per_s=86.76e6,
-    ),
+    cost=CostModel.symmetric(setup_ns=29_410.0, bytes_per_s=86.76e6),
     cpu_iv_ns=1500.0,
 )
 

@@ -11,18 +11,26 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Iterable, Mapping
-from typing import Any, Protocol, runtime_checkable
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, Protocol, TypeVar, runtime_checkable
 
 from app.engine.clock import DeviceTimer
 from app.engine.model import DeviceModel, EngineProfile
 from app.engine.presets import DEVICE_MODELS, ENGINES
 from app.engine.simulated import SimulatedEngine
-from app.errors import AlreadyExists, DeviceModelNotFound, EngineNotFound, InvalidInput
+from app.errors import (
+    AlreadyExists,
+    DeviceModelNotFound,
+    EngineNotFound,
+    InvalidInput,
+    ReqcryptError,
+)
 
 __all__ = ["EngineRegistry", "RegistryStore"]
 
 log = logging.getLogger(__name__)
+
+_T = TypeVar("_T")
 
 
 @runtime_checkable
@@ -73,26 +81,16 @@ class EngineRegistry:
             self._insert_device_model(DeviceModel.from_dict(data))
 
     def profiles(self) -> list[EngineProfile]:
-        with self._lock:
-            return [self._profiles[name] for name in sorted(self._profiles)]
+        return self._sorted(self._profiles)
 
     def device_models(self) -> list[DeviceModel]:
-        with self._lock:
-            return [self._devices[name] for name in sorted(self._devices)]
+        return self._sorted(self._devices)
 
     def profile(self, name: str) -> EngineProfile:
-        with self._lock:
-            try:
-                return self._profiles[name]
-            except KeyError:
-                raise EngineNotFound(f"engine {name!r} does not exist") from None
+        return self._named(self._profiles, name, EngineNotFound, "engine")
 
     def device_model(self, name: str) -> DeviceModel:
-        with self._lock:
-            try:
-                return self._devices[name]
-            except KeyError:
-                raise DeviceModelNotFound(f"device model {name!r} does not exist") from None
+        return self._named(self._devices, name, DeviceModelNotFound, "device model")
 
     def add_profile(self, profile: EngineProfile) -> None:
         """Register and persist a custom engine; custom engines are modelled, never measured."""
@@ -109,37 +107,48 @@ class EngineRegistry:
         profile.validate()
         if profile.measured:
             raise InvalidInput("custom engines are modelled: measured must be false")
-        with self._lock:
-            if profile.name in self._profiles:
-                raise AlreadyExists(f"engine {profile.name!r} already exists")
-            self._profiles[profile.name] = profile
+        self._insert(self._profiles, profile.name, profile, "engine")
 
     def _insert_device_model(self, model: DeviceModel) -> None:
         model.validate()
-        with self._lock:
-            if model.name in self._devices:
-                raise AlreadyExists(f"device model {model.name!r} already exists")
-            self._devices[model.name] = model
+        self._insert(self._devices, model.name, model, "device model")
 
     def engine(self, name: str) -> SimulatedEngine:
         """The live engine of profile ``name``, built on first use."""
         profile = self.profile(name)
-        with self._lock:
-            engine = self._engines.get(name)
-            if engine is None:
-                engine = SimulatedEngine(profile, pacing=self.pacing)
-                self._engines[name] = engine
-            return engine
+        return self._live(self._engines, name, lambda: SimulatedEngine(profile, pacing=self.pacing))
 
     def device_timer(self, name: str) -> DeviceTimer:
         """The live virtual clock of device model ``name`` (shared by devices of that model)."""
         model = self.device_model(name)
+        return self._live(self._timers, name, lambda: DeviceTimer(model, pacing=self.pacing))
+
+    def _sorted(self, table: dict[str, _T]) -> list[_T]:
         with self._lock:
-            timer = self._timers.get(name)
-            if timer is None:
-                timer = DeviceTimer(model, pacing=self.pacing)
-                self._timers[name] = timer
-            return timer
+            return [table[name] for name in sorted(table)]
+
+    def _named(
+        self, table: dict[str, _T], name: str, missing: type[ReqcryptError], kind: str
+    ) -> _T:
+        with self._lock:
+            try:
+                return table[name]
+            except KeyError:
+                raise missing(f"{kind} {name!r} does not exist") from None
+
+    def _insert(self, table: dict[str, _T], name: str, item: _T, kind: str) -> None:
+        with self._lock:
+            if name in table:
+                raise AlreadyExists(f"{kind} {name!r} already exists")
+            table[name] = item
+
+    def _live(self, table: dict[str, _T], name: str, build: Callable[[], _T]) -> _T:
+        """``table[name]``, built by ``build`` under the lock on first use."""
+        with self._lock:
+            live = table.get(name)
+            if live is None:
+                live = table[name] = build()
+            return live
 
     def snapshot(self) -> dict[str, Any]:
         """Live stats of every engine and device clock built so far."""

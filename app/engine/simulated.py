@@ -15,7 +15,6 @@ Bytes and time take different roads on purpose:
 
 from __future__ import annotations
 
-import threading
 import time
 from bisect import bisect_right
 from collections.abc import Callable, Sequence
@@ -23,18 +22,18 @@ from itertools import accumulate
 from typing import TYPE_CHECKING
 
 from app.engine.base import Engine, EngineRequest, EngineResult, EngineStats
-from app.engine.clock import VirtualClock
+from app.engine.clock import Clocking, Paced
 from app.engine.cost import plan_cost
 from app.engine.model import EngineProfile
 from app.engine.planner import CallPlan
 
 if TYPE_CHECKING:
-    from typing_extensions import Buffer
+    from typing_extensions import Buffer, Unpack
 
 __all__ = ["SimulatedEngine"]
 
 
-class SimulatedEngine(Engine):
+class SimulatedEngine(Engine, Paced):
     """An engine from an ``EngineProfile``; see the module docstring for bytes vs time.
 
     ``pacing`` (a positive factor) makes ``process`` sleep until the modelled
@@ -42,20 +41,12 @@ class SimulatedEngine(Engine):
     paced: their time was really spent.
     """
 
-    def __init__(
-        self,
-        profile: EngineProfile,
-        *,
-        pacing: float | None = None,
-        clock: VirtualClock | None = None,
-    ) -> None:
+    def __init__(self, profile: EngineProfile, **clocking: Unpack[Clocking]) -> None:
         profile.validate()
+        if profile.measured:
+            clocking["pacing"] = None
+        super().__init__(profile.capabilities.channels, **clocking)
         self._profile = profile
-        self.pacing = None if profile.measured else pacing
-        self.clock = clock or VirtualClock(
-            profile.capabilities.channels, time_scale=self.pacing or 1.0
-        )
-        self._lock = threading.Lock()
         self._requests = 0
         self._bulk_calls = 0
         self._unit_calls = 0
@@ -86,8 +77,7 @@ class SimulatedEngine(Engine):
         # Software IVs are generated before the calls can be submitted.
         reservation = self.clock.reserve(durations, ready_ns=ready + int(cpu_ns))
         self._count(plan, cpu_ns)
-        if self.pacing:
-            self.clock.sleep_until(reservation.end_ns)
+        self._pace(reservation)
         return EngineResult(
             outputs=outputs,
             plan=plan,
@@ -98,10 +88,14 @@ class SimulatedEngine(Engine):
         )
 
     def _count(self, plan: CallPlan, cpu_ns: float) -> None:
+        calls = len(plan.calls)
+        bulk = plan.fallback_reason is None  # plan.bulk, without a property call per request
         with self._lock:
             self._requests += 1
-            self._bulk_calls += plan.bulk_calls
-            self._unit_calls += plan.unit_calls
+            if bulk:
+                self._bulk_calls += calls
+            else:
+                self._unit_calls += calls
             self._bytes[plan.op] += plan.nbytes
             self._cpu_ns += round(cpu_ns)
 
@@ -128,9 +122,6 @@ def _run_calls(
     """Make each planned call for real; per-unit calls get exactly one data unit."""
     transform = request.transform
     encrypt = request.op == "encrypt"
-    many: Callable[[Sequence[Buffer], int], list[bytes]] = (
-        transform.encrypt_segments if encrypt else transform.decrypt_segments
-    )
     outputs = request.outputs(views)
     convert = transform.encrypt_into if encrypt else transform.decrypt_into
     if len(plan.calls) == 1 and len(views) == 1:
@@ -138,6 +129,9 @@ def _run_calls(
         began = clock_ns()
         convert(views[0], plan.calls[0].sector, outputs[0])
         return outputs, [float(clock_ns() - began)]
+    many: Callable[[Sequence[Buffer], int], list[bytes]] = (
+        transform.encrypt_segments if encrypt else transform.decrypt_segments
+    )
     ends = list(accumulate(view.nbytes for view in views))
     starts = [0, *ends[:-1]]
     durations: list[float] = []

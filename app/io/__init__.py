@@ -1,4 +1,5 @@
-"""The one I/O layer under every front end (HTTP range I/O, NBD, the cluster relay).
+"""The one I/O layer under every front end (HTTP range I/O, NBD; a request the cluster
+relays reaches it on the owner node).
 
 It owns the neutral op type (``Io``), the one way into a volume (``execute``, and
 ``start_inline`` for a batch an event loop may start itself), the admission every
@@ -7,6 +8,6 @@ the event loop (``IoExecutor``) and the error vocabulary each front end maps onc
 (``IoStatus``). The partial-block rule is the volume's (``app.dm.datapath``): a
 batch of any alignment goes in as it is.
 
-Imports ``dm``, ``blk``, ``errors`` and ``vocab``; never a front end (``api``,
+Imports ``dm``, ``errors`` and ``vocab``; never a front end (``api``,
 ``nbd``), never HTTP or SQL.
 """

@@ -57,6 +57,8 @@ from app.luks.kdf import (
     KdfCeiling,
     KdfType,
     pbkdf2,
+    timed_argon2,
+    timed_pbkdf2,
 )
 
 LUKS2_HDR_SIZE = 16384
@@ -72,25 +74,36 @@ SALT_BYTES = 32
 
 @dataclass(frozen=True, slots=True)
 class PbkdfOptions:
-    """A new keyslot's PBKDF; None fields take cryptsetup's defaults, capped by the ceiling."""
+    """A new keyslot's PBKDF; None fields take fixed defaults, capped by the ceiling: PBKDF2
+    1,000,000 iterations; Argon2 4 passes, 1 GiB, min(4, CPUs) threads. ``iter_time_ms``
+    (cryptsetup's ``--iter-time``) instead times the derivation here and picks the
+    iterations (PBKDF2), or the passes and, unless given, the memory (Argon2)."""
 
     type: KdfType | None = None
     hash: str = "sha256"
     iterations: int | None = None
     memory_kib: int | None = None
     parallel: int | None = None
+    iter_time_ms: int | None = None
 
-    def kdf(self, version: int, ceiling: KdfCeiling) -> Kdf:
+    def kdf(self, version: int, ceiling: KdfCeiling, key_bytes: int) -> Kdf:
+        """The keyslot's KDF for a ``key_bytes`` key; timing it (``iter_time_ms``) costs
+        about an eighth of that time, on the calling thread."""
         kind = self.type or ("argon2id" if version == 2 else "pbkdf2")
         if version == 1 and kind != "pbkdf2":
             raise LuksError("LUKS1 keyslots use pbkdf2 only")
         if self.hash not in HASHES:
             raise LuksError(f"unsupported hash {self.hash!r} (sha1, sha256, sha512)")
+        if self.iter_time_ms is not None and self.iterations is not None:
+            raise LuksError("give iterations or iter_time_ms, not both")
         salt = secrets.token_bytes(SALT_BYTES)
         if kind == "pbkdf2":
             if self.memory_kib is not None or self.parallel is not None:
                 raise LuksError("memory_kib and parallel are Argon2 parameters")
-            iterations = self.iterations or min(DEFAULT_PBKDF2_ITERATIONS, ceiling.iterations)
+            if self.iter_time_ms is not None:
+                iterations = timed_pbkdf2(self.hash, key_bytes, self.iter_time_ms, ceiling)
+            else:
+                iterations = self.iterations or min(DEFAULT_PBKDF2_ITERATIONS, ceiling.iterations)
             if iterations < MIN_PBKDF2_ITERATIONS:
                 raise LuksError(f"PBKDF2 iterations below {MIN_PBKDF2_ITERATIONS}")
             kdf = Kdf("pbkdf2", salt, hash=self.hash, iterations=iterations)
@@ -102,6 +115,16 @@ class PbkdfOptions:
                 raise LuksError(
                     f"Argon2 needs iterations >= {ARGON2_MIN_TIME} and memory_kib >= "
                     f"{ARGON2_MIN_MEMORY_KIB}"
+                )
+            if self.iter_time_ms is not None and parallel <= ceiling.parallel:
+                time, memory = timed_argon2(
+                    kind,
+                    key_bytes,
+                    self.iter_time_ms,
+                    memory,
+                    parallel,
+                    ceiling,
+                    memory_fixed=self.memory_kib is not None,
                 )
             kdf = Kdf(kind, salt, time=time, memory_kib=memory, parallel=parallel)
         kdf.check(ceiling)
@@ -338,7 +361,7 @@ def format_device(
     name, _, mode = options.cipher.partition("-")
     if version == 1 and (options.cipher.startswith("capi:") or len(name) > 31 or len(mode) > 31):
         raise LuksError("LUKS1 names a cipher as cipher-chainmode-ivmode, up to 31 characters each")
-    kdf = options.pbkdf.kdf(version, ceiling)
+    kdf = options.pbkdf.kdf(version, ceiling, key_bytes)
     area_size = _material_size(key_bytes, AF_STRIPES)
     if version == 1:
         area_sectors = -(-area_size // 4096) * 8
@@ -463,10 +486,7 @@ def add_key(
             raise LuksError(f"all {header.max_keyslots} keyslots are in use")
         number = free[0]
         if header.version == 1:
-            options = PbkdfOptions(
-                pbkdf.type, header.hash, pbkdf.iterations, pbkdf.memory_kib, pbkdf.parallel
-            )
-            kdf = options.kdf(1, ceiling)
+            kdf = replace(pbkdf, hash=header.hash).kdf(1, ceiling, header.key_size)
             size = _material_size(header.key_size, AF_STRIPES)
             slot = Keyslot(
                 header.key_size,
@@ -479,7 +499,7 @@ def add_key(
                 header.hash,
             )
         else:
-            kdf = pbkdf.kdf(2, ceiling)
+            kdf = pbkdf.kdf(2, ceiling, header.key_size)
             size = -(-_material_size(header.key_size, AF_STRIPES) // LUKS2_AREA_ALIGN)
             size *= LUKS2_AREA_ALIGN
             model = next(iter(header.keyslots.values()), None)

@@ -8,6 +8,8 @@ work, and refused as ``LuksError``.
 from __future__ import annotations
 
 import hashlib
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
@@ -97,6 +99,75 @@ class Kdf:
             memory_cost=self.memory_kib,
         )
         return bytearray(kdf.derive(secret))
+
+
+def _seconds_per_unit(work: Callable[[int], object], units: int, enough: float) -> float:
+    """CPU seconds of this thread per unit of ``work(units)``, doubling ``units`` until one run
+    takes ``enough``: thread CPU time, so other threads and the machine's load do not count."""
+    while True:
+        started = time.thread_time()
+        work(units)
+        spent = time.thread_time() - started
+        if spent >= enough:
+            return spent / units
+        units *= 2
+
+
+def _benchmark_span(target_ms: int) -> float:
+    """How long the measuring run lasts: an eighth of the target, within 5..100 ms."""
+    return min(0.1, max(0.005, target_ms / 8000))
+
+
+def timed_pbkdf2(hash_name: str, key_bytes: int, target_ms: int, ceiling: KdfCeiling) -> int:
+    """PBKDF2 iterations that take about ``target_ms`` here (cryptsetup's ``--iter-time``),
+    at least ``MIN_PBKDF2_ITERATIONS`` and at most the ceiling."""
+    salt = bytes(32)
+    per_iteration = _seconds_per_unit(
+        lambda n: pbkdf2(hash_name, b"benchmark", salt, n, key_bytes),
+        MIN_PBKDF2_ITERATIONS,
+        _benchmark_span(target_ms),
+    )
+    iterations = int(target_ms / 1000 / per_iteration)
+    return max(MIN_PBKDF2_ITERATIONS, min(iterations, ceiling.iterations))
+
+
+def timed_argon2(
+    kind: KdfType,
+    key_bytes: int,
+    target_ms: int,
+    memory_kib: int,
+    parallel: int,
+    ceiling: KdfCeiling,
+    *,
+    memory_fixed: bool,
+) -> tuple[int, int]:
+    """(time cost, memory KiB) of an Argon2 derivation taking about ``target_ms`` here.
+
+    As cryptsetup does: the passes grow from 4 at ``memory_kib``; when 4 passes already take
+    longer, the memory shrinks instead (unless the caller fixed it). Cost is taken as
+    proportional to memory x passes, measured at 4 passes on a growing memory size.
+    """
+    argon2 = Argon2id if kind == "argon2id" else Argon2i
+    floor = max(ARGON2_MIN_MEMORY_KIB, 8 * parallel)
+
+    def derive(memory: int) -> bytes:
+        return argon2(
+            salt=bytes(16),
+            length=key_bytes,
+            iterations=ARGON2_MIN_TIME,
+            lanes=parallel,
+            memory_cost=memory,
+        ).derive(b"benchmark")
+
+    per_kib_pass = (
+        _seconds_per_unit(derive, min(max(floor, 1024), memory_kib), _benchmark_span(target_ms))
+        / ARGON2_MIN_TIME
+    )
+    budget = target_ms / 1000 / per_kib_pass
+    passes = int(budget / memory_kib)
+    if passes >= ARGON2_MIN_TIME or memory_fixed:
+        return max(ARGON2_MIN_TIME, min(passes, ceiling.time)), memory_kib
+    return ARGON2_MIN_TIME, max(floor, int(budget / ARGON2_MIN_TIME))
 
 
 def pbkdf2(hash_name: str, secret: Buffer, salt: bytes, iterations: int, length: int) -> bytes:

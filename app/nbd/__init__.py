@@ -2,6 +2,7 @@
 
 A second front end beside the HTTP API, on the same ``Volume`` objects (queue,
 statistics, lifecycle, ciphertext). ``protocol`` is pure message packing and
-checking; ``server`` is the asyncio server. Imports ``control``, ``dm`` and
-``blk`` below it; never ``api`` (a sibling front end), FastAPI or SQL.
+checking; ``server`` is the asyncio server, which reaches volumes through ``io`` (one
+batch API, one admission) and finds them through ``control``. Never imports ``api`` (a
+sibling front end), FastAPI or SQL.
 """

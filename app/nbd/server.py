@@ -45,6 +45,7 @@ from datetime import UTC, datetime
 from typing import Any, TypeVar, cast
 
 from app.blk import mempool
+from app.config import NbdSettings
 from app.control import Control
 from app.dm.volume import Volume
 from app.errors import ReqcryptError
@@ -172,20 +173,17 @@ class NbdServer:
         control: Control,
         executor: IoExecutor,
         admission: VolumeAdmission,
+        settings: NbdSettings,
         *,
-        host: str,
-        port: int,
-        max_in_flight: int,
-        max_in_flight_bytes: int,
         tls: ssl.SSLContext | None = None,
     ) -> None:
         self.control = control
         self.executor = executor
         self.admission = admission
-        self.max_in_flight = max_in_flight
-        self.max_in_flight_bytes = max_in_flight_bytes
-        self.host = host
-        self.requested_port = port
+        self.max_in_flight = settings.nbd_max_in_flight
+        self.max_in_flight_bytes = settings.nbd_max_in_flight_bytes
+        self.host = settings.host
+        self.requested_port = settings.nbd_port
         self.tls = tls
         self.connections: set[NbdConnection] = set()
         self.stats: dict[str, ExportStats] = {}

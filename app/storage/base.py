@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
-from typing import ClassVar
+from typing import ClassVar, Protocol, TypeVar
 
 from typing_extensions import Buffer
 
@@ -13,6 +13,20 @@ from app.vocab import Wait
 
 def _done() -> None:
     return None
+
+
+class _Closable(Protocol):
+    def close(self) -> object: ...
+
+
+_ClosableT = TypeVar("_ClosableT", bound=_Closable)
+
+
+def close_all(handles: dict[str, _ClosableT]) -> None:
+    """Close every handle an owner holds (stores, pool I/O contexts) and forget them."""
+    for handle in handles.values():
+        handle.close()
+    handles.clear()
 
 
 class BackingStore(ABC):

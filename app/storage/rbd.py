@@ -21,7 +21,7 @@ from typing import Any, NoReturn
 from typing_extensions import Buffer
 
 from app.errors import AlreadyExists, DeviceBusy, DeviceClaimed, Fenced, InvalidInput, Unavailable
-from app.storage.base import BackingStore
+from app.storage.base import BackingStore, close_all
 from app.vocab import Wait
 
 try:
@@ -68,6 +68,9 @@ class CephCluster:
         options = {
             # a discard must read back as zeros even where it covers part of an object
             "rbd_skip_partial_discard": "false",
+            # aio requests are issued on the submitting thread (a data path worker), not
+            # handed to librbd's one op thread first: a thread hop per I/O saved
+            "rbd_non_blocking_aio": "false",
             "client_mount_timeout": str(max(1, round(self.timeout_seconds))),
         }
         if self.keyring is not None:
@@ -151,9 +154,7 @@ class CephCluster:
 
     def close(self) -> None:
         with self._lock:
-            for ioctx in self._ioctxs.values():
-                ioctx.close()
-            self._ioctxs.clear()
+            close_all(self._ioctxs)
             if self._rados is not None:
                 self._rados.shutdown()
                 self._rados = None
@@ -168,9 +169,72 @@ def _io_error(code: int | None, what: str, detail: str) -> NoReturn:
     raise OSError(code or errno.EIO, f"{what}: {detail}") from None
 
 
-def _hold(data: bytes, completion: Any) -> None:
-    """An aio_write's callback: it keeps ``data`` alive until librbd is done with it, since
-    the binding passes librbd a raw pointer into it and holds no reference itself."""
+class _Group:
+    """The aio requests one thread submitted since it last waited (a dispatch batch): the
+    first wait sleeps once, until the last of them has called back, and the others find
+    their results set, rather than one wake-up of the dispatcher per completion."""
+
+    __slots__ = ("called_back", "closed", "event", "submitted")
+
+    def __init__(self) -> None:
+        self.submitted = 0
+        self.called_back: list[None] = []  # appended to: atomic from any callback thread
+        self.closed = False
+        self.event = threading.Event()
+
+    def call_back(self) -> None:
+        self.called_back.append(None)
+        if self.closed and len(self.called_back) == self.submitted:
+            self.event.set()
+
+    def wait(self) -> None:
+        """Close the group and wait until all of it called back; set from then on."""
+        self.closed = True
+        if len(self.called_back) < self.submitted:
+            self.event.wait()
+        else:
+            self.event.set()
+
+
+class _Aio:
+    """One aio request: its callback (on a librbd thread, under the GIL) records the
+    result, and ``data`` (a write's, to which the binding passes librbd a raw pointer and
+    keeps no reference; a read's, as it landed) stays referenced until then."""
+
+    __slots__ = ("code", "completion", "data", "group")
+
+    def __init__(self, group: _Group, data: bytes | None = None) -> None:
+        group.submitted += 1
+        self.group = group
+        self.data = data
+        self.code: int | None = None
+        self.completion: Any = None
+
+    def written(self, completion: Any) -> None:
+        self.data = None
+        self.code = completion.get_return_value()
+        self.group.call_back()
+
+    def read(self, completion: Any, data: bytes | None) -> None:
+        self.data = data
+        self.code = completion.get_return_value()
+        self.group.call_back()
+
+    def failed(self) -> None:
+        """Not submitted after all: counted as called back, so its group's wait ends."""
+        self.code = 0
+        self.group.call_back()
+
+    def result(self) -> int:
+        """The request's return value, once it and the rest of its group called back.
+        A request submitted into a group another thread had already closed (so the group
+        may be done without it) waits for its own completion."""
+        if self.code is None:
+            self.group.wait()
+            if self.code is None:
+                self.completion.wait_for_complete_and_cb()
+        assert self.code is not None
+        return self.code
 
 
 class RbdStore(BackingStore):
@@ -181,7 +245,8 @@ class RbdStore(BackingStore):
     (``aio=False``: one synchronous call per request, as ``readv_into``/``writev``).
     The binding runs every completion on librbd's one callback thread (shared by every
     image of the connection) under the GIL, so callbacks only hand the result over: the
-    waiting dispatcher copies, decrypts and raises.
+    waiting dispatcher copies, decrypts and raises. A dispatcher sleeps once per batch
+    (``_Group``), not once per request.
     """
 
     def __init__(
@@ -196,6 +261,7 @@ class RbdStore(BackingStore):
     ) -> None:
         self.image_name = image
         self.aio = aio
+        self._groups = threading.local()
         self._ioctx = ioctx
         self._cluster = cluster
         if create:
@@ -224,6 +290,14 @@ class RbdStore(BackingStore):
         if self._cluster is not None and code == errno.ESHUTDOWN:
             self._cluster.refused(self._ioctx)
         _io_error(code, what, detail)
+
+    def _call(self, what: str, call: Callable[..., Any], *args: Any) -> Any:
+        """``call(*args)``, one librbd call on the image (an aio one returns its completion);
+        its error names ``what``."""
+        try:
+            return call(*args)
+        except rbd.Error as exc:
+            self._failed(exc, what)
 
     def read_into(self, offset: int, buffer: memoryview) -> None:
         self.check_range(offset, len(buffer))
@@ -277,6 +351,28 @@ class RbdStore(BackingStore):
         except rbd.Error as exc:
             self._failed(exc, f"write to {self.image_name}")
 
+    def _group(self) -> _Group:
+        """This thread's open group, a new one once its last was waited for."""
+        group: _Group | None = getattr(self._groups, "group", None)
+        if group is None or group.closed:
+            group = self._groups.group = _Group()
+        return group
+
+    def _submitted(self, aio: _Aio, verb: str, submit: Callable[[], Any]) -> None:
+        """``submit()``'s completion kept for ``aio``; its failure raised as the domain's
+        (``verb``: "read of" or "write to", the message made only then)."""
+        try:
+            aio.completion = submit()
+        except rbd.Error as exc:
+            aio.failed()
+            self._failed(exc, f"{verb} {self.image_name}")
+
+    def _waited(self, aio: _Aio, verb: str) -> None:
+        """Wait for ``aio``; librbd's error raised as the domain's."""
+        code = aio.result()
+        if code < 0:
+            self._failed_with(-code, f"{verb} {self.image_name}", os.strerror(-code))
+
     def submit_readv(self, offset: int, buffers: Sequence[memoryview]) -> Wait:
         """One aio_read for the whole request (``readv_into`` says why not one per segment),
         scattered into the segments by the waiter."""
@@ -285,26 +381,17 @@ class RbdStore(BackingStore):
         views = [memoryview(buffer).cast("B") for buffer in buffers]
         length = sum(len(view) for view in views)
         self.check_range(offset, length)
-        what = f"read of {self.image_name}"
-        landed: list[bytes] = []
-
-        def oncomplete(_completion: Any, data: bytes | None) -> None:
-            if data is not None:
-                landed.append(data)
-
-        try:
-            completion = self._image.aio_read(offset, length, oncomplete)
-        except rbd.Error as exc:
-            self._failed(exc, what)
+        aio = _Aio(self._group())
+        self._submitted(aio, "read of", partial(self._image.aio_read, offset, length, aio.read))
 
         def wait() -> None:
-            completion.wait_for_complete_and_cb()
-            code = completion.get_return_value()
-            if code < 0:
-                self._failed_with(-code, what, os.strerror(-code))
-            if code != length:
+            self._waited(aio, "read of")
+            code = aio.code
+            if code != length or aio.data is None:
+                what = f"read of {self.image_name}"
                 self._failed_with(errno.EIO, what, f"{code} of {length} bytes")
-            data = memoryview(landed[0])
+            data = memoryview(aio.data)
+            aio.data = None
             position = 0
             for view in views:
                 view[:] = data[position : position + len(view)]
@@ -314,44 +401,26 @@ class RbdStore(BackingStore):
 
     def submit_writev(self, offset: int, buffers: Sequence[Buffer]) -> Wait:
         """One aio_write of the gathered segments (the copy ``writev`` makes anyway, so the
-        caller's buffers are free at once)."""
+        caller's buffers are free at once; an immutable ``bytes`` goes as it is)."""
         if not self.aio:
             return super().submit_writev(offset, buffers)
-        data = b"".join(memoryview(buffer).cast("B") for buffer in buffers)
+        single = buffers[0] if len(buffers) == 1 else None
+        data = single if isinstance(single, bytes) else b"".join(buffers)
         self.check_range(offset, len(data))
-        what = f"write to {self.image_name}"
-        try:
-            completion = self._image.aio_write(data, offset, partial(_hold, data))
-        except rbd.Error as exc:
-            self._failed(exc, what)
-
-        def wait() -> None:
-            completion.wait_for_complete_and_cb()
-            code = completion.get_return_value()
-            if code < 0:
-                self._failed_with(-code, what, os.strerror(-code))
-
-        return wait
+        aio = _Aio(self._group(), data)
+        self._submitted(aio, "write to", partial(self._image.aio_write, data, offset, aio.written))
+        return partial(self._waited, aio, "write to")
 
     def flush(self) -> None:
-        try:
-            self._image.flush()
-        except rbd.Error as exc:
-            self._failed(exc, f"flush of {self.image_name}")
+        self._call(f"flush of {self.image_name}", self._image.flush)
 
     def discard(self, offset: int, length: int) -> None:
         self.check_range(offset, length)
-        try:
-            self._image.discard(offset, length)
-        except rbd.Error as exc:
-            self._failed(exc, f"discard on {self.image_name}")
+        self._call(f"discard on {self.image_name}", self._image.discard, offset, length)
 
     def write_zeroes(self, offset: int, length: int) -> None:
         self.check_range(offset, length)
-        try:
-            self._image.write_zeroes(offset, length)
-        except rbd.Error as exc:
-            self._failed(exc, f"write-zeroes on {self.image_name}")
+        self._call(f"write-zeroes on {self.image_name}", self._image.write_zeroes, offset, length)
 
     def allocated_bytes(self) -> int:
         """Bytes of the objects that exist (object granularity, from the object map)."""

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from app.errors import AlreadyExists, DeviceNotFound, InvalidInput
-from app.storage.base import BackingStore
+from app.storage.base import BackingStore, close_all
 from app.storage.file import FileStore
 from app.storage.rbd import CephCluster, RbdStore
 from app.vocab import StoreKind
@@ -149,8 +149,6 @@ class DeviceRegistry:
 
     def close(self) -> None:
         with self._lock:
-            for store in self._stores.values():
-                store.close()
-            self._stores.clear()
+            close_all(self._stores)
             if self.ceph is not None:
                 self.ceph.close()

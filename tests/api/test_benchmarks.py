@@ -12,7 +12,7 @@ import pytest
 from fastapi import FastAPI
 
 from app.bench import report
-from app.bench.spec import DEFAULT_ROUNDS
+from app.bench.spec import ROUNDS
 from app.engine.cost import ModelledWorkload, predict_workload
 from app.engine.model import DeviceModel, EngineProfile
 from app.errors import InvalidInput
@@ -73,8 +73,8 @@ async def test_a_template_job_reports_one_cell_per_sweep_point(
     finished: dict[str, Any],
 ) -> None:
     assert finished["progress"] == 1.0
-    # two cells, each one warm-up round and DEFAULT_ROUNDS kept rounds of 1 MiB
-    assert finished["bytes_done"] == 2 * (1 << 20) * (DEFAULT_ROUNDS + 1)
+    # two cells, each one warm-up round and ROUNDS.default kept rounds of 1 MiB
+    assert finished["bytes_done"] == 2 * (1 << 20) * (ROUNDS.default + 1)
     cells = finished["cells"]
     assert [cell["dispatch_mode"] for cell in cells] == ["bio", "request"]
     for cell in cells:

@@ -197,7 +197,7 @@ async def test_a_body_arriving_too_slowly_is_a_408_and_writes_nothing(
     assert app.state.reqcrypt.admission.in_flight(volume) == 0
 
 
-async def test_a_body_paced_within_its_deadline_is_written(client: httpx.AsyncClient) -> None:
+async def test_a_body_trickled_within_its_deadline_is_written(client: httpx.AsyncClient) -> None:
     await make_device(client, "sda2", MiB)
     await make_volume(client, "v", table=xts_table(sectors=64))
     data = os.urandom(4096)

@@ -32,10 +32,10 @@ DURATION_S = 6
 ROUNDS = 3
 SECRET = "reqcrypt-bench-passphrase"
 WORKLOADS = {  # name: (fio rw, block size, iodepth, target ratio reqcrypt / qemu-nbd)
-    "seq write 1 MiB": ("write", "1M", 8, 3.0),
-    "rand write 4 KiB": ("randwrite", "4k", 32, 0.5),
-    "rand read 4 KiB": ("randread", "4k", 32, 0.5),
-    "seq read 1 MiB": ("read", "1M", 8, 3.0),
+    "seq write 1 MiB": ("write", "1M", 8, 4.0),
+    "rand write 4 KiB": ("randwrite", "4k", 32, 0.6),
+    "rand read 4 KiB": ("randread", "4k", 32, 0.6),
+    "seq read 1 MiB": ("read", "1M", 8, 4.0),
 }
 
 

@@ -150,9 +150,10 @@ def test_a_frozen_owner_drops_the_volume_without_writing(
     cluster: Callable[..., Node],
 ) -> None:
     """SIGSTOP the owner past its lease: b takes the lease but cannot claim the device file
-    (the stopped process still holds its lock: file-backed fencing), so nothing is served.
-    On SIGCONT the owner finds its lease gone, refuses the write it is sent, drops the
-    volume and its lock; then b serves the data as last flushed."""
+    (the stopped process still holds its lock: a file cannot fence a live holder), so
+    nothing is served. On SIGCONT the owner finds its lease gone and drops the volume and
+    its lock without writing; a write sent to it then is redirected to the lease's owner,
+    b, which serves the data as last flushed."""
     a, b = cluster("a"), cluster("b")
     a.start()
     b.start()
@@ -168,9 +169,11 @@ def test_a_frozen_owner_drops_the_volume_without_writing(
     with http(b) as client:
         assert client.get("/v1/volumes/v").status_code == 503  # b owns it, cannot serve yet
     a.signal(signal.SIGCONT)
+    a.wait_dropped()
     with http(a) as client:
         late = write(client, 0, b"\xff" * 4096)
-        assert late.status_code in (307, 503), late.status_code
+    assert late.status_code == 307, late.status_code
+    assert late.headers["location"] == f"{b.base}/v1/volumes/v/data"
     wait_owner(b, "b")
     with http(b) as client:
         assert read(client, 0, 4096) == before
@@ -368,6 +371,45 @@ def test_a_table_stacking_onto_another_nodes_volume_is_a_conflict(
     assert loaded.status_code == 409, loaded.text
     assert loaded.headers["content-type"] == "application/problem+json"
     assert f"volume cl is served by node {lower_owner.node_id}" in loaded.json()["detail"]
+
+
+def test_a_luks_header_changes_only_on_the_node_serving_a_volume_over_the_device(
+    pair: tuple[Node, Node],
+) -> None:
+    """luksFormat, luksAddKey and luksKillSlot from a node that does not serve the volume
+    mapping the device are refused (409); the serving node adds a key, and still refuses
+    to format a device its volume maps; any node reads the dump, wherever the device was
+    made."""
+    cheap = {"type": "pbkdf2", "iterations": 1000}
+    with http(pair[0]) as client:
+        response = client.post("/v1/devices", json={"name": "plx", "size_bytes": 32 << 20})
+        assert response.status_code == 201, response.text
+        formatted = client.post("/v1/devices/plx/luks", json={"passphrase": "p", "pbkdf": cheap})
+        assert formatted.status_code == 201, formatted.text
+        created = client.post("/v1/volumes", json={"name": "lx", "table": "0 8 linear plx 0"})
+        assert created.status_code == 201, created.text
+    serving, other = owner_and_other(pair, "lx")
+    add = {"passphrase": "p", "new_passphrase": "q", "pbkdf": cheap}
+    with http(other) as client:
+        assert client.get("/v1/devices/plx/luks").status_code == 200
+        refused = [
+            client.post("/v1/devices/plx/luks", json={"passphrase": "p", "pbkdf": cheap}),
+            client.post("/v1/devices/plx/luks/keyslots", json=add),
+            client.request("DELETE", "/v1/devices/plx/luks/keyslots/0", json={"force": True}),
+        ]
+    for response in refused:
+        assert response.status_code == 409, response.text
+        assert response.headers["content-type"] == "application/problem+json"
+        assert (
+            "mapped by volume(s) lx, served by another cluster node" in (response.json()["detail"])
+        )
+    with http(serving) as client:
+        added = client.post("/v1/devices/plx/luks/keyslots", json=add)
+        assert added.status_code == 201, added.text
+        assert [slot["slot"] for slot in added.json()["dump"]["keyslots"]] == [0, 1]
+        busy = client.post("/v1/devices/plx/luks", json={"passphrase": "p", "pbkdf": cheap})
+        assert busy.status_code == 409
+        assert "mapped by volume(s) lx" in busy.json()["detail"]
 
 
 def test_a_stacked_volume_over_volumes_of_two_nodes_is_refused(pair: tuple[Node, Node]) -> None:

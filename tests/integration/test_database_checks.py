@@ -35,7 +35,7 @@ def sql_ascii_url() -> Iterator[str]:
 def test_serve_refuses_a_sql_ascii_database_in_one_line(sql_ascii_url: str, tmp_path: Path) -> None:
     name = sql_ascii_url.rsplit("/", 1)[1]
     assert serve_refused(tmp_path / "data", sql_ascii_url) == [
-        f"reqcrypt: database {name!r} has encoding SQL_ASCII; reqcrypt needs UTF8: create it "
+        f"reqcrypt: serve: database {name!r} has encoding SQL_ASCII; reqcrypt needs UTF8: create it "
         f"with CREATE DATABASE {name} ENCODING 'UTF8' TEMPLATE template0 "
         f"(or createdb -E UTF8 -T template0 {name})"
     ]
@@ -44,7 +44,7 @@ def test_serve_refuses_a_sql_ascii_database_in_one_line(sql_ascii_url: str, tmp_
 def test_serve_refuses_an_unreachable_postgresql_in_one_line(tmp_path: Path) -> None:
     url = f"postgresql://reqcrypt@127.0.0.1:{free_port()}/reqcrypt"
     [line] = serve_refused(tmp_path / "data", url)
-    assert line.startswith("reqcrypt: cannot connect to PostgreSQL at 127.0.0.1:")
+    assert line.startswith("reqcrypt: serve: cannot connect to PostgreSQL at 127.0.0.1:")
 
 
 def test_serve_refuses_a_database_migrated_by_a_newer_reqcrypt(tmp_path: Path) -> None:
@@ -55,7 +55,7 @@ def test_serve_refuses_a_database_migrated_by_a_newer_reqcrypt(tmp_path: Path) -
         connection.execute(text("UPDATE alembic_version SET version_num = 'f00dfeedbeef'"))
     engine.dispose()
     assert serve_refused(tmp_path / "data", url) == [
-        "reqcrypt: the database is at migration f00dfeedbeef, which this reqcrypt does not "
+        "reqcrypt: serve: the database is at migration f00dfeedbeef, which this reqcrypt does not "
         f"know (its newest is {migrate.head_revision(url)}): run the newer reqcrypt, or "
         "restore a backup taken before it migrated"
     ]

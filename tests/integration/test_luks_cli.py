@@ -146,3 +146,21 @@ def test_a_wrong_passphrase_exits_non_zero_with_the_problem(server: Server, tmp_
     )
     assert result.returncode == 1
     assert "403 no keyslot opens with this passphrase" in result.stderr
+
+
+def test_iter_time_times_the_new_keyslots(server: Server, tmp_path: Path) -> None:
+    headers = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
+    device = {"name": "sdd", "size_bytes": 32 << 20}
+    httpx.post(f"{server.base}/v1/devices", json=device, headers=headers).raise_for_status()
+    key = tmp_path / "k.key"
+    key.write_text("first")
+    new = tmp_path / "new.key"
+    new.write_text("second")
+    reqcrypt(server, "format", "sdd", "--key-file", str(key), "--pbkdf", "pbkdf2",
+             "--iter-time", "20")  # fmt: skip
+    reqcrypt(server, "add-key", "sdd", str(new), "--key-file", str(key), "--pbkdf", "argon2id",
+             "--pbkdf-memory", "8192", "--pbkdf-parallel", "1", "-i", "30")  # fmt: skip
+    slots = json.loads(reqcrypt(server, "dump", "sdd", "--json").stdout)["keyslots"]
+    assert 1000 < slots[0]["pbkdf"]["iterations"] < 1_000_000
+    assert slots[1]["pbkdf"]["memory_kib"] == 8192
+    assert slots[1]["pbkdf"]["iterations"] >= 4

@@ -359,7 +359,7 @@ def test_serve_with_a_wrong_master_key_exits_with_one_line_and_binds_nothing(
     anyio.run(populate, settings)
     path = replace_key_file(settings, "33" * 32)
     assert serve_refused(data_dir) == [
-        f"reqcrypt: the master key in {path} is not the one recorded in the database: "
+        f"reqcrypt: serve: the master key in {path} is not the one recorded in the database: "
         "supply the cluster's master key"
     ]
 
@@ -429,7 +429,7 @@ async def test_serve_of_a_second_node_with_its_own_data_directory_exits_with_one
     await populate(key_settings)
     data_dir = tmp_path / "node-b-data"
     assert serve_refused(data_dir, key_settings.resolved_database_url) == [
-        f"reqcrypt: {data_dir / 'master.key'} does not exist and the database has a master key "
+        f"reqcrypt: serve: {data_dir / 'master.key'} does not exist and the database has a master key "
         "recorded: supply the cluster's master key (that file or REQCRYPT_MASTER_KEY)"
     ]
     assert not (data_dir / "master.key").exists()

@@ -78,6 +78,20 @@ class Node(Server):
         assert self.process is not None
         self.process.send_signal(sig)
 
+    def serves(self, name: str = "v") -> bool:
+        """Whether this node serves volume ``name`` itself, asked of this node alone (a
+        volume's own metrics are exported by the node serving it, nothing is forwarded)."""
+        text = httpx.get(f"{self.base}/metrics", timeout=10).text
+        return f'reqcrypt_volume_in_flight{{volume="{name}"}}' in text
+
+    def wait_dropped(self, name: str = "v") -> None:
+        """Until this node no longer serves ``name`` (it found its lease gone and dropped
+        the volume): from then on it routes the volume's requests to the lease's owner."""
+        deadline = time.monotonic() + SETTLE
+        while self.serves(name):
+            assert time.monotonic() < deadline, f"{self.node_id} never dropped volume {name}"
+            time.sleep(0.1)
+
     def metric(self, name: str) -> float:
         text = httpx.get(f"{self.base}/metrics", timeout=10).text
         for line in text.splitlines():

@@ -53,7 +53,7 @@ ALLOWED: dict[str, set[str]] = {
         "main",  # `reqcrypt bench` builds the service's state in process
     },
     "metrics": {"cluster", "control", "nbd"},
-    "nbd": {"blk", "control", "dm", "errors", "io", "vocab"},
+    "nbd": {"blk", "config", "control", "dm", "errors", "io", "vocab"},
     "keyfiles": {"config"},
     "state": {"bench", "cluster", "config", "control", "engine", "io", "nbd"},
     "api": {
@@ -144,6 +144,28 @@ def test_imports_point_downward(unit: str) -> None:
             if unit in NO_SQL and top in SQL:
                 offending.append(f"{path.relative_to(APP)} imports {module} (SQL)")
     assert offending == []
+
+
+def reachable(unit: str) -> set[str]:
+    """Every unit ``unit`` may import, directly or through the units it may import."""
+    seen: set[str] = set()
+    waiting = [unit]
+    while waiting:
+        for lower in ALLOWED[waiting.pop()] - seen:
+            seen.add(lower)
+            waiting.append(lower)
+    return seen
+
+
+DIRECTIONS = [("api", "io"), ("nbd", "io"), ("io", "dm"), ("cluster", "control"), ("control", "db")]
+"""The data path (front ends → the I/O layer → the volume) and ownership (cluster →
+control → records): each upper unit uses the lower one, which never reaches back."""
+
+
+@pytest.mark.parametrize(("upper", "lower"), DIRECTIONS)
+def test_the_data_path_and_ownership_point_one_way(upper: str, lower: str) -> None:
+    assert lower in ALLOWED[upper]
+    assert upper not in reachable(lower)
 
 
 def test_nothing_but_main_imports_the_http_front_end() -> None:

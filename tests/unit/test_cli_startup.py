@@ -1,11 +1,16 @@
-"""What ``reqcrypt serve`` says as it starts: every listener, and where the secrets are."""
+"""What ``reqcrypt serve`` says as it starts: every listener, where the secrets are, and
+why it (or ``rotate-master-key``) refuses to, in one line."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from app.cli import startup_lines
+import pytest
+from typer.testing import CliRunner
+
+from app.cli import cli, startup_lines
 from app.config import Settings
+from app.keyfiles import data_dir_lock
 
 
 def lines(tmp_path: Path, **fields: object) -> list[str]:
@@ -39,3 +44,26 @@ def test_an_io_token_from_the_environment_is_named(tmp_path: Path) -> None:
     shown = lines(tmp_path, io_token="i" * 32)
     assert "the io token (data path, read-only status) is in REQCRYPT_IO_TOKEN" in shown
     assert not any("i" * 32 in line for line in shown)
+
+
+@pytest.mark.parametrize("command", ["serve", "rotate-master-key"])
+def test_a_data_directory_in_use_is_one_error_line_naming_the_command(
+    tmp_path: Path, command: str
+) -> None:
+    settings = Settings(data_dir=tmp_path)
+    with data_dir_lock(settings, exclusive=True):
+        result = CliRunner().invoke(
+            cli, [command], env={"REQCRYPT_DATA_DIR": str(tmp_path)}, prog_name="reqcrypt"
+        )
+    assert result.exit_code == 1
+    assert result.stderr == f"reqcrypt: {command}: {tmp_path} is in use by a running reqcrypt\n"
+
+
+def test_a_data_directory_that_cannot_be_made_is_one_error_line(tmp_path: Path) -> None:
+    blocked = tmp_path / "file"
+    blocked.write_text("")
+    result = CliRunner().invoke(
+        cli, ["serve"], env={"REQCRYPT_DATA_DIR": str(blocked / "data")}, prog_name="reqcrypt"
+    )
+    assert result.exit_code == 1
+    assert result.stderr == f"reqcrypt: serve: {blocked / 'data'}: Not a directory\n"

@@ -98,6 +98,13 @@ def test_each_part_reads_its_settings_through_a_typed_view() -> None:
     assert settings.control.suspend_wait_seconds == 0.5
 
 
+def test_the_http_api_reads_its_limits_through_a_view() -> None:
+    http: dict[str, float] = {"max_body_bytes": 4096, "max_ranges": 2, "max_volume_ios": 9}
+    http |= {"body_timeout_seconds": 1.5, "head_timeout_seconds": 2.5}
+    http |= {"suspend_wait_seconds": 0.5}
+    assert Settings(**http).http.model_dump().items() >= http.items()
+
+
 def test_only_a_cluster_node_has_cluster_settings() -> None:
     assert Settings().cluster is None
     node = Settings(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import fields
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Depends, Query, Response
@@ -11,7 +12,7 @@ from app.api.deps import AdminDep, RoleDep, StateDep
 from app.api.problems import responses
 from app.bench import replay, report
 from app.bench.jobs import BenchmarkJobs
-from app.bench.spec import DEFAULT_ROUNDS, MAX_ROUNDS, MAX_WARMUP, JobSpec
+from app.bench.spec import ROUNDS, WARMUP, JobSpec
 from app.integers import JsonInt, integral_float
 from app.vocab import DATA_UNIT_SIZES, MAX_QUEUE_DEPTH, DispatchMode, ElevatorName
 
@@ -131,14 +132,21 @@ class BenchmarkCreate(BaseModel):
     sweep: SweepIn = Field(default_factory=SweepIn)
     label: str = ""
     rounds: JsonInt = Field(
-        default=DEFAULT_ROUNDS,
-        ge=1,
-        le=MAX_ROUNDS,
+        default=ROUNDS.default,
+        ge=ROUNDS.minimum,
+        le=ROUNDS.maximum,
         description="rounds kept per cell: its figure is their median with a 95 % interval",
     )
     warmup: JsonInt = Field(
-        default=1, ge=0, le=MAX_WARMUP, description="rounds run first and discarded"
+        default=WARMUP.default,
+        ge=WARMUP.minimum,
+        le=WARMUP.maximum,
+        description="rounds run first and discarded",
     )
+
+
+_REPLAY_CONFIG_FIELDS = {field.name for field in fields(replay.ReplayConfig)}
+"""What of a ``ReplayIn`` configures the modelled volume (the rest picks the trace and models)."""
 
 
 class ReplayCreate(BaseModel):
@@ -181,19 +189,11 @@ def start_benchmark(
 def _replay(body: ReplayCreate, jobs: BenchmarkJobs) -> str:
     """A replay is modelled, not run: computed here and recorded done."""
     given = body.replay
-    config = replay.ReplayConfig(
-        cipher=given.cipher,
-        sector_size=given.sector_size,
-        elevator=given.elevator,
-        queue_depth=given.queue_depth,
-        plug_window_us=given.plug_window_us,
-        loop=given.loop,
-        iodepth=given.iodepth,
-    )
+    config = replay.ReplayConfig(**given.model_dump(include=_REPLAY_CONFIG_FIELDS))
     result = replay.replay(
         replay.parse_trace(given.trace),
-        jobs.engines.profile(given.engine),
-        jobs.engines.device_model(given.device_model),
+        jobs.cells.engines.profile(given.engine),
+        jobs.cells.engines.device_model(given.device_model),
         config,
     )
     spec = {"label": body.label, "replay": given.model_dump(exclude={"trace"})}

@@ -34,10 +34,10 @@ async def null_write(request: Request, io: IoDep, thread: bool = False) -> Respo
     ``?thread=true`` adds the one worker-thread round trip every volume I/O makes,
     so benchmarks can tell that cost from the volume's own.
     """
-    settings = io.settings
-    length = int(request.headers.get("content-length", settings.max_body_bytes))
-    body = BodyReader(request, length, settings.body_timeout_seconds, settings.body_min_rate_bytes)
-    with mempool.borrow(min(settings.io_chunk_bytes, max(length, 1))) as buffer:
+    limits = io.limits
+    length = int(request.headers.get("content-length", limits.max_body_bytes))
+    body = BodyReader(request, length, limits.body_timeout_seconds, limits.body_min_rate_bytes)
+    with mempool.borrow(min(limits.io_chunk_bytes, max(length, 1))) as buffer:
         while await body.readinto(buffer):
             pass
     if thread:
@@ -72,7 +72,7 @@ async def null_read(
         "Content-Range": byte_range.content_range(size),
         "Content-Length": str(byte_range.length),
     }
-    chunk = io.settings.io_chunk_bytes
+    chunk = io.limits.io_chunk_bytes
     if byte_range.length <= chunk:
         return Response(
             memoryview(_zeros(chunk))[: byte_range.length],

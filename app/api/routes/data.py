@@ -23,7 +23,7 @@ from app.api.problems import responses
 from app.api.ranges import ByteRange, parse_content_range, parse_range
 from app.api.schemas import RangeIn
 from app.blk import mempool
-from app.config import Settings
+from app.config import HttpLimits
 from app.dm.generation import Precondition
 from app.dm.volume import Volume
 from app.errors import (
@@ -163,11 +163,11 @@ async def read_data(name: str, request: Request, io: IoDep) -> Response:
 
 
 async def _read_response(volume: Volume, request: Request, io: IoContext) -> Response:
-    headers, ranges = read_preconditions(request, volume, io.settings.max_ranges)
+    headers, ranges = read_preconditions(request, volume, io.limits.max_ranges)
     if headers is None:
         return Response(status_code=304, headers={"Accept-Ranges": "bytes", "ETag": etag(volume)})
     size = volume.size
-    chunk = io.settings.io_chunk_bytes
+    chunk = io.limits.io_chunk_bytes
     if ranges is None:
         headers["Content-Length"] = str(size)
         return StreamingResponse(
@@ -195,7 +195,7 @@ async def _read_response(volume: Volume, request: Request, io: IoContext) -> Res
             media_type=OCTETS,
             headers=weak_etag(headers),
         )
-    check_batch_bytes(sum(r.length for r in ranges), io.settings.max_batch_bytes)
+    check_batch_bytes(sum(r.length for r in ranges), io.limits.max_batch_bytes)
     boundary = secrets.token_hex(12)
     body, version = await io.executor.run(_read_batch, volume, ranges, boundary)
     return Response(
@@ -225,7 +225,7 @@ def weak_etag(headers: dict[str, str]) -> dict[str, str]:
 async def head_data(name: str, request: Request, io: IoDep) -> Response:
     """GET's headers without the body: size, ETag, and the Content-Range a Range would get."""
     volume = io.control.volume(name)
-    headers, ranges = read_preconditions(request, volume, io.settings.max_ranges)
+    headers, ranges = read_preconditions(request, volume, io.limits.max_ranges)
     if headers is None:
         return Response(status_code=304, headers={"Accept-Ranges": "bytes", "ETag": etag(volume)})
     size = volume.size
@@ -286,27 +286,27 @@ async def write_data(name: str, request: Request, io: IoDep, fua: bool = False) 
         return await write_range(request, io, volume, fua)
 
 
-def request_body(request: Request, settings: Settings, length: int) -> BodyReader:
-    return BodyReader(request, length, settings.body_timeout_seconds, settings.body_min_rate_bytes)
+def request_body(request: Request, limits: HttpLimits, length: int) -> BodyReader:
+    return BodyReader(request, length, limits.body_timeout_seconds, limits.body_min_rate_bytes)
 
 
 async def write_range(request: Request, io: IoContext, volume: Volume, fua: bool) -> Response:
     """A single-range PUT, received chunk by chunk into one buffer and written from it."""
-    settings = io.settings
+    limits = io.limits
     byte_range = parse_content_range(request.headers.get("content-range"), volume.size)
     declared = request.headers.get("content-length")
     if declared is None:
         raise HTTPException(411, "PUT needs Content-Length equal to the Content-Range length")
     if int(declared) != byte_range.length:
         raise InvalidRange(f"body is {declared} bytes but Content-Range covers {byte_range.length}")
-    if byte_range.length > settings.max_body_bytes:
+    if byte_range.length > limits.max_body_bytes:
         raise PayloadTooLarge(
-            f"body of {byte_range.length} bytes exceeds the {settings.max_body_bytes}-byte maximum"
+            f"body of {byte_range.length} bytes exceeds the {limits.max_body_bytes}-byte maximum"
         )
     precondition = if_match(request, volume)
     version = volume.generation
-    chunk = settings.io_chunk_bytes
-    body = request_body(request, settings, byte_range.length)
+    chunk = limits.io_chunk_bytes
+    body = request_body(request, limits, byte_range.length)
     position = byte_range.first
     end = byte_range.last + 1
     with mempool.borrow(min(chunk, byte_range.length)) as buffer:
@@ -334,16 +334,16 @@ async def write_batch(
     declared = request.headers.get("content-length")
     if declared is None:
         raise HTTPException(411, "a multipart PUT needs Content-Length")
-    check_batch_bytes(int(declared), io.settings.max_batch_bytes)
+    check_batch_bytes(int(declared), io.limits.max_batch_bytes)
     length = int(declared)
     data = memoryview(bytearray(length + 1))  # one byte more: a longer body shows
-    filled = await request_body(request, io.settings, length).readinto(data)
+    filled = await request_body(request, io.limits, length).readinto(data)
     if filled > length:
         raise InvalidRange(f"body is longer than its Content-Length {declared}")
     if filled != length:
         raise InvalidRange(f"body ended at byte {filled} of its Content-Length {declared}")
     parts = parse_byteranges_body(
-        data[:length], boundary, volume.size, max_parts=io.settings.max_ranges
+        data[:length], boundary, volume.size, max_parts=io.limits.max_ranges
     )
     writes = [Io.write(part.range.first, part.data) for part in parts]
     flush = [Io(Op.FLUSH, 0, 0)] if fua else []

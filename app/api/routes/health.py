@@ -35,10 +35,12 @@ def readyz(state: StateDep) -> dict[str, object] | Response:
         checks["database"] = f"unreachable: {type(exc).__name__}"
     if state.cluster is not None:
         age = state.cluster.heartbeat_age()
-        if age is None or age > state.settings.lease_seconds:
+        if age is None or age > state.cluster.settings.lease_seconds:
             checks["node"] = "no heartbeat within a lease: this node serves no volume"
         elif not state.cluster.announced_ready:
-            checks["node"] = "fenced off Ceph, reconnecting: no RBD volume, no placement here"
+            checks["node"] = (
+                "Ceph client blocklisted, reconnecting: no RBD volume, no placement here"
+            )
         else:
             checks["node"] = "ok"
     try:

@@ -27,7 +27,6 @@ from app.api.luks_schemas import (
 )
 from app.api.problems import responses
 from app.control import Control
-from app.errors import DeviceBusy
 from app.luks.device import add_key, dump, forget, format_device, kill_slot, open_table
 from app.luks.header import Disk, read_header
 from app.luks.kdf import KdfCeiling
@@ -61,7 +60,7 @@ async def run_kdf(request: Request, state: State, work: Callable[[], T]) -> T:
 
 
 def device(control: Control, name: str) -> Disk:
-    control.catalog.get(name)  # DeviceNotFound, as every device route says it
+    control.known_device(name)  # DeviceNotFound, as every device route says it
     return control.devices.get(name)
 
 
@@ -73,14 +72,13 @@ def dump_out(disk: Disk, state: State) -> LuksDumpOut:
 async def luks_format(
     name: str, body: LuksFormatIn, request: Request, state: StateDep, _: AdminDep
 ) -> LuksDumpOut:
-    """luksFormat: a new volume key and keyslot 0; refused while a volume maps the device."""
+    """luksFormat: a new volume key and keyslot 0; refused (409) while a volume maps the
+    device, here or on another cluster node."""
     control = state.control
 
     def work() -> LuksDumpOut:
-        disk = device(control, name)
-        users = control.stacking.users_of(name)
-        if users:
-            raise DeviceBusy(f"device {name} is mapped by volume(s) {', '.join(users)}")
+        control.check_header_change(name, unmapped=True)
+        disk = control.devices.get(name)
         secret = body.secret()
         try:
             with _header_writes:
@@ -102,15 +100,20 @@ async def luks_dump(name: str, state: StateDep, _: RoleDep) -> LuksDumpOut:
 
 
 @router.post(
-    "/keyslots", status_code=201, response_model=LuksKeyslotAddedOut, responses=responses(422)
+    "/keyslots",
+    status_code=201,
+    response_model=LuksKeyslotAddedOut,
+    responses=responses(409, 422),
 )
 async def luks_add_key(
     name: str, body: LuksKeyslotIn, request: Request, state: StateDep, _: AdminDep
 ) -> LuksKeyslotAddedOut:
-    """luksAddKey: the lowest free keyslot also opens with ``new_passphrase``."""
+    """luksAddKey: the lowest free keyslot also opens with ``new_passphrase``; refused (409)
+    while a volume another cluster node serves maps the device."""
 
     def work() -> LuksKeyslotAddedOut:
-        disk = device(state.control, name)
+        state.control.check_header_change(name, unmapped=False)
+        disk = state.control.devices.get(name)
         secret = body.secret()
         new = bytearray(body.new_passphrase.get_secret_value().encode())
         try:
@@ -128,10 +131,12 @@ async def luks_add_key(
 async def luks_kill_slot(
     name: str, slot: int, body: LuksKillIn, request: Request, state: StateDep, _: AdminDep
 ) -> Response:
-    """luksKillSlot: a passphrase of another keyslot; the last one only with ``force``."""
+    """luksKillSlot: a passphrase of another keyslot; the last one only with ``force``;
+    refused (409) while a volume another cluster node serves maps the device."""
 
     def work() -> None:
-        disk = device(state.control, name)
+        state.control.check_header_change(name, unmapped=False)
+        disk = state.control.devices.get(name)
         secret = body.optional_secret()
         try:
             with _header_writes:

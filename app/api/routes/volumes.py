@@ -52,7 +52,7 @@ def owner_out(volume: Volume, cluster: ClusterNode | None) -> OwnerOut | None:
         return None
     return OwnerOut(
         node=cluster.node,
-        url=cluster.url,
+        url=cluster.settings.advertised_url,
         lease_epoch=holding.lease.epoch,
         lease_expires_at=holding.lease.expires_at,
         lease_remaining_seconds=round(max(0.0, holding.deadline - time.monotonic()), 3),
@@ -131,7 +131,7 @@ def volume_out(volume: Volume, state: State, nbd: NbdServer | None = None) -> Vo
         if nbd is not None
         else [],
         owner=owner_out(volume, state.cluster),
-        suspend_wait_seconds=state.settings.suspend_wait_seconds,
+        suspend_wait_seconds=state.http.suspend_wait_seconds,
     )
 
 
@@ -162,7 +162,7 @@ def cluster_volumes(state: State) -> list[VolumeOut]:
                 nbd_export=record.nbd_export,
                 nbd_connections=[],
                 owner=recorded_owner_out(owners.get(record.info.uuid)),
-                suspend_wait_seconds=state.settings.suspend_wait_seconds,
+                suspend_wait_seconds=state.http.suspend_wait_seconds,
             )
         )
     return listed
@@ -331,15 +331,15 @@ def move_volume(name: str, body: MoveIn, request: Request, state: StateDep, _: A
     target = next((n for n in state.cluster.live_nodes() if n.node == body.node), None)
     if not state.cluster.move(name, body.node) or target is None:
         return volume_out(state.control.volume(name), state, state.nbd)
-    return wait_served(target.url, name, request.headers.get("authorization"), state)
+    return wait_served(target.url, name, request.headers.get("authorization"), state.cluster)
 
 
-def wait_served(base: str, name: str, authorization: str | None, state: State) -> Any:
+def wait_served(base: str, name: str, authorization: str | None, cluster: ClusterNode) -> Any:
     """The volume's info from ``base`` once that node serves it (within a lease or two)."""
-    headers = {FORWARDED_BY: state.settings.node_id or ""}
+    headers = {FORWARDED_BY: cluster.node}
     if authorization is not None:
         headers["Authorization"] = authorization
-    deadline = time.monotonic() + 2 * state.settings.lease_seconds + 5
+    deadline = time.monotonic() + 2 * cluster.settings.lease_seconds + 5
     with httpx.Client(timeout=5) as http:
         while True:
             try:

@@ -60,6 +60,22 @@ class MapResult:
     modelled_ns: int = 0
 
 
+def finish_io(
+    device: BlockDevice, request: Request, wait: Wait, result: MapResult
+) -> Callable[[], MapResult]:
+    """What finishes a read or write started on ``device``: wait for it, then, for a FUA
+    request, flush the device's cache (the block layer's post-flush: a ``BlockDevice``
+    has no FUA write), and answer ``result``."""
+
+    def finish() -> MapResult:
+        wait()
+        if request.fua:
+            device.flush()
+        return result
+
+    return finish
+
+
 class Target(ABC):
     """One table line at run time. ``map`` performs a request that lies wholly inside it."""
 

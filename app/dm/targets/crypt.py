@@ -11,7 +11,7 @@ from app.blk.trace import Tracer
 from app.crypto.keys import KeyMaterial
 from app.crypto.transform import CryptTransform
 from app.dm.table import CryptParams
-from app.dm.targets.base import BlockDevice, MapContext, MapResult, Target
+from app.dm.targets.base import BlockDevice, MapContext, MapResult, Target, finish_io
 from app.engine.base import Engine, EngineRequest, EngineResult
 from app.errors import InvalidInput, InvalidState
 from app.vocab import SECTOR_SHIFT, Op
@@ -95,15 +95,7 @@ class CryptTarget(Target):
             if request.tracer is not None:
                 self._trace(request.tracer, request, done)
             writing = self.device.submit_writev(position, done.outputs)
-            result = MapResult(done.calls, done.modelled_ns)
-
-            def written() -> MapResult:
-                writing()
-                if request.fua:
-                    self.device.flush()
-                return result
-
-            return written
+            return finish_io(self.device, request, writing, MapResult(done.calls, done.modelled_ns))
         if request.op == Op.DISCARD:
             if not self.params.allow_discards:
                 raise InvalidState("discard needs the allow_discards crypt option")

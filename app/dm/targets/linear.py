@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from app.blk.request import Request
-from app.dm.targets.base import BlockDevice, MapContext, MapResult, Target
+from app.dm.targets.base import BlockDevice, MapContext, MapResult, Target, finish_io
 from app.vocab import SECTOR_SHIFT, Op
 
 _NOTHING = MapResult()
@@ -34,14 +34,7 @@ class LinearTarget(Target):
                 wait = self.device.submit_readv(position, request.segments)
             else:
                 wait = self.device.submit_writev(position, request.segments)
-
-            def done() -> MapResult:
-                wait()
-                if request.fua:
-                    self.device.flush()
-                return _NOTHING
-
-            return done
+            return finish_io(self.device, request, wait, _NOTHING)
         if request.op in (Op.DISCARD, Op.WRITE_ZEROES):
             length = request.nr_sectors << SECTOR_SHIFT
             if request.op == Op.DISCARD:

@@ -1,9 +1,12 @@
+import csv
+import io
 import time
 from dataclasses import replace
 
 import pytest
 
 from app.bench.replay import ReplayConfig, model_spec, parse_trace, render_report, replay
+from app.bench.report import cells_csv
 from app.blk import Bio, BlockQueue, Op, QueueLimits
 from app.blk.trace import format_event, format_trailer
 from app.engine.presets import NONE_DEVICE, OMAP_AES_AM335X, SDCARD_BBB, SOFTWARE
@@ -203,6 +206,20 @@ def test_bench_replay_command_prints_the_report_and_writes_csv(tmp_path):
     assert "1 bad lines" in result.output
     assert "line 65: not an event" in result.output
     assert len(csv_file.read_text().splitlines()) == 5  # header and four cells
+
+
+def test_replay_csv_carries_request_sizes_and_engine_calls_per_bio_as_the_json_does():
+    result = replay(
+        parse_trace(_sequential_writes(64) + "\n" + BLKPARSE), OMAP_AES_AM335X, SDCARD_BBB, CBC
+    )
+    rows = list(csv.DictReader(io.StringIO(cells_csv(result["cells"]))))
+    assert len(rows) == len(result["cells"]) == 4
+    for row, cell in zip(rows, result["cells"], strict=True):
+        for column in ("engine_calls_per_bio", "wareq_sz", "rareq_sz", "p90_ms"):
+            assert float(row[column]) == cell[column], column
+    assert {float(row["rareq_sz"]) for row in rows} != {0.0}
+    assert {float(row["wareq_sz"]) for row in rows} != {0.0}
+    assert {float(row["engine_calls_per_bio"]) for row in rows} != {0.0}
 
 
 def test_long_write_stream_runs_past_the_card_buffer_into_the_sustained_regime():

@@ -30,7 +30,7 @@ SIZE = 1 << 20
 
 class UnreachableCeph:
     """Stands in for ``CephCluster``: blocklisted on demand, and no new connection can be
-    made (the monitors are away), so the node stays fenced."""
+    made (the monitors are away), so the node stays blocklisted."""
 
     def __init__(self) -> None:
         self.blocklisted = False
@@ -97,7 +97,7 @@ def test_a_blocklisted_node_releases_its_rbd_volumes_and_keeps_its_file_volumes(
     assert ceph.attempts == 1
 
 
-def test_a_fenced_node_is_no_placement_target_and_takes_no_rbd_volume(
+def test_a_blocklisted_node_is_no_placement_target_and_takes_no_rbd_volume(
     node: tuple[ClusterNode, UnreachableCeph],
 ) -> None:
     cluster, ceph = node
@@ -106,7 +106,7 @@ def test_a_fenced_node_is_no_placement_target_and_takes_no_rbd_volume(
     cluster.tick()
     assert cluster._reconnecting is not None
     cluster._reconnecting.join(timeout=30)
-    cluster.serving.released.clear()  # past the lease it leaves r to the others: still fenced
+    cluster.serving.released.clear()  # past the lease it leaves r to the others: still blocklisted
     cluster.tick()  # r is free, and this node could take it: it must not
     assert cluster.live_nodes() == []
     assert cluster.place() is None

@@ -138,7 +138,7 @@ def test_a_node_not_ready_is_no_placement_target_until_ready_again(
 ) -> None:
     a, b = Leases(sessions, "a", 5), Leases(sessions, "b", 5)
     a.heartbeat("http://a")
-    b.heartbeat("http://b", ready=False)  # alive, but fenced or stopping
+    b.heartbeat("http://b", ready=False)  # alive, but blocklisted by Ceph or stopping
     assert [node.node for node in a.live_nodes()] == ["a"]
     b.heartbeat("http://b")
     assert [node.node for node in a.live_nodes()] == ["a", "b"]

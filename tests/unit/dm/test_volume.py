@@ -280,7 +280,7 @@ def test_io_past_the_lease_deadline_is_refused_and_writes_nothing(volume: Volume
     assert volume.read(0, 4096) == b"a" * 4096
 
 
-def test_fencing_wakes_io_waiting_on_a_suspended_volume(volume: Volume) -> None:
+def test_a_lost_lease_wakes_io_waiting_on_a_suspended_volume(volume: Volume) -> None:
     volume.suspend_wait_seconds = 30
     volume.suspend()
     failures: list[BaseException] = []

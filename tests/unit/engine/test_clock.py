@@ -68,7 +68,7 @@ def test_concurrent_reservations_never_overlap_on_one_lane():
     assert all(a[1] <= b[0] for a, b in itertools.pairwise(results))
     snapshot = clock.snapshot()
     assert snapshot.busy_ns == 16000
-    assert snapshot.last_end_ns == 16000
+    assert snapshot.span_ns == 16000  # the first reservation starts at 0
 
 
 def test_pacing_sleeps_until_the_scaled_completion():

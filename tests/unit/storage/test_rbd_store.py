@@ -6,13 +6,14 @@ from __future__ import annotations
 import subprocess
 import sys
 import textwrap
+import threading
 import uuid
 from collections.abc import Iterator
 
 import pytest
 
 from app.errors import AlreadyExists, DeviceBusy, DeviceClaimed, Fenced, InvalidInput
-from app.storage.rbd import CephCluster, RbdStore
+from app.storage.rbd import CephCluster, RbdStore, _Aio, _Group
 from tests.support import ceph
 from tests.support.conformance import SIZE, BlockDeviceTests, read
 
@@ -84,6 +85,63 @@ class TestRbdStoreWithoutAio(BlockDeviceTests[RbdStore]):
         store = RbdStore(cluster.ioctx(ceph.POOL), image, SIZE, create=True, aio=False)
         yield store
         store.remove()
+
+
+def test_a_batch_waited_in_any_order_gives_each_request_its_own_result(
+    cluster: CephCluster, image: str
+) -> None:
+    """A thread's submissions up to its first wait are one group: that wait sleeps for all of
+    them, and each wait still ends with its own request done, whatever the order."""
+    store = RbdStore(cluster.ioctx(ceph.POOL), image, SIZE, create=True)
+    try:
+        patterns = [bytes([index]) * 4096 for index in range(1, 17)]
+        writes = [store.submit_writev(index * 8192, [p]) for index, p in enumerate(patterns)]
+        for wait in reversed(writes):
+            wait()
+        buffers = [bytearray(4096) for _ in patterns]
+        reads = [
+            store.submit_readv(index * 8192, [memoryview(buffer)])
+            for index, buffer in enumerate(buffers)
+        ]
+        for index in (5, 0, 15, 1, *range(2, 5), *range(6, 15)):
+            reads[index]()
+            assert buffers[index] == patterns[index]
+    finally:
+        store.remove()
+
+
+def test_a_request_waited_on_another_thread_and_one_submitted_after_a_wait(
+    cluster: CephCluster, image: str
+) -> None:
+    store = RbdStore(cluster.ioctx(ceph.POOL), image, SIZE, create=True)
+    try:
+        first = store.submit_writev(0, [b"a" * 4096])
+        waiter = threading.Thread(target=first)
+        waiter.start()
+        waiter.join(timeout=30)
+        assert not waiter.is_alive()
+        store.submit_writev(4096, [b"b" * 4096])()  # a new group: the first one was waited
+        assert read(store, 0, 8192) == b"a" * 4096 + b"b" * 4096
+    finally:
+        store.remove()
+
+
+def test_a_request_joining_a_group_already_waited_for_waits_for_its_own_completion() -> None:
+    """Another thread may close a group between a submission's look-up of it and its count:
+    the group's wait may then be over without it, and the request's own completion decides."""
+    group = _Group()
+    group.wait()  # closed, nothing in it
+    late = _Aio(group)
+
+    class Completion:
+        def wait_for_complete_and_cb(self) -> None:
+            late.written(self)
+
+        def get_return_value(self) -> int:
+            return 4096
+
+    late.completion = Completion()
+    assert late.result() == 4096
 
 
 def test_creating_an_existing_image_is_refused_and_keeps_it(
