@@ -426,17 +426,12 @@ AESNI_TARGET static inline __attribute__((always_inline)) void xts_tail(const __
                                               _mm512_set1_epi64(0x87), 0x00))
 
 /* Lane i of t times x^bits (bits < 8): each 64-bit half shifted left, the bits out of the low
- * half carried into the high half, those out of the top reduced as in MUL_X_BYTES_W. */
+ * half carried into the high half, those out of the top reduced as in MUL_X_BYTES_256. */
 #define MUL_X_BITS_256(t, bits)                                                                \
     _mm256_xor_si256(_mm256_xor_si256(_mm256_slli_epi64(t, bits),                              \
                                       _mm256_slli_si256(_mm256_srli_epi64(t, 64 - (bits)), 8)), \
                      _mm256_clmulepi64_epi128(_mm256_srli_si256(_mm256_srli_epi64(t, 64 - (bits)), 8), \
                                               _mm256_set1_epi64x(0x87), 0x00))
-#define MUL_X_BITS_512(t, bits)                                                                \
-    _mm512_xor_si512(_mm512_xor_si512(_mm512_slli_epi64(t, bits),                              \
-                                      _mm512_bslli_epi128(_mm512_srli_epi64(t, 64 - (bits)), 8)), \
-                     _mm512_clmulepi64_epi128(_mm512_bsrli_epi128(_mm512_srli_epi64(t, 64 - (bits)), 8), \
-                                              _mm512_set1_epi64(0x87), 0x00))
 
 /* Registers in flight per step of a unit in the XTS kernels; on ymm and zmm a step is a
  * multiple of 8 blocks (each register's tweaks advance by whole bytes). Four zmm, not eight:
@@ -464,22 +459,21 @@ AVX2_TARGET static inline void xts_starts_256(__m128i first, __m256i *t)
         t[i] = MUL_X_BYTES_256(t[i - 4], 1);
 }
 
-/* Lane i of t times x^k[i] (k[i] < 57, the same in both halves of a lane): IEEE 1619's
- * little-endian GF(2^128); the bits shifted out of the top are reduced by x^7 + x^2 + x + 1. */
+/* Lane i of t times x^k[i] (k[i] < 8, the same in both halves of a lane), as MUL_X_BITS_256
+ * with a shift per lane. */
 AVX512_TARGET static inline __m512i mul_x_lanes(__m512i t, __m512i k)
 {
     __m512i top = _mm512_srlv_epi64(t, _mm512_sub_epi64(_mm512_set1_epi64(64), k));
-    __m512i c = _mm512_bsrli_epi128(top, 8);
-    __m512i reduce = _mm512_xor_si512(_mm512_slli_epi64(c, 7), _mm512_slli_epi64(c, 2));
-    reduce = _mm512_xor_si512(reduce, _mm512_xor_si512(_mm512_slli_epi64(c, 1), c));
     __m512i shifted = _mm512_xor_si512(_mm512_sllv_epi64(t, k), _mm512_bslli_epi128(top, 8));
+    __m512i reduce =
+        _mm512_clmulepi64_epi128(_mm512_bsrli_epi128(top, 8), _mm512_set1_epi64(0x87), 0x00);
     return _mm512_xor_si512(shifted, reduce);
 }
 
 AVX512_TARGET static inline void xts_starts_512(__m128i first, __m512i *t)
 {
     t[0] = mul_x_lanes(_mm512_broadcast_i32x4(first), _mm512_set_epi64(3, 3, 2, 2, 1, 1, 0, 0));
-    t[1] = MUL_X_BITS_512(t[0], 4);
+    t[1] = mul_x_lanes(t[0], _mm512_set1_epi64(4));
     t[2] = MUL_X_BYTES_512(t[0], 1);
     t[3] = MUL_X_BYTES_512(t[1], 1);
     for (int i = 4; i < XTS_REGS_512; i++)
@@ -555,6 +549,8 @@ AVX512_TARGET static inline void xts_advance_512(__m512i *t)
                 memcpy(t, starts[u], sizeof t);                                                \
                 size_t j = 0;                                                                  \
                 for (; j + STEP <= blocks; j += STEP) {                                        \
+                    if (j)                                                                     \
+                        xts_advance_##W(t);                                                    \
                     for (int i = 0; i < REGS; i++)                                             \
                         x[i] = XOR_##W(LOADU_##W(in + 16 * (j + LANES_##W * i)), t[i]);        \
                     if (encrypt)                                                               \
@@ -563,10 +559,12 @@ AVX512_TARGET static inline void xts_advance_512(__m512i *t)
                         ROUNDS(DEC_##W, DECLAST_##W, XOR_##W, dk, rounds, x, REGS);            \
                     for (int i = 0; i < REGS; i++)                                             \
                         STOREU_##W(out + 16 * (j + LANES_##W * i), XOR_##W(x[i], t[i]));       \
-                    xts_advance_##W(t);                                                        \
                 }                                                                              \
-                if (j < blocks)                                                                \
+                if (j < blocks) {                                                              \
+                    if (j)                                                                     \
+                        xts_advance_##W(t);                                                    \
                     xts_tail(dkeys, rounds, out, in, j, blocks, LOW_##W(t[0]), encrypt);       \
+                }                                                                              \
             }                                                                                  \
         }                                                                                      \
         OPENSSL_cleanse(dk, sizeof dk);                                                        \
