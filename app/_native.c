@@ -302,30 +302,35 @@ AESNI_TARGET static void aes_schedule(AesSchedule *s, const uint8_t *key, int ke
     s->dec[s->rounds] = s->enc[0];
 }
 
-/* All the rounds over n registers x[0..n) with round keys keys[0..rounds], round by round so
- * the n blocks are in flight together. */
-#define ROUNDS_OF(op, opl, xor, keys, rounds, x, n)                                            \
+/* The middle rounds 1..rounds-1 over n registers x[0..n) with round keys keys[], round by round
+ * so the n blocks are in flight together. The round count of AES-128 or AES-256 is made a
+ * constant: the compiler unrolls the rounds and keeps the round keys in registers (or as memory
+ * operands) instead of a loop that reloads each key into a register it has to free first. */
+#define MIDDLE_ROUNDS_OF(op, keys, rounds, x, n)                                               \
     do {                                                                                       \
-        for (int i_ = 0; i_ < (n); i_++)                                                       \
-            x[i_] = xor(x[i_], keys[0]);                                                       \
         for (int r_ = 1; r_ < (rounds); r_++)                                                  \
             for (int i_ = 0; i_ < (n); i_++)                                                   \
                 x[i_] = op(x[i_], keys[r_]);                                                   \
-        for (int i_ = 0; i_ < (n); i_++)                                                       \
-            x[i_] = opl(x[i_], keys[rounds]);                                                  \
     } while (0)
 
-/* ROUNDS_OF with the round count of AES-128 or AES-256 made a constant: the compiler unrolls
- * the rounds and keeps the round keys in registers (or as memory operands) instead of a loop
- * that reloads each key into a register it has to free first. */
-#define ROUNDS(op, opl, xor, keys, rounds, x, n)                                               \
+#define MIDDLE_ROUNDS(op, keys, rounds, x, n)                                                  \
     do {                                                                                       \
         if ((rounds) == 14)                                                                    \
-            ROUNDS_OF(op, opl, xor, keys, 14, x, n);                                           \
+            MIDDLE_ROUNDS_OF(op, keys, 14, x, n);                                              \
         else if ((rounds) == 10)                                                               \
-            ROUNDS_OF(op, opl, xor, keys, 10, x, n);                                           \
+            MIDDLE_ROUNDS_OF(op, keys, 10, x, n);                                              \
         else                                                                                   \
-            ROUNDS_OF(op, opl, xor, keys, rounds, x, n);                                       \
+            MIDDLE_ROUNDS_OF(op, keys, rounds, x, n);                                          \
+    } while (0)
+
+/* All the rounds over n registers x[0..n) with round keys keys[0..rounds]. */
+#define ROUNDS(op, opl, xor, keys, rounds, x, n)                                               \
+    do {                                                                                       \
+        for (int i_ = 0; i_ < (n); i_++)                                                       \
+            x[i_] = xor(x[i_], keys[0]);                                                       \
+        MIDDLE_ROUNDS(op, keys, rounds, x, n);                                                 \
+        for (int i_ = 0; i_ < (n); i_++)                                                       \
+            x[i_] = opl(x[i_], keys[rounds]);                                                  \
     } while (0)
 
 AESNI_TARGET static inline __m128i aes_block(const __m128i *keys, int rounds, __m128i x, int encrypt)
@@ -552,13 +557,19 @@ AVX512_TARGET static inline void xts_advance_512(__m512i *t)
                     if (j)                                                                     \
                         xts_advance_##W(t);                                                    \
                     for (int i = 0; i < REGS; i++)                                             \
-                        x[i] = XOR_##W(LOADU_##W(in + 16 * (j + LANES_##W * i)), t[i]);        \
-                    if (encrypt)                                                               \
-                        ROUNDS(ENC_##W, ENCLAST_##W, XOR_##W, dk, rounds, x, REGS);            \
-                    else                                                                       \
-                        ROUNDS(DEC_##W, DECLAST_##W, XOR_##W, dk, rounds, x, REGS);            \
+                        x[i] = XOR_##W(LOADU_##W(in + 16 * (j + LANES_##W * i)),               \
+                                       XOR_##W(t[i], dk[0]));                                  \
+                    if (encrypt) {                                                             \
+                        MIDDLE_ROUNDS(ENC_##W, dk, rounds, x, REGS);                           \
+                        for (int i = 0; i < REGS; i++)                                         \
+                            x[i] = ENCLAST_##W(x[i], XOR_##W(dk[rounds], t[i]));               \
+                    } else {                                                                   \
+                        MIDDLE_ROUNDS(DEC_##W, dk, rounds, x, REGS);                           \
+                        for (int i = 0; i < REGS; i++)                                         \
+                            x[i] = DECLAST_##W(x[i], XOR_##W(dk[rounds], t[i]));               \
+                    }                                                                          \
                     for (int i = 0; i < REGS; i++)                                             \
-                        STOREU_##W(out + 16 * (j + LANES_##W * i), XOR_##W(x[i], t[i]));       \
+                        STOREU_##W(out + 16 * (j + LANES_##W * i), x[i]);                      \
                 }                                                                              \
                 if (j < blocks) {                                                              \
                     if (j)                                                                     \
