@@ -510,7 +510,9 @@ AVX512_TARGET static inline void xts_advance_512(__m512i *t)
 /*
  * AES-XTS of len bytes, whole units of unit_bytes (a multiple of 16); dst may be src. A step
  * takes XTS_REGS_W registers of a unit through the rounds together, each register's tweaks
- * advanced by x^(blocks per step) after it. The first tweaks of GROUP units are encrypted in
+ * advanced by x^(blocks per step) before the next (not after a unit's last step). E(P ^ T) ^ T
+ * is AESENCLAST(rounds(P ^ (T ^ K0)), K_last ^ T): the tweak stays off the blocks' chain of
+ * dependent instructions. The first tweaks of GROUP units are encrypted in
  * one pass and their starting tweaks all computed before the units' rounds: made unit by unit,
  * they stalled the rounds. Past the last unit the IVs are zeros (a copy: ivs is not read past
  * its end).
