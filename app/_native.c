@@ -302,15 +302,33 @@ AESNI_TARGET static void aes_schedule(AesSchedule *s, const uint8_t *key, int ke
     s->dec[s->rounds] = s->enc[0];
 }
 
-/* All the rounds over n registers x[0..n) with round keys keys[0..rounds], round by round so
- * the n blocks are in flight together. */
+/* The middle rounds 1..rounds-1 over n registers x[0..n) with round keys keys[], round by round
+ * so the n blocks are in flight together. The round count of AES-128 or AES-256 is made a
+ * constant: the compiler unrolls the rounds and keeps the round keys in registers (or as memory
+ * operands) instead of a loop that reloads each key into a register it has to free first. */
+#define MIDDLE_ROUNDS_OF(op, keys, rounds, x, n)                                               \
+    do {                                                                                       \
+        for (int r_ = 1; r_ < (rounds); r_++)                                                  \
+            for (int i_ = 0; i_ < (n); i_++)                                                   \
+                x[i_] = op(x[i_], keys[r_]);                                                   \
+    } while (0)
+
+#define MIDDLE_ROUNDS(op, keys, rounds, x, n)                                                  \
+    do {                                                                                       \
+        if ((rounds) == 14)                                                                    \
+            MIDDLE_ROUNDS_OF(op, keys, 14, x, n);                                              \
+        else if ((rounds) == 10)                                                               \
+            MIDDLE_ROUNDS_OF(op, keys, 10, x, n);                                              \
+        else                                                                                   \
+            MIDDLE_ROUNDS_OF(op, keys, rounds, x, n);                                          \
+    } while (0)
+
+/* All the rounds over n registers x[0..n) with round keys keys[0..rounds]. */
 #define ROUNDS(op, opl, xor, keys, rounds, x, n)                                               \
     do {                                                                                       \
         for (int i_ = 0; i_ < (n); i_++)                                                       \
             x[i_] = xor(x[i_], keys[0]);                                                       \
-        for (int r_ = 1; r_ < (rounds); r_++)                                                  \
-            for (int i_ = 0; i_ < (n); i_++)                                                   \
-                x[i_] = op(x[i_], keys[r_]);                                                   \
+        MIDDLE_ROUNDS(op, keys, rounds, x, n);                                                 \
         for (int i_ = 0; i_ < (n); i_++)                                                       \
             x[i_] = opl(x[i_], keys[rounds]);                                                  \
     } while (0)
@@ -331,34 +349,7 @@ AESNI_TARGET static inline __m128i mul_x_block(__m128i t)
     return _mm_xor_si128(_mm_add_epi64(t, t), _mm_and_si128(tops, _mm_set_epi32(0, 1, 0, 0x87)));
 }
 
-/* t * x^8: the tweak's bytes one place up, the byte shifted out of the top reduced by
- * carry-less multiplication with 0x87 (x^128 = x^7 + x^2 + x + 1). Four instructions, and the
- * registers of a step advance independently; the same on ymm and zmm lanes below (x^16). */
-AESNI_TARGET static inline __m128i mul_x8(__m128i t)
-{
-    __m128i top = _mm_clmulepi64_si128(_mm_srli_si128(t, 15), _mm_cvtsi32_si128(0x87), 0x00);
-    return _mm_xor_si128(_mm_slli_si128(t, 1), top);
-}
-
-#define GROUP 16 /* units whose first tweaks are encrypted together */
-#define AESNI_WIDTH 8 /* blocks in flight on the aesni path */
-
-/* The first tweaks E_k2(iv) of n <= GROUP units, AESNI_WIDTH at a time; IVs past the n-th are
- * not read. */
-AESNI_TARGET static void first_tweaks(const AesSchedule *tweak, const uint8_t *ivs, size_t n,
-                                      __m128i *first)
-{
-    for (size_t g = 0; g < n; g += AESNI_WIDTH) {
-        __m128i x[AESNI_WIDTH];
-        for (size_t i = 0; i < AESNI_WIDTH; i++)
-            x[i] = g + i < n ? _mm_loadu_si128((const __m128i *)(ivs + 16 * (g + i)))
-                             : _mm_setzero_si128();
-        ROUNDS(_mm_aesenc_si128, _mm_aesenclast_si128, _mm_xor_si128, tweak->enc, tweak->rounds,
-               x, AESNI_WIDTH);
-        for (size_t i = 0; i < AESNI_WIDTH && g + i < n; i++)
-            first[g + i] = x[i];
-    }
-}
+#define GROUP 8 /* units whose first tweaks are encrypted together; 16 and 32 ran slower */
 
 /* The blocks of a unit past its last whole step, one at a time from tweak t. Inlined: a call
  * in a kernel's unit loop would make it keep its vector registers on the stack. */
@@ -374,238 +365,239 @@ AESNI_TARGET static inline __attribute__((always_inline)) void xts_tail(const __
     }
 }
 
-/* Lane i of t times x^k[i] (k[i] < 57, the same in both halves of a lane): IEEE 1619's
- * little-endian GF(2^128); the bits shifted out of the top are reduced by x^7 + x^2 + x + 1. */
-AVX512_TARGET static inline __m512i mul_x_lanes(__m512i t, __m512i k)
-{
-    __m512i top = _mm512_srlv_epi64(t, _mm512_sub_epi64(_mm512_set1_epi64(64), k));
-    __m512i c = _mm512_bsrli_epi128(top, 8);
-    __m512i reduce = _mm512_xor_si512(_mm512_slli_epi64(c, 7), _mm512_slli_epi64(c, 2));
-    reduce = _mm512_xor_si512(reduce, _mm512_xor_si512(_mm512_slli_epi64(c, 1), c));
-    __m512i shifted = _mm512_xor_si512(_mm512_sllv_epi64(t, k), _mm512_bslli_epi128(top, 8));
-    return _mm512_xor_si512(shifted, reduce);
-}
+/*
+ * The kernels are written once over a vector width W: 128 (xmm, the aesni path: one block a
+ * register), 256 (ymm, avx2: two) or 512 (zmm, avx512: four). VEC_W and LANES_W name a width's
+ * type and blocks per register, the macros after them its instructions; XTS_KERNEL,
+ * CBC_ENCRYPT_KERNEL and CBC_DECRYPT_KERNEL generate a path's kernel from them, compiled for
+ * its target. What differs in substance between widths (a unit's starting tweaks, gathering a
+ * register from separate units) is a function per width.
+ *
+ * HIGH_W is a register's last block; BEFORE_W(c, previous) the blocks before each of c's
+ * within a unit: c's own moved one place up, previous's last block first.
+ */
+#define VEC_128 __m128i
+#define LANES_128 1
+#define LOADU_128(p) _mm_loadu_si128((const __m128i *)(p))
+#define STOREU_128(p, v) _mm_storeu_si128((__m128i *)(p), v)
+#define XOR_128 _mm_xor_si128
+#define ENC_128 _mm_aesenc_si128
+#define ENCLAST_128 _mm_aesenclast_si128
+#define DEC_128 _mm_aesdec_si128
+#define DECLAST_128 _mm_aesdeclast_si128
+#define BROADCAST_128(block) (block)
+#define LOW_128(v) (v)
+#define HIGH_128(v) (v)
+#define BEFORE_128(c, previous) (previous)
 
-/* Lane i of t times x^(8 * bytes), as mul_x8. */
+#define VEC_256 __m256i
+#define LANES_256 2
+#define LOADU_256(p) _mm256_loadu_si256((const __m256i *)(p))
+#define STOREU_256(p, v) _mm256_storeu_si256((__m256i *)(p), v)
+#define XOR_256 _mm256_xor_si256
+#define ENC_256 _mm256_aesenc_epi128
+#define ENCLAST_256 _mm256_aesenclast_epi128
+#define DEC_256 _mm256_aesdec_epi128
+#define DECLAST_256 _mm256_aesdeclast_epi128
+#define BROADCAST_256 _mm256_broadcastsi128_si256
+#define LOW_256 _mm256_castsi256_si128
+#define HIGH_256(v) _mm256_extracti128_si256(v, 1)
+#define BEFORE_256(c, previous) _mm256_permute2x128_si256(previous, c, 0x21)
+
+#define VEC_512 __m512i
+#define LANES_512 4
+#define LOADU_512(p) _mm512_loadu_si512(p)
+#define STOREU_512(p, v) _mm512_storeu_si512(p, v)
+#define XOR_512 _mm512_xor_si512
+#define ENC_512 _mm512_aesenc_epi128
+#define ENCLAST_512 _mm512_aesenclast_epi128
+#define DEC_512 _mm512_aesdec_epi128
+#define DECLAST_512 _mm512_aesdeclast_epi128
+#define BROADCAST_512 _mm512_broadcast_i32x4
+#define LOW_512 _mm512_castsi512_si128
+#define HIGH_512(v) _mm512_extracti32x4_epi32(v, 3)
+#define BEFORE_512(c, previous) _mm512_alignr_epi64(c, previous, 6)
+
+/* Lane i of t times x^(8 * bytes) (bytes < 8): the tweak's bytes moved up, those shifted out
+ * of the top reduced by carry-less multiplication with 0x87 (x^128 = x^7 + x^2 + x + 1). Four
+ * instructions, and the registers of a step advance independently. */
+#define MUL_X_BYTES_256(t, bytes)                                                              \
+    _mm256_xor_si256(_mm256_slli_si256(t, bytes),                                              \
+                     _mm256_clmulepi64_epi128(_mm256_srli_si256(t, 16 - (bytes)),             \
+                                              _mm256_set1_epi64x(0x87), 0x00))
 #define MUL_X_BYTES_512(t, bytes)                                                              \
     _mm512_xor_si512(_mm512_bslli_epi128(t, bytes),                                            \
                      _mm512_clmulepi64_epi128(_mm512_bsrli_epi128(t, 16 - (bytes)),           \
                                               _mm512_set1_epi64(0x87), 0x00))
 
-/* Lane i of t times x^4: the bits out of each low half carried into the high half, those out
- * of the top reduced by carry-less multiplication. */
-AVX512_TARGET static inline __m512i mul_x4_512(__m512i t)
+/* Lane i of t times x^bits (bits < 8): each 64-bit half shifted left, the bits out of the low
+ * half carried into the high half, those out of the top reduced as in MUL_X_BYTES_256. */
+#define MUL_X_BITS_256(t, bits)                                                                \
+    _mm256_xor_si256(_mm256_xor_si256(_mm256_slli_epi64(t, bits),                              \
+                                      _mm256_slli_si256(_mm256_srli_epi64(t, 64 - (bits)), 8)), \
+                     _mm256_clmulepi64_epi128(_mm256_srli_si256(_mm256_srli_epi64(t, 64 - (bits)), 8), \
+                                              _mm256_set1_epi64x(0x87), 0x00))
+
+/* Registers in flight per step of a unit in the XTS kernels; on ymm and zmm a step is a
+ * multiple of 8 blocks (each register's tweaks advance by whole bytes). Four zmm, not eight:
+ * eight, with their tweaks and the 15 round keys, spill out of the 32 registers. */
+#define XTS_REGS_128 8
+#define XTS_REGS_256 8
+#define XTS_REGS_512 4
+
+/* The starting tweaks of a unit on each width: register i, lane l holds first * x^(LANES * i
+ * + l). */
+AESNI_TARGET static inline void xts_starts_128(__m128i first, __m128i *t)
 {
-    __m512i top = _mm512_srli_epi64(t, 60);
-    __m512i shifted = _mm512_xor_si512(_mm512_slli_epi64(t, 4), _mm512_bslli_epi128(top, 8));
+    t[0] = first;
+    for (int i = 1; i < XTS_REGS_128; i++)
+        t[i] = mul_x_block(t[i - 1]);
+}
+
+AVX2_TARGET static inline void xts_starts_256(__m128i first, __m256i *t)
+{
+    t[0] = _mm256_set_m128i(mul_x_block(first), first);
+    t[1] = MUL_X_BITS_256(t[0], 2);
+    t[2] = MUL_X_BITS_256(t[1], 2);
+    t[3] = MUL_X_BITS_256(t[2], 2);
+    for (int i = 4; i < XTS_REGS_256; i++)
+        t[i] = MUL_X_BYTES_256(t[i - 4], 1);
+}
+
+/* Lane i of t times x^k[i] (k[i] < 8, the same in both halves of a lane), as MUL_X_BITS_256
+ * with a shift per lane. */
+AVX512_TARGET static inline __m512i mul_x_lanes(__m512i t, __m512i k)
+{
+    __m512i top = _mm512_srlv_epi64(t, _mm512_sub_epi64(_mm512_set1_epi64(64), k));
+    __m512i shifted = _mm512_xor_si512(_mm512_sllv_epi64(t, k), _mm512_bslli_epi128(top, 8));
     __m512i reduce =
         _mm512_clmulepi64_epi128(_mm512_bsrli_epi128(top, 8), _mm512_set1_epi64(0x87), 0x00);
     return _mm512_xor_si512(shifted, reduce);
 }
 
-#define AVX512_REGS 4 /* zmm registers in flight on the avx512 path: 16 blocks */
-
-/* AES-XTS of len bytes, whole units of unit_bytes (a multiple of 16); dst may be src. Four
- * registers of four blocks in flight, each register's tweaks advanced by x^16 per step. The
- * starting tweaks of a group's units are all computed before its rounds: made unit by unit,
- * they stalled the rounds (12 GB/s at 512-byte units against 14 at 4 KiB). */
-AVX512_TARGET static void xts_avx512(const AesSchedule *data, const AesSchedule *tweak,
-                                     uint8_t *dst, const uint8_t *src, const uint8_t *ivs,
-                                     size_t len, size_t unit_bytes, int encrypt)
+AVX512_TARGET static inline void xts_starts_512(__m128i first, __m512i *t)
 {
-    __m512i dk[15], tk[15];
-    const __m128i *dkeys = encrypt ? data->enc : data->dec;
-    int rounds = data->rounds;
-    for (int r = 0; r <= rounds; r++) {
-        dk[r] = _mm512_broadcast_i32x4(dkeys[r]);
-        tk[r] = _mm512_broadcast_i32x4(tweak->enc[r]);
-    }
-    size_t units = len / unit_bytes, blocks = unit_bytes / 16;
-    const __m512i lane_powers = _mm512_set_epi64(3, 3, 2, 2, 1, 1, 0, 0);
-    __m512i first[GROUP / 4], starts[GROUP][AVX512_REGS];
-    for (size_t u0 = 0; u0 < units; u0 += GROUP) {
-        size_t n = units - u0 < GROUP ? units - u0 : GROUP;
-        for (size_t g = 0; g < GROUP / 4; g++) {
-            /* Two 64-bit lanes per IV; past the last unit, zeros. */
-            size_t lanes = 4 * g >= n ? 0 : (n - 4 * g >= 4 ? 8 : 2 * (n - 4 * g));
-            __mmask8 mask = (__mmask8)((1u << lanes) - 1);
-            first[g] = _mm512_maskz_loadu_epi64(mask, ivs + 16 * (u0 + 4 * g));
-        }
-        ROUNDS(_mm512_aesenc_epi128, _mm512_aesenclast_epi128, _mm512_xor_si512, tk, rounds, first,
-               GROUP / 4);
-        const __m128i *firsts = (const __m128i *)first;
-        for (size_t u = 0; u < n; u++) {
-            /* Register i, lane l: the first tweak times x^(4i + l). */
-            __m512i *t = starts[u];
-            t[0] = mul_x_lanes(_mm512_broadcast_i32x4(_mm_loadu_si128(firsts + u)), lane_powers);
-            t[1] = mul_x4_512(t[0]);
-            t[2] = MUL_X_BYTES_512(t[0], 1), t[3] = MUL_X_BYTES_512(t[1], 1);
-        }
-        for (size_t u = 0; u < n; u++) {
-            const uint8_t *in = src + (u0 + u) * unit_bytes;
-            uint8_t *out = dst + (u0 + u) * unit_bytes;
-            __m512i t[AVX512_REGS], x[AVX512_REGS];
-            memcpy(t, starts[u], sizeof t);
-            size_t j = 0;
-            for (; j + 4 * AVX512_REGS <= blocks; j += 4 * AVX512_REGS) {
-                for (int i = 0; i < AVX512_REGS; i++)
-                    x[i] = _mm512_xor_si512(_mm512_loadu_si512(in + 16 * j + 64 * i), t[i]);
-                if (encrypt)
-                    ROUNDS(_mm512_aesenc_epi128, _mm512_aesenclast_epi128, _mm512_xor_si512, dk,
-                           rounds, x, AVX512_REGS);
-                else
-                    ROUNDS(_mm512_aesdec_epi128, _mm512_aesdeclast_epi128, _mm512_xor_si512, dk,
-                           rounds, x, AVX512_REGS);
-                for (int i = 0; i < AVX512_REGS; i++) {
-                    _mm512_storeu_si512(out + 16 * j + 64 * i, _mm512_xor_si512(x[i], t[i]));
-                    t[i] = MUL_X_BYTES_512(t[i], 2);
-                }
-            }
-            if (j < blocks)
-                xts_tail(dkeys, rounds, out, in, j, blocks, _mm512_castsi512_si128(t[0]), encrypt);
-        }
-    }
-    OPENSSL_cleanse(dk, sizeof dk);
-    OPENSSL_cleanse(tk, sizeof tk);
-    OPENSSL_cleanse(first, sizeof first);
-    OPENSSL_cleanse(starts, sizeof starts);
+    t[0] = mul_x_lanes(_mm512_broadcast_i32x4(first), _mm512_set_epi64(3, 3, 2, 2, 1, 1, 0, 0));
+    t[1] = mul_x_lanes(t[0], _mm512_set1_epi64(4));
+    t[2] = MUL_X_BYTES_512(t[0], 1);
+    t[3] = MUL_X_BYTES_512(t[1], 1);
+    for (int i = 4; i < XTS_REGS_512; i++)
+        t[i] = MUL_X_BYTES_512(t[i - 4], 2);
 }
 
-#define AVX2_REGS 8 /* ymm registers in flight on the avx2 path: 16 blocks */
-
-/* Lane i of t times x^(8 * bytes), as mul_x8. */
-#define MUL_X_BYTES_256(t, bytes)                                                              \
-    _mm256_xor_si256(_mm256_slli_si256(t, bytes),                                              \
-                     _mm256_clmulepi64_epi128(_mm256_srli_si256(t, 16 - (bytes)),             \
-                                              _mm256_set1_epi64x(0x87), 0x00))
-
-/* Lane i of t times x^2, as mul_x4_512. */
-AVX2_TARGET static inline __m256i mul_x2_256(__m256i t)
+/* A step's tweaks to the next step's: every lane times x^(blocks per step). On xmm each block's
+ * tweak from the one before it (mul_x_block), a chain that ran faster here than advancing each
+ * register by x^8 with PCLMULQDQ; on ymm and zmm each register by x^16. */
+AESNI_TARGET static inline void xts_advance_128(__m128i *t)
 {
-    __m256i top = _mm256_srli_epi64(t, 62);
-    __m256i shifted = _mm256_xor_si256(_mm256_slli_epi64(t, 2), _mm256_slli_si256(top, 8));
-    __m256i reduce =
-        _mm256_clmulepi64_epi128(_mm256_srli_si256(top, 8), _mm256_set1_epi64x(0x87), 0x00);
-    return _mm256_xor_si256(shifted, reduce);
+    t[0] = mul_x_block(t[XTS_REGS_128 - 1]);
+    for (int i = 1; i < XTS_REGS_128; i++)
+        t[i] = mul_x_block(t[i - 1]);
 }
 
-/* AES-XTS on ymm: eight registers of two blocks per step, each register's tweaks advanced by
- * x^16 per step. */
-AVX2_TARGET static void xts_avx2(const AesSchedule *data, const AesSchedule *tweak, uint8_t *dst,
-                                 const uint8_t *src, const uint8_t *ivs, size_t len,
-                                 size_t unit_bytes, int encrypt)
+AVX2_TARGET static inline void xts_advance_256(__m256i *t)
 {
-    __m256i dk[15];
-    const __m128i *dkeys = encrypt ? data->enc : data->dec;
-    int rounds = data->rounds;
-    for (int r = 0; r <= rounds; r++)
-        dk[r] = _mm256_broadcastsi128_si256(dkeys[r]);
-    size_t units = len / unit_bytes, blocks = unit_bytes / 16;
-    __m128i first[GROUP];
-    __m256i starts[GROUP][AVX2_REGS];
-    for (size_t u0 = 0; u0 < units; u0 += GROUP) {
-        size_t n = units - u0 < GROUP ? units - u0 : GROUP;
-        first_tweaks(tweak, ivs + 16 * u0, n, first);
-        for (size_t u = 0; u < n; u++) {
-            /* Register i, lane l: the first tweak times x^(2i + l). */
-            __m256i *t = starts[u];
-            t[0] = _mm256_set_m128i(mul_x_block(first[u]), first[u]);
-            t[1] = mul_x2_256(t[0]);
-            t[2] = mul_x2_256(t[1]);
-            t[3] = mul_x2_256(t[2]);
-            for (int i = 4; i < AVX2_REGS; i++)
-                t[i] = MUL_X_BYTES_256(t[i - 4], 1);
-        }
-        for (size_t u = 0; u < n; u++) {
-            const uint8_t *in = src + (u0 + u) * unit_bytes;
-            uint8_t *out = dst + (u0 + u) * unit_bytes;
-            __m256i t[AVX2_REGS];
-            memcpy(t, starts[u], sizeof t);
-            size_t j = 0;
-            for (; j + 2 * AVX2_REGS <= blocks; j += 2 * AVX2_REGS) {
-                __m256i x[AVX2_REGS];
-                for (int i = 0; i < AVX2_REGS; i++) {
-                    x[i] = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(in + 16 * j + 32 * i)),
-                                            t[i]);
-                }
-                if (encrypt)
-                    ROUNDS(_mm256_aesenc_epi128, _mm256_aesenclast_epi128, _mm256_xor_si256, dk,
-                           rounds, x, AVX2_REGS);
-                else
-                    ROUNDS(_mm256_aesdec_epi128, _mm256_aesdeclast_epi128, _mm256_xor_si256, dk,
-                           rounds, x, AVX2_REGS);
-                for (int i = 0; i < AVX2_REGS; i++) {
-                    _mm256_storeu_si256((__m256i *)(out + 16 * j + 32 * i),
-                                        _mm256_xor_si256(x[i], t[i]));
-                    t[i] = MUL_X_BYTES_256(t[i], 2);
-                }
-            }
-            if (j < blocks)
-                xts_tail(dkeys, rounds, out, in, j, blocks, _mm256_castsi256_si128(t[0]), encrypt);
-        }
+    for (int i = 0; i < XTS_REGS_256; i++)
+        t[i] = MUL_X_BYTES_256(t[i], LANES_256 * XTS_REGS_256 / 8);
+}
+
+AVX512_TARGET static inline void xts_advance_512(__m512i *t)
+{
+    for (int i = 0; i < XTS_REGS_512; i++)
+        t[i] = MUL_X_BYTES_512(t[i], LANES_512 * XTS_REGS_512 / 8);
+}
+
+/*
+ * AES-XTS of len bytes, whole units of unit_bytes (a multiple of 16); dst may be src. A step
+ * takes XTS_REGS_W registers of a unit through the rounds together, each register's tweaks
+ * advanced by x^(blocks per step) before the next (not after a unit's last step). E(P ^ T) ^ T
+ * is AESENCLAST(rounds(P ^ (T ^ K0)), K_last ^ T): the tweak stays off the blocks' chain of
+ * dependent instructions. The first tweaks of GROUP units are encrypted in
+ * one pass and their starting tweaks all computed before the units' rounds: made unit by unit,
+ * they stalled the rounds. Past the last unit the IVs are zeros (a copy: ivs is not read past
+ * its end).
+ */
+#define XTS_KERNEL(name, TARGET, W)                                                            \
+    TARGET static void name(const AesSchedule *data, const AesSchedule *tweak, uint8_t *dst,   \
+                            const uint8_t *src, const uint8_t *ivs, size_t len,               \
+                            size_t unit_bytes, int encrypt)                                   \
+    {                                                                                          \
+        enum { REGS = XTS_REGS_##W, STEP = LANES_##W * REGS, FIRST = GROUP / LANES_##W };     \
+        enum { AT_ONCE = FIRST < REGS ? FIRST : REGS };                                        \
+        VEC_##W dk[15], tk[15], first[FIRST], starts[GROUP][REGS];                            \
+        uint8_t padded[16 * GROUP];                                                            \
+        const __m128i *dkeys = encrypt ? data->enc : data->dec;                                \
+        int rounds = data->rounds;                                                             \
+        for (int r = 0; r <= rounds; r++) {                                                    \
+            dk[r] = BROADCAST_##W(dkeys[r]);                                                   \
+            tk[r] = BROADCAST_##W(tweak->enc[r]);                                              \
+        }                                                                                      \
+        size_t units = len / unit_bytes, blocks = unit_bytes / 16;                             \
+        for (size_t u0 = 0; u0 < units; u0 += GROUP) {                                         \
+            size_t n = units - u0 < GROUP ? units - u0 : GROUP;                                \
+            const uint8_t *iv = ivs + 16 * u0;                                                 \
+            if (n < GROUP) {                                                                   \
+                memset(padded, 0, sizeof padded);                                              \
+                memcpy(padded, iv, 16 * n);                                                    \
+                iv = padded;                                                                   \
+            }                                                                                  \
+            for (int g = 0; g < FIRST; g++)                                                    \
+                first[g] = LOADU_##W(iv + 16 * LANES_##W * g);                                 \
+            for (int g = 0; g < FIRST; g += AT_ONCE) {                                         \
+                VEC_##W *f = first + g;                                                        \
+                ROUNDS(ENC_##W, ENCLAST_##W, XOR_##W, tk, rounds, f, AT_ONCE);                 \
+            }                                                                                  \
+            for (size_t u = 0; u < n; u++)                                                     \
+                xts_starts_##W(((const __m128i *)first)[u], starts[u]);                        \
+            for (size_t u = 0; u < n; u++) {                                                   \
+                const uint8_t *in = src + (u0 + u) * unit_bytes;                               \
+                uint8_t *out = dst + (u0 + u) * unit_bytes;                                    \
+                VEC_##W t[REGS], x[REGS];                                                      \
+                memcpy(t, starts[u], sizeof t);                                                \
+                size_t j = 0;                                                                  \
+                for (; j + STEP <= blocks; j += STEP) {                                        \
+                    if (j)                                                                     \
+                        xts_advance_##W(t);                                                    \
+                    for (int i = 0; i < REGS; i++)                                             \
+                        x[i] = XOR_##W(LOADU_##W(in + 16 * (j + LANES_##W * i)),               \
+                                       XOR_##W(t[i], dk[0]));                                  \
+                    if (encrypt) {                                                             \
+                        MIDDLE_ROUNDS(ENC_##W, dk, rounds, x, REGS);                           \
+                        for (int i = 0; i < REGS; i++)                                         \
+                            x[i] = ENCLAST_##W(x[i], XOR_##W(dk[rounds], t[i]));               \
+                    } else {                                                                   \
+                        MIDDLE_ROUNDS(DEC_##W, dk, rounds, x, REGS);                           \
+                        for (int i = 0; i < REGS; i++)                                         \
+                            x[i] = DECLAST_##W(x[i], XOR_##W(dk[rounds], t[i]));               \
+                    }                                                                          \
+                    for (int i = 0; i < REGS; i++)                                             \
+                        STOREU_##W(out + 16 * (j + LANES_##W * i), x[i]);                      \
+                }                                                                              \
+                if (j < blocks) {                                                              \
+                    if (j)                                                                     \
+                        xts_advance_##W(t);                                                    \
+                    xts_tail(dkeys, rounds, out, in, j, blocks, LOW_##W(t[0]), encrypt);       \
+                }                                                                              \
+            }                                                                                  \
+        }                                                                                      \
+        OPENSSL_cleanse(dk, sizeof dk);                                                        \
+        OPENSSL_cleanse(tk, sizeof tk);                                                        \
+        OPENSSL_cleanse(first, sizeof first);                                                  \
+        OPENSSL_cleanse(starts, sizeof starts);                                                \
     }
-    OPENSSL_cleanse(dk, sizeof dk);
-    OPENSSL_cleanse(first, sizeof first);
-    OPENSSL_cleanse(starts, sizeof starts);
-}
 
-/* AES-XTS on xmm: AESNI_WIDTH blocks of a unit per step, each register's tweak advanced by x^8
- * per step. */
-AESNI_TARGET static void xts_aesni(const AesSchedule *data, const AesSchedule *tweak, uint8_t *dst,
-                                   const uint8_t *src, const uint8_t *ivs, size_t len,
-                                   size_t unit_bytes, int encrypt)
-{
-    const __m128i *dk = encrypt ? data->enc : data->dec;
-    int rounds = data->rounds;
-    size_t units = len / unit_bytes, blocks = unit_bytes / 16;
-    __m128i first[GROUP], starts[GROUP][AESNI_WIDTH];
-    for (size_t u0 = 0; u0 < units; u0 += GROUP) {
-        size_t n = units - u0 < GROUP ? units - u0 : GROUP;
-        first_tweaks(tweak, ivs + 16 * u0, n, first);
-        for (size_t u = 0; u < n; u++) {
-            starts[u][0] = first[u];
-            for (int i = 1; i < AESNI_WIDTH; i++)
-                starts[u][i] = mul_x_block(starts[u][i - 1]);
-        }
-        for (size_t u = 0; u < n; u++) {
-            const uint8_t *in = src + (u0 + u) * unit_bytes;
-            uint8_t *out = dst + (u0 + u) * unit_bytes;
-            __m128i t[AESNI_WIDTH];
-            memcpy(t, starts[u], sizeof t);
-            size_t j = 0;
-            for (; j + AESNI_WIDTH <= blocks; j += AESNI_WIDTH) {
-                __m128i x[AESNI_WIDTH];
-                for (int i = 0; i < AESNI_WIDTH; i++) {
-                    x[i] = _mm_xor_si128(_mm_loadu_si128((const __m128i *)(in + 16 * (j + i))),
-                                         t[i]);
-                }
-                if (encrypt)
-                    ROUNDS(_mm_aesenc_si128, _mm_aesenclast_si128, _mm_xor_si128, dk, rounds, x,
-                           AESNI_WIDTH);
-                else
-                    ROUNDS(_mm_aesdec_si128, _mm_aesdeclast_si128, _mm_xor_si128, dk, rounds, x,
-                           AESNI_WIDTH);
-                for (int i = 0; i < AESNI_WIDTH; i++) {
-                    _mm_storeu_si128((__m128i *)(out + 16 * (j + i)), _mm_xor_si128(x[i], t[i]));
-                    t[i] = mul_x8(t[i]);
-                }
-            }
-            if (j < blocks)
-                xts_tail(dk, rounds, out, in, j, blocks, t[0], encrypt);
-        }
-    }
-    OPENSSL_cleanse(first, sizeof first);
-    OPENSSL_cleanse(starts, sizeof starts);
-}
+XTS_KERNEL(xts_aesni, AESNI_TARGET, 128)
+XTS_KERNEL(xts_avx2, AVX2_TARGET, 256)
+XTS_KERNEL(xts_avx512, AVX512_TARGET, 512)
 
 /*
  * Multi-lane CBC encryption. CBC is serial inside a data unit (each block waits for the
  * previous one's ciphertext) but data units are independent: lane l carries unit u0 + l, and
- * block j of every lane goes through the rounds together, so the AES units see CBC_LANES
- * independent blocks per round instead of one chain's latency. A zmm register holds four
- * lanes, a ymm two, an xmm one. Lanes past the last unit read a zero block and write a sink.
+ * block j of every lane goes through the rounds together, so the AES units see CBC_MAX_LANES
+ * (8 on xmm) independent blocks per round instead of one chain's latency. A zmm register holds
+ * four lanes, a ymm two, an xmm one. Lanes past the last unit read a zero block and write a
+ * sink.
  */
-#define CBC_AVX512_REGS 4
 #define CBC_MAX_LANES 16
 
 typedef struct {
@@ -646,113 +638,78 @@ AESNI_TARGET static void cbc_lane_ivs(__m128i *state, const uint8_t *ivs, size_t
         state[l] = l < n ? _mm_loadu_si128((const __m128i *)(ivs + 16 * l)) : _mm_setzero_si128();
 }
 
-AVX512_TARGET static void cbc_encrypt_avx512(const AesSchedule *s, uint8_t *dst, const uint8_t *src,
-                                             const uint8_t *ivs, size_t units, size_t unit_bytes)
+/* A register of LANES_W lanes' blocks, lane 0 lowest, from their separate units, and back. */
+AESNI_TARGET static inline __m128i load_lanes_128(const uint8_t *const *in)
 {
-    __m512i rk[15], state[CBC_AVX512_REGS];
-    CbcLanes g;
-    int rounds = s->rounds;
-    for (int r = 0; r <= rounds; r++)
-        rk[r] = _mm512_broadcast_i32x4(s->enc[r]);
-    for (size_t u0 = 0; u0 < units; u0 += CBC_MAX_LANES) {
-        size_t n = cbc_lanes(&g, dst, src, u0, units, unit_bytes, CBC_MAX_LANES);
-        for (size_t r = 0; r < CBC_AVX512_REGS; r++) {
-            /* Two 64-bit lanes per IV; past the last unit, zeros. */
-            size_t words = 4 * r >= n ? 0 : (n - 4 * r >= 4 ? 8 : 2 * (n - 4 * r));
-            state[r] = _mm512_maskz_loadu_epi64((__mmask8)((1u << words) - 1), ivs + 16 * (u0 + 4 * r));
-        }
-        for (size_t j = 0; j < unit_bytes / 16; j++) {
-            for (size_t r = 0; r < CBC_AVX512_REGS; r++) {
-                const uint8_t *const *in = g.in + 4 * r;
-                __m512i p = _mm512_castsi128_si512(_mm_loadu_si128((const __m128i *)in[0]));
-                p = _mm512_inserti32x4(p, _mm_loadu_si128((const __m128i *)in[1]), 1);
-                p = _mm512_inserti32x4(p, _mm_loadu_si128((const __m128i *)in[2]), 2);
-                p = _mm512_inserti32x4(p, _mm_loadu_si128((const __m128i *)in[3]), 3);
-                state[r] = _mm512_ternarylogic_epi64(state[r], p, rk[0], 0x96);
-            }
-            for (int k = 1; k < rounds; k++)
-                for (size_t r = 0; r < CBC_AVX512_REGS; r++)
-                    state[r] = _mm512_aesenc_epi128(state[r], rk[k]);
-            for (size_t r = 0; r < CBC_AVX512_REGS; r++) {
-                state[r] = _mm512_aesenclast_epi128(state[r], rk[rounds]);
-                uint8_t *const *out = g.out + 4 * r;
-                _mm_storeu_si128((__m128i *)out[0], _mm512_castsi512_si128(state[r]));
-                _mm_storeu_si128((__m128i *)out[1], _mm512_extracti32x4_epi32(state[r], 1));
-                _mm_storeu_si128((__m128i *)out[2], _mm512_extracti32x4_epi32(state[r], 2));
-                _mm_storeu_si128((__m128i *)out[3], _mm512_extracti32x4_epi32(state[r], 3));
-            }
-            cbc_advance(&g, CBC_MAX_LANES);
-        }
-    }
-    OPENSSL_cleanse(rk, sizeof rk);
-    OPENSSL_cleanse(state, sizeof state);
-    OPENSSL_cleanse(g.sink, sizeof g.sink);
+    return _mm_loadu_si128((const __m128i *)in[0]);
 }
 
-AVX2_TARGET static void cbc_encrypt_avx2(const AesSchedule *s, uint8_t *dst, const uint8_t *src,
-                                         const uint8_t *ivs, size_t units, size_t unit_bytes)
+AESNI_TARGET static inline void store_lanes_128(uint8_t *const *out, __m128i v)
 {
-    __m256i rk[15], state[AVX2_REGS];
-    __m128i lane_ivs[2 * AVX2_REGS];
-    CbcLanes g;
-    int rounds = s->rounds;
-    for (int r = 0; r <= rounds; r++)
-        rk[r] = _mm256_broadcastsi128_si256(s->enc[r]);
-    for (size_t u0 = 0; u0 < units; u0 += 2 * AVX2_REGS) {
-        size_t n = cbc_lanes(&g, dst, src, u0, units, unit_bytes, 2 * AVX2_REGS);
-        cbc_lane_ivs(lane_ivs, ivs + 16 * u0, n, 2 * AVX2_REGS);
-        for (int r = 0; r < AVX2_REGS; r++)
-            state[r] = _mm256_set_m128i(lane_ivs[2 * r + 1], lane_ivs[2 * r]);
-        for (size_t j = 0; j < unit_bytes / 16; j++) {
-            for (int r = 0; r < AVX2_REGS; r++) {
-                __m256i p = _mm256_loadu2_m128i((const __m128i *)g.in[2 * r + 1],
-                                                (const __m128i *)g.in[2 * r]);
-                state[r] = _mm256_xor_si256(_mm256_xor_si256(state[r], p), rk[0]);
-            }
-            for (int k = 1; k < rounds; k++)
-                for (int r = 0; r < AVX2_REGS; r++)
-                    state[r] = _mm256_aesenc_epi128(state[r], rk[k]);
-            for (int r = 0; r < AVX2_REGS; r++) {
-                state[r] = _mm256_aesenclast_epi128(state[r], rk[rounds]);
-                _mm256_storeu2_m128i((__m128i *)g.out[2 * r + 1], (__m128i *)g.out[2 * r],
-                                     state[r]);
-            }
-            cbc_advance(&g, 2 * AVX2_REGS);
-        }
-    }
-    OPENSSL_cleanse(rk, sizeof rk);
-    OPENSSL_cleanse(state, sizeof state);
-    OPENSSL_cleanse(lane_ivs, sizeof lane_ivs);
-    OPENSSL_cleanse(g.sink, sizeof g.sink);
+    _mm_storeu_si128((__m128i *)out[0], v);
 }
 
-AESNI_TARGET static void cbc_encrypt_aesni(const AesSchedule *s, uint8_t *dst, const uint8_t *src,
-                                           const uint8_t *ivs, size_t units, size_t unit_bytes)
+AVX2_TARGET static inline __m256i load_lanes_256(const uint8_t *const *in)
 {
-    __m128i state[AESNI_WIDTH];
-    CbcLanes g;
-    int rounds = s->rounds;
-    for (size_t u0 = 0; u0 < units; u0 += AESNI_WIDTH) {
-        size_t n = cbc_lanes(&g, dst, src, u0, units, unit_bytes, AESNI_WIDTH);
-        cbc_lane_ivs(state, ivs + 16 * u0, n, AESNI_WIDTH);
-        for (size_t j = 0; j < unit_bytes / 16; j++) {
-            for (size_t l = 0; l < AESNI_WIDTH; l++) {
-                __m128i p = _mm_loadu_si128((const __m128i *)g.in[l]);
-                state[l] = _mm_xor_si128(_mm_xor_si128(state[l], p), s->enc[0]);
-            }
-            for (int k = 1; k < rounds; k++)
-                for (size_t l = 0; l < AESNI_WIDTH; l++)
-                    state[l] = _mm_aesenc_si128(state[l], s->enc[k]);
-            for (size_t l = 0; l < AESNI_WIDTH; l++) {
-                state[l] = _mm_aesenclast_si128(state[l], s->enc[rounds]);
-                _mm_storeu_si128((__m128i *)g.out[l], state[l]);
-            }
-            cbc_advance(&g, AESNI_WIDTH);
-        }
-    }
-    OPENSSL_cleanse(state, sizeof state);
-    OPENSSL_cleanse(g.sink, sizeof g.sink);
+    return _mm256_loadu2_m128i((const __m128i *)in[1], (const __m128i *)in[0]);
 }
+
+AVX2_TARGET static inline void store_lanes_256(uint8_t *const *out, __m256i v)
+{
+    _mm256_storeu2_m128i((__m128i *)out[1], (__m128i *)out[0], v);
+}
+
+AVX512_TARGET static inline __m512i load_lanes_512(const uint8_t *const *in)
+{
+    __m512i v = _mm512_castsi128_si512(_mm_loadu_si128((const __m128i *)in[0]));
+    v = _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i *)in[1]), 1);
+    v = _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i *)in[2]), 2);
+    return _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i *)in[3]), 3);
+}
+
+AVX512_TARGET static inline void store_lanes_512(uint8_t *const *out, __m512i v)
+{
+    _mm_storeu_si128((__m128i *)out[0], _mm512_castsi512_si128(v));
+    _mm_storeu_si128((__m128i *)out[1], _mm512_extracti32x4_epi32(v, 1));
+    _mm_storeu_si128((__m128i *)out[2], _mm512_extracti32x4_epi32(v, 2));
+    _mm_storeu_si128((__m128i *)out[3], _mm512_extracti32x4_epi32(v, 3));
+}
+
+/* Multi-lane CBC encryption on REGS registers of LANES_W lanes each. */
+#define CBC_ENCRYPT_KERNEL(name, TARGET, W, REGS)                                              \
+    TARGET static void name(const AesSchedule *s, uint8_t *dst, const uint8_t *src,            \
+                            const uint8_t *ivs, size_t units, size_t unit_bytes)              \
+    {                                                                                          \
+        enum { LANES = LANES_##W * (REGS) };                                                   \
+        VEC_##W rk[15], state[REGS];                                                           \
+        __m128i lane_ivs[LANES];                                                               \
+        CbcLanes g;                                                                            \
+        int rounds = s->rounds;                                                                \
+        for (int r = 0; r <= rounds; r++)                                                      \
+            rk[r] = BROADCAST_##W(s->enc[r]);                                                  \
+        for (size_t u0 = 0; u0 < units; u0 += LANES) {                                         \
+            size_t n = cbc_lanes(&g, dst, src, u0, units, unit_bytes, LANES);                  \
+            cbc_lane_ivs(lane_ivs, ivs + 16 * u0, n, LANES);                                   \
+            for (int r = 0; r < (REGS); r++)                                                   \
+                state[r] = LOADU_##W(lane_ivs + LANES_##W * r);                                \
+            for (size_t j = 0; j < unit_bytes / 16; j++) {                                     \
+                for (int r = 0; r < (REGS); r++)                                               \
+                    state[r] = XOR_##W(state[r], load_lanes_##W(g.in + LANES_##W * r));        \
+                ROUNDS(ENC_##W, ENCLAST_##W, XOR_##W, rk, rounds, state, REGS);                \
+                for (int r = 0; r < (REGS); r++)                                               \
+                    store_lanes_##W(g.out + LANES_##W * r, state[r]);                          \
+                cbc_advance(&g, LANES);                                                        \
+            }                                                                                  \
+        }                                                                                      \
+        OPENSSL_cleanse(rk, sizeof rk);                                                        \
+        OPENSSL_cleanse(state, sizeof state);                                                  \
+        OPENSSL_cleanse(lane_ivs, sizeof lane_ivs);                                            \
+        OPENSSL_cleanse(g.sink, sizeof g.sink);                                                \
+    }
+
+CBC_ENCRYPT_KERNEL(cbc_encrypt_aesni, AESNI_TARGET, 128, 8)
+CBC_ENCRYPT_KERNEL(cbc_encrypt_avx2, AVX2_TARGET, 256, 8)
+CBC_ENCRYPT_KERNEL(cbc_encrypt_avx512, AVX512_TARGET, 512, 4)
 
 /* CBC decryption has no chain to wait for: P[j] = D(C[j]) ^ C[j-1], with C[-1] the IV. Each
  * step loads all its ciphertext before it stores, and the previous step's last block stays in
@@ -768,98 +725,41 @@ AESNI_TARGET static void cbc_decrypt_tail(const AesSchedule *s, uint8_t *out, co
     }
 }
 
-/* Sixteen blocks of a unit per step in four zmm registers; the previous blocks of register i
- * are the top block of register i - 1 and the first three of register i. */
-AVX512_TARGET static void cbc_decrypt_avx512(const AesSchedule *s, uint8_t *dst, const uint8_t *src,
-                                             const uint8_t *ivs, size_t units, size_t unit_bytes)
-{
-    __m512i rk[15];
-    int rounds = s->rounds;
-    size_t blocks = unit_bytes / 16;
-    for (int r = 0; r <= rounds; r++)
-        rk[r] = _mm512_broadcast_i32x4(s->dec[r]);
-    for (size_t u = 0; u < units; u++) {
-        const uint8_t *in = src + u * unit_bytes;
-        uint8_t *out = dst + u * unit_bytes;
-        /* Lane 3 holds the ciphertext block before the next step's first. */
-        __m512i last = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(ivs + 16 * u)));
-        size_t j = 0;
-        for (; j + 4 * AVX512_REGS <= blocks; j += 4 * AVX512_REGS) {
-            __m512i c[AVX512_REGS], x[AVX512_REGS];
-            for (int i = 0; i < AVX512_REGS; i++)
-                c[i] = x[i] = _mm512_loadu_si512(in + 16 * j + 64 * i);
-            ROUNDS(_mm512_aesdec_epi128, _mm512_aesdeclast_epi128, _mm512_xor_si512, rk, rounds, x,
-                   AVX512_REGS);
-            for (int i = 0; i < AVX512_REGS; i++) {
-                __m512i previous = _mm512_alignr_epi64(c[i], i ? c[i - 1] : last, 6);
-                _mm512_storeu_si512(out + 16 * j + 64 * i, _mm512_xor_si512(x[i], previous));
-            }
-            last = c[AVX512_REGS - 1];
-        }
-        cbc_decrypt_tail(s, out, in, j, blocks, _mm512_extracti32x4_epi32(last, 3));
+/* CBC decryption of a unit REGS registers at a time; register i's previous blocks come from
+ * register i - 1 and itself (BEFORE_W), the first register's from the last step's. */
+#define CBC_DECRYPT_KERNEL(name, TARGET, W, REGS)                                              \
+    TARGET static void name(const AesSchedule *s, uint8_t *dst, const uint8_t *src,            \
+                            const uint8_t *ivs, size_t units, size_t unit_bytes)              \
+    {                                                                                          \
+        enum { STEP = LANES_##W * (REGS) };                                                    \
+        VEC_##W rk[15];                                                                        \
+        int rounds = s->rounds;                                                                \
+        size_t blocks = unit_bytes / 16;                                                       \
+        for (int r = 0; r <= rounds; r++)                                                      \
+            rk[r] = BROADCAST_##W(s->dec[r]);                                                  \
+        for (size_t u = 0; u < units; u++) {                                                   \
+            const uint8_t *in = src + u * unit_bytes;                                          \
+            uint8_t *out = dst + u * unit_bytes;                                               \
+            VEC_##W last = BROADCAST_##W(_mm_loadu_si128((const __m128i *)(ivs + 16 * u)));   \
+            size_t j = 0;                                                                      \
+            for (; j + STEP <= blocks; j += STEP) {                                            \
+                VEC_##W c[REGS], x[REGS];                                                      \
+                for (int i = 0; i < (REGS); i++)                                               \
+                    c[i] = x[i] = LOADU_##W(in + 16 * (j + LANES_##W * i));                    \
+                ROUNDS(DEC_##W, DECLAST_##W, XOR_##W, rk, rounds, x, REGS);                    \
+                for (int i = 0; i < (REGS); i++)                                               \
+                    STOREU_##W(out + 16 * (j + LANES_##W * i),                                 \
+                               XOR_##W(x[i], BEFORE_##W(c[i], i ? c[i - 1] : last)));         \
+                last = c[(REGS) - 1];                                                          \
+            }                                                                                  \
+            cbc_decrypt_tail(s, out, in, j, blocks, HIGH_##W(last));                           \
+        }                                                                                      \
+        OPENSSL_cleanse(rk, sizeof rk);                                                        \
     }
-    OPENSSL_cleanse(rk, sizeof rk);
-}
 
-/* Sixteen blocks of a unit per step in eight ymm registers; the previous blocks of register i
- * are the high half of register i - 1 and the low half of register i. */
-AVX2_TARGET static void cbc_decrypt_avx2(const AesSchedule *s, uint8_t *dst, const uint8_t *src,
-                                         const uint8_t *ivs, size_t units, size_t unit_bytes)
-{
-    __m256i rk[15];
-    int rounds = s->rounds;
-    size_t blocks = unit_bytes / 16;
-    for (int r = 0; r <= rounds; r++)
-        rk[r] = _mm256_broadcastsi128_si256(s->dec[r]);
-    for (size_t u = 0; u < units; u++) {
-        const uint8_t *in = src + u * unit_bytes;
-        uint8_t *out = dst + u * unit_bytes;
-        /* The high half holds the ciphertext block before the next step's first. */
-        __m256i last = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(ivs + 16 * u)));
-        size_t j = 0;
-        for (; j + 2 * AVX2_REGS <= blocks; j += 2 * AVX2_REGS) {
-            __m256i c[AVX2_REGS], x[AVX2_REGS];
-            for (int i = 0; i < AVX2_REGS; i++)
-                c[i] = x[i] = _mm256_loadu_si256((const __m256i *)(in + 16 * j + 32 * i));
-            ROUNDS(_mm256_aesdec_epi128, _mm256_aesdeclast_epi128, _mm256_xor_si256, rk, rounds, x,
-                   AVX2_REGS);
-            for (int i = 0; i < AVX2_REGS; i++) {
-                __m256i previous = _mm256_permute2x128_si256(i ? c[i - 1] : last, c[i], 0x21);
-                _mm256_storeu_si256((__m256i *)(out + 16 * j + 32 * i),
-                                    _mm256_xor_si256(x[i], previous));
-            }
-            last = c[AVX2_REGS - 1];
-        }
-        cbc_decrypt_tail(s, out, in, j, blocks, _mm256_extracti128_si256(last, 1));
-    }
-    OPENSSL_cleanse(rk, sizeof rk);
-}
-
-/* Eight blocks of a unit per step. */
-AESNI_TARGET static void cbc_decrypt_aesni(const AesSchedule *s, uint8_t *dst, const uint8_t *src,
-                                           const uint8_t *ivs, size_t units, size_t unit_bytes)
-{
-    int rounds = s->rounds;
-    size_t blocks = unit_bytes / 16;
-    for (size_t u = 0; u < units; u++) {
-        const uint8_t *in = src + u * unit_bytes;
-        uint8_t *out = dst + u * unit_bytes;
-        __m128i last = _mm_loadu_si128((const __m128i *)(ivs + 16 * u));
-        size_t j = 0;
-        for (; j + AESNI_WIDTH <= blocks; j += AESNI_WIDTH) {
-            __m128i c[AESNI_WIDTH], x[AESNI_WIDTH];
-            for (int i = 0; i < AESNI_WIDTH; i++)
-                c[i] = x[i] = _mm_loadu_si128((const __m128i *)(in + 16 * (j + i)));
-            ROUNDS(_mm_aesdec_si128, _mm_aesdeclast_si128, _mm_xor_si128, s->dec, rounds, x,
-                   AESNI_WIDTH);
-            for (int i = 0; i < AESNI_WIDTH; i++)
-                _mm_storeu_si128((__m128i *)(out + 16 * (j + i)),
-                                 _mm_xor_si128(x[i], i ? c[i - 1] : last));
-            last = c[AESNI_WIDTH - 1];
-        }
-        cbc_decrypt_tail(s, out, in, j, blocks, last);
-    }
-}
+CBC_DECRYPT_KERNEL(cbc_decrypt_aesni, AESNI_TARGET, 128, 8)
+CBC_DECRYPT_KERNEL(cbc_decrypt_avx2, AVX2_TARGET, 256, 8)
+CBC_DECRYPT_KERNEL(cbc_decrypt_avx512, AVX512_TARGET, 512, 4)
 
 /* The paths this CPU and OS can run, one bit per Path: CPUID for the instructions, XCR0 for
  * the OS saving the ymm (and opmask and zmm) state across context switches. */
@@ -1109,24 +1009,23 @@ static PyObject *cbc_call(PyObject *args, const char *format, int encrypt)
     return result;
 }
 
+/* cbc_encrypt's and cbc_decrypt's docstrings: one contract, two directions. */
+#define CBC_DOC(name, direction, how)                                                          \
+    name "(dst, src, ivs, key, unit_bytes)\n--\n\n"                                            \
+         "AES-CBC " direction " of src into dst (which may be src, or must not overlap it),\n"  \
+         "data unit by data unit: unit u starts from the 16-byte IV ivs[u]; key is 16, 24\n"    \
+         "or 32 bytes. " how "On the current path (path()); on the openssl path the call\n"     \
+         "raises RuntimeError."
+
 PyDoc_STRVAR(cbc_encrypt_doc,
-             "cbc_encrypt(dst, src, ivs, key, unit_bytes)\n--\n\n"
-             "AES-CBC encryption of src into dst (which may be src, or must not overlap it),\n"
-             "data unit by data unit: unit u starts from the 16-byte IV ivs[u]; key is 16, 24\n"
-             "or 32 bytes. Many units at once in parallel lanes, on the current path (path());\n"
-             "on the openssl path the call raises RuntimeError.");
+             CBC_DOC("cbc_encrypt", "encryption", "Many units at once in parallel lanes.\n"));
 
 static PyObject *native_cbc_encrypt(PyObject *module, PyObject *args)
 {
     return cbc_call(args, "w*y*y*y*n:cbc_encrypt", 1);
 }
 
-PyDoc_STRVAR(cbc_decrypt_doc,
-             "cbc_decrypt(dst, src, ivs, key, unit_bytes)\n--\n\n"
-             "AES-CBC decryption of src into dst (which may be src, or must not overlap it),\n"
-             "data unit by data unit: unit u starts from the 16-byte IV ivs[u]; key is 16, 24\n"
-             "or 32 bytes. On the current path (path()); on the openssl path the call raises\n"
-             "RuntimeError.");
+PyDoc_STRVAR(cbc_decrypt_doc, CBC_DOC("cbc_decrypt", "decryption", ""));
 
 static PyObject *native_cbc_decrypt(PyObject *module, PyObject *args)
 {

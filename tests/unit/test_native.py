@@ -160,7 +160,17 @@ def test_set_path_refuses_an_unknown_name() -> None:
 @pytest.mark.parametrize("key_bytes", [32, 64])
 @pytest.mark.parametrize(
     ("unit_bytes", "units"),
-    [(512, 1), (512, 37), (512, 1025), (4096, 5), (4096, 33), (16384, 2), (48, 5), (304, 19)],
+    [
+        (512, 1),
+        (512, 37),
+        (512, 1025),
+        (4096, 5),
+        (4096, 33),
+        (16384, 2),
+        (48, 5),
+        (304, 19),
+        (1040, 3),
+    ],
 )
 @pytest.mark.parametrize("encrypt", [True, False])
 def test_xts_equals_pyca_aes_xts_unit_by_unit(
