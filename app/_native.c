@@ -23,9 +23,6 @@
  * path reached 1.5-2 GB/s; a unit's chain is serial, units are not.
  * cbc_decrypt: the same for decryption, one pass instead of ECB then numpy XORs.
  *
- * gather: an HTTP body arrives in pieces of arbitrary length; the block layer
- * wants one contiguous buffer of whole data units.
- *
  * Below RELEASE_BYTES the work keeps the GIL. Releasing it costs more than it
  * frees when the work takes a few microseconds: the event loop takes the GIL at
  * once, and the worker waits for it to come back (up to the 5 ms switch
@@ -118,51 +115,6 @@ static PyObject *native_whiten(PyObject *module, PyObject *args)
     PyBuffer_Release(&dst);
     PyBuffer_Release(&src);
     PyBuffer_Release(&first);
-    return result;
-}
-
-static void copy_in(char *out, const Py_buffer *views, Py_ssize_t count)
-{
-    for (Py_ssize_t i = 0; i < count; i++) {
-        memcpy(out, views[i].buf, (size_t)views[i].len);
-        out += views[i].len;
-    }
-}
-
-PyDoc_STRVAR(gather_doc,
-             "gather(dst, pieces)\n--\n\n"
-             "Copy the buffers in the list pieces back to back into dst, which they must fill\n"
-             "exactly.");
-
-static PyObject *native_gather(PyObject *module, PyObject *args)
-{
-    Py_buffer dst;
-    PyObject *list;
-    if (!PyArg_ParseTuple(args, "w*O!:gather", &dst, &PyList_Type, &list))
-        return NULL;
-    Py_ssize_t count = PyList_GET_SIZE(list), taken = 0, total = 0;
-    Py_buffer *views = PyMem_Calloc(count ? count : 1, sizeof(Py_buffer));
-    PyObject *result = NULL;
-    if (views == NULL) {
-        PyErr_NoMemory();
-        goto done;
-    }
-    for (; taken < count; taken++) {
-        if (PyObject_GetBuffer(PyList_GET_ITEM(list, taken), &views[taken], PyBUF_SIMPLE) < 0)
-            goto done;
-        total += views[taken].len;
-    }
-    if (total != dst.len) {
-        PyErr_Format(PyExc_ValueError, "pieces hold %zd bytes, dst %zd", total, dst.len);
-        goto done;
-    }
-    RUN_RELEASING_ABOVE(total, copy_in(dst.buf, views, count));
-    result = Py_NewRef(Py_None);
-done:
-    for (Py_ssize_t i = 0; i < taken; i++)
-        PyBuffer_Release(&views[i]);
-    PyMem_Free(views);
-    PyBuffer_Release(&dst);
     return result;
 }
 
@@ -1066,7 +1018,6 @@ static PyObject *native_set_path(PyObject *module, PyObject *arg)
 
 static PyMethodDef methods[] = {
     {"whiten", native_whiten, METH_VARARGS, whiten_doc},
-    {"gather", native_gather, METH_VARARGS, gather_doc},
     {"xts", native_xts, METH_VARARGS, xts_doc},
     {"xts_plain64", native_xts_plain64, METH_VARARGS, xts_plain64_doc},
     {"cbc_encrypt", native_cbc_encrypt, METH_VARARGS, cbc_encrypt_doc},

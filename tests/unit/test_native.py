@@ -1,5 +1,5 @@
 """The C inner loops: AES-XTS and AES-CBC against pyca on every AES path this CPU runs,
-whitening against GF(2^128) in Python ints, gather."""
+whitening against GF(2^128) in Python ints."""
 
 from __future__ import annotations
 
@@ -79,21 +79,6 @@ def test_whiten_refuses_inconsistent_sizes(
 def test_whiten_needs_a_writable_destination() -> None:
     with pytest.raises(TypeError):
         _native.whiten(bytes(512), bytes(512), bytes(16), 512)
-
-
-def test_gather_copies_pieces_back_to_back() -> None:
-    pieces = [memoryview(b"abc"), memoryview(b""), memoryview(bytearray(b"defg"))[1:]]
-    out = bytearray(6)
-    _native.gather(out, pieces)
-    assert out == b"abcefg"
-
-
-@pytest.mark.parametrize("size", [5, 7])
-def test_gather_refuses_pieces_that_do_not_fill_the_destination_exactly(size: int) -> None:
-    out = bytearray(size)
-    with pytest.raises(ValueError, match="pieces hold 6 bytes"):
-        _native.gather(out, [memoryview(b"abcdef")])
-    assert out == bytes(size)
 
 
 def xts_by_pyca(data: bytes, ivs: bytes, key: bytes, unit_bytes: int, encrypt: bool) -> bytes:
