@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from collections.abc import Iterator
+from itertools import pairwise
 from pathlib import Path
 
 import pytest
 
 from app.errors import DeviceClaimed
-from app.storage.file import FileStore
+from app.storage import file as file_module
+from app.storage.file import WRITE_CHUNK, FileStore
 from app.storage.memory import MemoryStore
 from tests.support.conformance import SIZE, BlockDeviceTests
 
@@ -32,6 +35,36 @@ class TestFileStore(BlockDeviceTests[FileStore]):
         before = device.allocated_bytes()
         device.discard(0, 65536)
         assert device.allocated_bytes() < before
+
+    def test_big_writes_reach_the_file_in_pieces_of_at_most_write_chunk(
+        self, device: FileStore, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """No system call writes more than WRITE_CHUNK (the kernel sizes page-cache folios by
+        it), and the pieces land whole and in order, from one buffer or several."""
+        lengths: list[int] = []
+        real_pwrite, real_pwritev = os.pwrite, os.pwritev
+
+        def pwrite(fd: int, data: memoryview, offset: int) -> int:
+            lengths.append(len(data))
+            return real_pwrite(fd, data, offset)
+
+        def pwritev(fd: int, views: list[memoryview], offset: int) -> int:
+            lengths.append(sum(len(view) for view in views))
+            return real_pwritev(fd, views, offset)
+
+        monkeypatch.setattr(file_module.os, "pwrite", pwrite)
+        monkeypatch.setattr(file_module.os, "pwritev", pwritev)
+        data = os.urandom(3 * WRITE_CHUNK + 4096)
+        device.write(8192, data)
+        assert device.read(8192, len(data)) == data
+        assert lengths == [WRITE_CHUNK] * 3 + [4096]
+
+        lengths.clear()
+        cuts = [0, 5000, 5000 + WRITE_CHUNK + 1, 2 * WRITE_CHUNK + 7000, len(data)]
+        reversed_data = data[::-1]
+        device.writev(0, [reversed_data[a:b] for a, b in pairwise(cuts)])
+        assert device.read(0, len(data)) == reversed_data
+        assert lengths == [WRITE_CHUNK] * 3 + [4096]
 
 
 class TestFileStoreClaim:
