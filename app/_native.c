@@ -545,123 +545,110 @@ XTS_KERNEL(xts_avx512, AVX512_TARGET, 512)
 /*
  * Multi-lane CBC encryption. CBC is serial inside a data unit (each block waits for the
  * previous one's ciphertext) but data units are independent: lane l carries unit u0 + l, and
- * block j of every lane goes through the rounds together, so the AES units see CBC_MAX_LANES
- * (8 on xmm) independent blocks per round instead of one chain's latency. A zmm register holds
- * four lanes, a ymm two, an xmm one. Lanes past the last unit read a zero block and write a
- * sink.
+ * block j of every lane goes through the rounds together, so the AES units see a group's lanes
+ * (16 on zmm and ymm, 8 on xmm) as independent blocks per round instead of one chain's latency.
+ * A zmm register holds four lanes, a ymm two, an xmm one. The lanes of a group are a stride of
+ * one unit apart, so a step addresses them from one pointer; with 512-byte units the stride is
+ * a constant and every lane's address an offset in the instruction. The units past the last
+ * whole group go through groups of one register, then (on zmm and ymm) one xmm lane each.
  */
-#define CBC_MAX_LANES 16
 
-typedef struct {
-    const uint8_t *in[CBC_MAX_LANES];
-    uint8_t *out[CBC_MAX_LANES];
-    size_t step[CBC_MAX_LANES];
-    uint8_t sink[16];
-} CbcLanes;
-
-static const uint8_t zero_block[16];
-
-/* Lanes for units u0.. of a group of at most lanes units; returns how many are real. */
-static size_t cbc_lanes(CbcLanes *g, uint8_t *dst, const uint8_t *src, size_t u0, size_t units,
-                        size_t unit_bytes, size_t lanes)
+/* A register of LANES_W lanes' blocks at p, p + stride, ..., lane 0 lowest, and back. */
+AESNI_TARGET static inline __m128i load_lanes_128(const uint8_t *p, size_t stride)
 {
-    size_t n = units - u0 < lanes ? units - u0 : lanes;
-    for (size_t l = 0; l < lanes; l++) {
-        int real = l < n;
-        g->in[l] = real ? src + (u0 + l) * unit_bytes : zero_block;
-        g->out[l] = real ? dst + (u0 + l) * unit_bytes : g->sink;
-        g->step[l] = real ? 16 : 0;
-    }
-    return n;
+    (void)stride;
+    return _mm_loadu_si128((const __m128i *)p);
 }
 
-static void cbc_advance(CbcLanes *g, size_t lanes)
+AESNI_TARGET static inline void store_lanes_128(uint8_t *p, size_t stride, __m128i v)
 {
-    for (size_t l = 0; l < lanes; l++) {
-        g->in[l] += g->step[l];
-        g->out[l] += g->step[l];
-    }
+    (void)stride;
+    _mm_storeu_si128((__m128i *)p, v);
 }
 
-/* The IVs of n real lanes of a group, zeros past them (not read). */
-AESNI_TARGET static void cbc_lane_ivs(__m128i *state, const uint8_t *ivs, size_t n, size_t lanes)
+AVX2_TARGET static inline __m256i load_lanes_256(const uint8_t *p, size_t stride)
 {
-    for (size_t l = 0; l < lanes; l++)
-        state[l] = l < n ? _mm_loadu_si128((const __m128i *)(ivs + 16 * l)) : _mm_setzero_si128();
+    return _mm256_loadu2_m128i((const __m128i *)(p + stride), (const __m128i *)p);
 }
 
-/* A register of LANES_W lanes' blocks, lane 0 lowest, from their separate units, and back. */
-AESNI_TARGET static inline __m128i load_lanes_128(const uint8_t *const *in)
+AVX2_TARGET static inline void store_lanes_256(uint8_t *p, size_t stride, __m256i v)
 {
-    return _mm_loadu_si128((const __m128i *)in[0]);
+    _mm256_storeu2_m128i((__m128i *)(p + stride), (__m128i *)p, v);
 }
 
-AESNI_TARGET static inline void store_lanes_128(uint8_t *const *out, __m128i v)
+AVX512_TARGET static inline __m512i load_lanes_512(const uint8_t *p, size_t stride)
 {
-    _mm_storeu_si128((__m128i *)out[0], v);
+    __m512i v = _mm512_castsi128_si512(_mm_loadu_si128((const __m128i *)p));
+    v = _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i *)(p + stride)), 1);
+    v = _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i *)(p + 2 * stride)), 2);
+    return _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i *)(p + 3 * stride)), 3);
 }
 
-AVX2_TARGET static inline __m256i load_lanes_256(const uint8_t *const *in)
+AVX512_TARGET static inline void store_lanes_512(uint8_t *p, size_t stride, __m512i v)
 {
-    return _mm256_loadu2_m128i((const __m128i *)in[1], (const __m128i *)in[0]);
+    _mm_storeu_si128((__m128i *)p, _mm512_castsi512_si128(v));
+    _mm_storeu_si128((__m128i *)(p + stride), _mm512_extracti32x4_epi32(v, 1));
+    _mm_storeu_si128((__m128i *)(p + 2 * stride), _mm512_extracti32x4_epi32(v, 2));
+    _mm_storeu_si128((__m128i *)(p + 3 * stride), _mm512_extracti32x4_epi32(v, 3));
 }
 
-AVX2_TARGET static inline void store_lanes_256(uint8_t *const *out, __m256i v)
-{
-    _mm256_storeu2_m128i((__m128i *)out[1], (__m128i *)out[0], v);
-}
-
-AVX512_TARGET static inline __m512i load_lanes_512(const uint8_t *const *in)
-{
-    __m512i v = _mm512_castsi128_si512(_mm_loadu_si128((const __m128i *)in[0]));
-    v = _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i *)in[1]), 1);
-    v = _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i *)in[2]), 2);
-    return _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i *)in[3]), 3);
-}
-
-AVX512_TARGET static inline void store_lanes_512(uint8_t *const *out, __m512i v)
-{
-    _mm_storeu_si128((__m128i *)out[0], _mm512_castsi512_si128(v));
-    _mm_storeu_si128((__m128i *)out[1], _mm512_extracti32x4_epi32(v, 1));
-    _mm_storeu_si128((__m128i *)out[2], _mm512_extracti32x4_epi32(v, 2));
-    _mm_storeu_si128((__m128i *)out[3], _mm512_extracti32x4_epi32(v, 3));
-}
-
-/* Multi-lane CBC encryption on REGS registers of LANES_W lanes each. */
-#define CBC_ENCRYPT_KERNEL(name, TARGET, W, REGS)                                              \
-    TARGET static void name(const AesSchedule *s, uint8_t *dst, const uint8_t *src,            \
-                            const uint8_t *ivs, size_t units, size_t unit_bytes)              \
+/* CBC encryption of the whole groups of LANES_W * REGS units among units; returns how many
+ * units that was. Inlined into each kernel, so a constant unit_bytes stays one. */
+#define CBC_ENCRYPT_GROUPS(name, TARGET, W, REGS)                                              \
+    TARGET static inline __attribute__((always_inline)) size_t name(                           \
+        const AesSchedule *s, uint8_t *dst, const uint8_t *src, const uint8_t *ivs,            \
+        size_t units, size_t unit_bytes)                                                       \
     {                                                                                          \
         enum { LANES = LANES_##W * (REGS) };                                                   \
         VEC_##W rk[15], state[REGS];                                                           \
-        __m128i lane_ivs[LANES];                                                               \
-        CbcLanes g;                                                                            \
         int rounds = s->rounds;                                                                \
+        size_t whole = units - units % LANES;                                                  \
         for (int r = 0; r <= rounds; r++)                                                      \
             rk[r] = BROADCAST_##W(s->enc[r]);                                                  \
-        for (size_t u0 = 0; u0 < units; u0 += LANES) {                                         \
-            size_t n = cbc_lanes(&g, dst, src, u0, units, unit_bytes, LANES);                  \
-            cbc_lane_ivs(lane_ivs, ivs + 16 * u0, n, LANES);                                   \
+        for (size_t u0 = 0; u0 < whole; u0 += LANES) {                                         \
+            const uint8_t *in = src + u0 * unit_bytes;                                         \
+            uint8_t *out = dst + u0 * unit_bytes;                                              \
             for (int r = 0; r < (REGS); r++)                                                   \
-                state[r] = LOADU_##W(lane_ivs + LANES_##W * r);                                \
-            for (size_t j = 0; j < unit_bytes / 16; j++) {                                     \
+                state[r] = LOADU_##W(ivs + 16 * (u0 + LANES_##W * r));                         \
+            for (size_t j = 0; j < unit_bytes / 16; j++, in += 16, out += 16) {                \
                 for (int r = 0; r < (REGS); r++)                                               \
-                    state[r] = XOR_##W(state[r], load_lanes_##W(g.in + LANES_##W * r));        \
+                    state[r] = XOR_##W(state[r], load_lanes_##W(in + LANES_##W * r * unit_bytes, \
+                                                                unit_bytes));                  \
                 ROUNDS(ENC_##W, ENCLAST_##W, XOR_##W, rk, rounds, state, REGS);                \
                 for (int r = 0; r < (REGS); r++)                                               \
-                    store_lanes_##W(g.out + LANES_##W * r, state[r]);                          \
-                cbc_advance(&g, LANES);                                                        \
+                    store_lanes_##W(out + LANES_##W * r * unit_bytes, unit_bytes, state[r]);   \
             }                                                                                  \
         }                                                                                      \
         OPENSSL_cleanse(rk, sizeof rk);                                                        \
         OPENSSL_cleanse(state, sizeof state);                                                  \
-        OPENSSL_cleanse(lane_ivs, sizeof lane_ivs);                                            \
-        OPENSSL_cleanse(g.sink, sizeof g.sink);                                                \
+        return whole;                                                                          \
     }
 
-CBC_ENCRYPT_KERNEL(cbc_encrypt_aesni, AESNI_TARGET, 128, 8)
-CBC_ENCRYPT_KERNEL(cbc_encrypt_avx2, AVX2_TARGET, 256, 8)
-CBC_ENCRYPT_KERNEL(cbc_encrypt_avx512, AVX512_TARGET, 512, 4)
+CBC_ENCRYPT_GROUPS(cbc_groups_128x8, AESNI_TARGET, 128, 8)
+CBC_ENCRYPT_GROUPS(cbc_groups_128x1, AESNI_TARGET, 128, 1)
+CBC_ENCRYPT_GROUPS(cbc_groups_256x8, AVX2_TARGET, 256, 8)
+CBC_ENCRYPT_GROUPS(cbc_groups_256x1, AVX2_TARGET, 256, 1)
+CBC_ENCRYPT_GROUPS(cbc_groups_512x4, AVX512_TARGET, 512, 4)
+CBC_ENCRYPT_GROUPS(cbc_groups_512x1, AVX512_TARGET, 512, 1)
+
+/* A path's CBC encryption kernel: whole groups of its widest, with 512-byte units (a sector)
+ * as a constant, then whole groups of one register, then one xmm lane a unit. */
+#define CBC_ENCRYPT_KERNEL(name, TARGET, widest, narrow)                                      \
+    TARGET static void name(const AesSchedule *s, uint8_t *dst, const uint8_t *src,            \
+                            const uint8_t *ivs, size_t units, size_t unit_bytes)              \
+    {                                                                                          \
+        size_t done = unit_bytes == 512 ? widest(s, dst, src, ivs, units, 512)                 \
+                                        : widest(s, dst, src, ivs, units, unit_bytes);         \
+        done += narrow(s, dst + done * unit_bytes, src + done * unit_bytes, ivs + 16 * done,   \
+                       units - done, unit_bytes);                                              \
+        if (done < units)                                                                      \
+            cbc_groups_128x1(s, dst + done * unit_bytes, src + done * unit_bytes,              \
+                             ivs + 16 * done, units - done, unit_bytes);                       \
+    }
+
+CBC_ENCRYPT_KERNEL(cbc_encrypt_aesni, AESNI_TARGET, cbc_groups_128x8, cbc_groups_128x1)
+CBC_ENCRYPT_KERNEL(cbc_encrypt_avx2, AVX2_TARGET, cbc_groups_256x8, cbc_groups_256x1)
+CBC_ENCRYPT_KERNEL(cbc_encrypt_avx512, AVX512_TARGET, cbc_groups_512x4, cbc_groups_512x1)
 
 /* CBC decryption has no chain to wait for: P[j] = D(C[j]) ^ C[j-1], with C[-1] the IV. Each
  * step loads all its ciphertext before it stores, and the previous step's last block stays in
