@@ -592,6 +592,70 @@ AVX512_TARGET static inline void store_lanes_512(uint8_t *p, size_t stride, __m5
     _mm_storeu_si128((__m128i *)(p + 3 * stride), _mm512_extracti32x4_epi32(v, 3));
 }
 
+/* LANES_W blocks of each of LANES_W lanes, x[k] holding block k of every lane (lane 0
+ * lowest): one load of a lane's LANES_W blocks, then a transpose of the LANES_W by LANES_W
+ * square of blocks; the transpose is its own inverse, and storing transposes back. A lane's
+ * cache line is read (and written) whole at once: with 4096-byte units the 16 lanes share an
+ * L1 set, which evicts lines between single-block steps. */
+AESNI_TARGET static inline void load_square_128(const uint8_t *p, size_t stride, __m128i *x)
+{
+    (void)stride;
+    x[0] = _mm_loadu_si128((const __m128i *)p);
+}
+
+AESNI_TARGET static inline void store_square_128(uint8_t *p, size_t stride, const __m128i *x)
+{
+    (void)stride;
+    _mm_storeu_si128((__m128i *)p, x[0]);
+}
+
+AVX2_TARGET static inline void transpose_256(__m256i *x)
+{
+    __m256i a = x[0], b = x[1];
+    x[0] = _mm256_permute2x128_si256(a, b, 0x20);
+    x[1] = _mm256_permute2x128_si256(a, b, 0x31);
+}
+
+AVX2_TARGET static inline void load_square_256(const uint8_t *p, size_t stride, __m256i *x)
+{
+    x[0] = _mm256_loadu_si256((const __m256i *)p);
+    x[1] = _mm256_loadu_si256((const __m256i *)(p + stride));
+    transpose_256(x);
+}
+
+AVX2_TARGET static inline void store_square_256(uint8_t *p, size_t stride, const __m256i *x)
+{
+    __m256i t[2] = {x[0], x[1]};
+    transpose_256(t);
+    _mm256_storeu_si256((__m256i *)p, t[0]);
+    _mm256_storeu_si256((__m256i *)(p + stride), t[1]);
+}
+
+AVX512_TARGET static inline void transpose_512(__m512i *x)
+{
+    __m512i t0 = _mm512_shuffle_i64x2(x[0], x[1], 0x44), t1 = _mm512_shuffle_i64x2(x[0], x[1], 0xee);
+    __m512i t2 = _mm512_shuffle_i64x2(x[2], x[3], 0x44), t3 = _mm512_shuffle_i64x2(x[2], x[3], 0xee);
+    x[0] = _mm512_shuffle_i64x2(t0, t2, 0x88);
+    x[1] = _mm512_shuffle_i64x2(t0, t2, 0xdd);
+    x[2] = _mm512_shuffle_i64x2(t1, t3, 0x88);
+    x[3] = _mm512_shuffle_i64x2(t1, t3, 0xdd);
+}
+
+AVX512_TARGET static inline void load_square_512(const uint8_t *p, size_t stride, __m512i *x)
+{
+    for (int l = 0; l < 4; l++)
+        x[l] = _mm512_loadu_si512(p + l * stride);
+    transpose_512(x);
+}
+
+AVX512_TARGET static inline void store_square_512(uint8_t *p, size_t stride, const __m512i *x)
+{
+    __m512i t[4] = {x[0], x[1], x[2], x[3]};
+    transpose_512(t);
+    for (int l = 0; l < 4; l++)
+        _mm512_storeu_si512(p + l * stride, t[l]);
+}
+
 /* CBC encryption of the whole groups of LANES_W * REGS units among units; returns how many
  * units that was. Inlined into each kernel, so a constant unit_bytes stays one. */
 #define CBC_ENCRYPT_GROUPS(name, TARGET, W, REGS)                                              \
@@ -602,7 +666,7 @@ AVX512_TARGET static inline void store_lanes_512(uint8_t *p, size_t stride, __m5
         enum { LANES = LANES_##W * (REGS) };                                                   \
         VEC_##W rk[15], state[REGS];                                                           \
         int rounds = s->rounds;                                                                \
-        size_t whole = units - units % LANES;                                                  \
+        size_t whole = units - units % LANES, blocks = unit_bytes / 16;                        \
         for (int r = 0; r <= rounds; r++)                                                      \
             rk[r] = BROADCAST_##W(s->enc[r]);                                                  \
         for (size_t u0 = 0; u0 < whole; u0 += LANES) {                                         \
@@ -610,7 +674,24 @@ AVX512_TARGET static inline void store_lanes_512(uint8_t *p, size_t stride, __m5
             uint8_t *out = dst + u0 * unit_bytes;                                              \
             for (int r = 0; r < (REGS); r++)                                                   \
                 state[r] = LOADU_##W(ivs + 16 * (u0 + LANES_##W * r));                         \
-            for (size_t j = 0; j < unit_bytes / 16; j++, in += 16, out += 16) {                \
+            size_t j = 0;                                                                      \
+            for (; j + LANES_##W <= blocks; j += LANES_##W) {                                  \
+                VEC_##W x[REGS][LANES_##W];                                                    \
+                for (int r = 0; r < (REGS); r++)                                               \
+                    load_square_##W(in + LANES_##W * r * unit_bytes, unit_bytes, x[r]);        \
+                for (int k = 0; k < LANES_##W; k++) {                                          \
+                    for (int r = 0; r < (REGS); r++)                                           \
+                        state[r] = XOR_##W(state[r], x[r][k]);                                 \
+                    ROUNDS(ENC_##W, ENCLAST_##W, XOR_##W, rk, rounds, state, REGS);            \
+                    for (int r = 0; r < (REGS); r++)                                           \
+                        x[r][k] = state[r];                                                    \
+                }                                                                              \
+                for (int r = 0; r < (REGS); r++)                                               \
+                    store_square_##W(out + LANES_##W * r * unit_bytes, unit_bytes, x[r]);      \
+                in += 16 * LANES_##W;                                                          \
+                out += 16 * LANES_##W;                                                         \
+            }                                                                                  \
+            for (; j < blocks; j++, in += 16, out += 16) {                                     \
                 for (int r = 0; r < (REGS); r++)                                               \
                     state[r] = XOR_##W(state[r], load_lanes_##W(in + LANES_##W * r * unit_bytes, \
                                                                 unit_bytes));                  \
