@@ -633,8 +633,10 @@ AVX2_TARGET static inline void store_square_256(uint8_t *p, size_t stride, const
 
 AVX512_TARGET static inline void transpose_512(__m512i *x)
 {
-    __m512i t0 = _mm512_shuffle_i64x2(x[0], x[1], 0x44), t1 = _mm512_shuffle_i64x2(x[0], x[1], 0xee);
-    __m512i t2 = _mm512_shuffle_i64x2(x[2], x[3], 0x44), t3 = _mm512_shuffle_i64x2(x[2], x[3], 0xee);
+    __m512i t0 = _mm512_shuffle_i64x2(x[0], x[1], 0x44);
+    __m512i t1 = _mm512_shuffle_i64x2(x[0], x[1], 0xee);
+    __m512i t2 = _mm512_shuffle_i64x2(x[2], x[3], 0x44);
+    __m512i t3 = _mm512_shuffle_i64x2(x[2], x[3], 0xee);
     x[0] = _mm512_shuffle_i64x2(t0, t2, 0x88);
     x[1] = _mm512_shuffle_i64x2(t0, t2, 0xdd);
     x[2] = _mm512_shuffle_i64x2(t1, t3, 0x88);
@@ -657,16 +659,19 @@ AVX512_TARGET static inline void store_square_512(uint8_t *p, size_t stride, con
 }
 
 /* CBC encryption of the whole groups of LANES_W * REGS units among units; returns how many
- * units that was. Inlined into each kernel, so a constant unit_bytes stays one. */
+ * units that was. Inlined into each kernel, so a constant unit_bytes stays one. Each square
+ * step prefetches as many bytes of the next group as it reads: lanes 512 bytes apart are no
+ * stream the hardware prefetchers follow (one sequence of lines per 4 KiB page). */
 #define CBC_ENCRYPT_GROUPS(name, TARGET, W, REGS)                                              \
     TARGET static inline __attribute__((always_inline)) size_t name(                           \
         const AesSchedule *s, uint8_t *dst, const uint8_t *src, const uint8_t *ivs,            \
         size_t units, size_t unit_bytes)                                                       \
     {                                                                                          \
-        enum { LANES = LANES_##W * (REGS) };                                                   \
+        enum { LANES = LANES_##W * (REGS), SQUARE_BYTES = 16 * LANES * LANES_##W };           \
         VEC_##W rk[15], state[REGS];                                                           \
         int rounds = s->rounds;                                                                \
         size_t whole = units - units % LANES, blocks = unit_bytes / 16;                        \
+        size_t size = units * unit_bytes;                                                      \
         for (int r = 0; r <= rounds; r++)                                                      \
             rk[r] = BROADCAST_##W(s->enc[r]);                                                  \
         for (size_t u0 = 0; u0 < whole; u0 += LANES) {                                         \
@@ -677,6 +682,9 @@ AVX512_TARGET static inline void store_square_512(uint8_t *p, size_t stride, con
             size_t j = 0;                                                                      \
             for (; j + LANES_##W <= blocks; j += LANES_##W) {                                  \
                 VEC_##W x[REGS][LANES_##W];                                                    \
+                size_t ahead = (u0 + LANES) * unit_bytes + 16 * LANES * j;                     \
+                for (size_t b = ahead; b < ahead + SQUARE_BYTES && b < size; b += 64)          \
+                    _mm_prefetch((const char *)(src + b), _MM_HINT_T0);                        \
                 for (int r = 0; r < (REGS); r++)                                               \
                     load_square_##W(in + LANES_##W * r * unit_bytes, unit_bytes, x[r]);        \
                 for (int k = 0; k < LANES_##W; k++) {                                          \
