@@ -547,49 +547,49 @@ XTS_KERNEL(xts_avx512, AVX512_TARGET, 512)
  * previous one's ciphertext) but data units are independent: lane l carries unit u0 + l, and
  * block j of every lane goes through the rounds together, so the AES units see a group's lanes
  * (16 on zmm and ymm, 8 on xmm) as independent blocks per round instead of one chain's latency.
- * A zmm register holds four lanes, a ymm two, an xmm one. The lanes of a group are a stride of
- * one unit apart, so a step addresses them from one pointer; with 512-byte units the stride is
- * a constant and every lane's address an offset in the instruction. The units past the last
- * whole group go through groups of one register, then (on zmm and ymm) one xmm lane each.
+ * A zmm register holds four lanes, a ymm two, an xmm one. The lanes of a whole group are a
+ * stride of one unit apart, so a step addresses them from one pointer; with 512-byte units the
+ * stride is a constant and every lane's address an offset in the instruction. In the last
+ * group, lanes past the last unit repeat it: they read its plaintext with the lane they copy,
+ * before either stores, and store the same ciphertext.
  */
 
-/* A register of LANES_W lanes' blocks at p, p + stride, ..., lane 0 lowest, and back. */
-AESNI_TARGET static inline __m128i load_lanes_128(const uint8_t *p, size_t stride)
+/* A register of LANES_W lanes' blocks at p + off[0], p + off[1], ..., lane 0 lowest, and
+ * back. */
+AESNI_TARGET static inline __m128i load_lanes_128(const uint8_t *p, const size_t *off)
 {
-    (void)stride;
-    return _mm_loadu_si128((const __m128i *)p);
+    return _mm_loadu_si128((const __m128i *)(p + off[0]));
 }
 
-AESNI_TARGET static inline void store_lanes_128(uint8_t *p, size_t stride, __m128i v)
+AESNI_TARGET static inline void store_lanes_128(uint8_t *p, const size_t *off, __m128i v)
 {
-    (void)stride;
-    _mm_storeu_si128((__m128i *)p, v);
+    _mm_storeu_si128((__m128i *)(p + off[0]), v);
 }
 
-AVX2_TARGET static inline __m256i load_lanes_256(const uint8_t *p, size_t stride)
+AVX2_TARGET static inline __m256i load_lanes_256(const uint8_t *p, const size_t *off)
 {
-    return _mm256_loadu2_m128i((const __m128i *)(p + stride), (const __m128i *)p);
+    return _mm256_loadu2_m128i((const __m128i *)(p + off[1]), (const __m128i *)(p + off[0]));
 }
 
-AVX2_TARGET static inline void store_lanes_256(uint8_t *p, size_t stride, __m256i v)
+AVX2_TARGET static inline void store_lanes_256(uint8_t *p, const size_t *off, __m256i v)
 {
-    _mm256_storeu2_m128i((__m128i *)(p + stride), (__m128i *)p, v);
+    _mm256_storeu2_m128i((__m128i *)(p + off[1]), (__m128i *)(p + off[0]), v);
 }
 
-AVX512_TARGET static inline __m512i load_lanes_512(const uint8_t *p, size_t stride)
+AVX512_TARGET static inline __m512i load_lanes_512(const uint8_t *p, const size_t *off)
 {
-    __m512i v = _mm512_castsi128_si512(_mm_loadu_si128((const __m128i *)p));
-    v = _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i *)(p + stride)), 1);
-    v = _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i *)(p + 2 * stride)), 2);
-    return _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i *)(p + 3 * stride)), 3);
+    __m512i v = _mm512_castsi128_si512(_mm_loadu_si128((const __m128i *)(p + off[0])));
+    v = _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i *)(p + off[1])), 1);
+    v = _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i *)(p + off[2])), 2);
+    return _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i *)(p + off[3])), 3);
 }
 
-AVX512_TARGET static inline void store_lanes_512(uint8_t *p, size_t stride, __m512i v)
+AVX512_TARGET static inline void store_lanes_512(uint8_t *p, const size_t *off, __m512i v)
 {
-    _mm_storeu_si128((__m128i *)p, _mm512_castsi512_si128(v));
-    _mm_storeu_si128((__m128i *)(p + stride), _mm512_extracti32x4_epi32(v, 1));
-    _mm_storeu_si128((__m128i *)(p + 2 * stride), _mm512_extracti32x4_epi32(v, 2));
-    _mm_storeu_si128((__m128i *)(p + 3 * stride), _mm512_extracti32x4_epi32(v, 3));
+    _mm_storeu_si128((__m128i *)(p + off[0]), _mm512_castsi512_si128(v));
+    _mm_storeu_si128((__m128i *)(p + off[1]), _mm512_extracti32x4_epi32(v, 1));
+    _mm_storeu_si128((__m128i *)(p + off[2]), _mm512_extracti32x4_epi32(v, 2));
+    _mm_storeu_si128((__m128i *)(p + off[3]), _mm512_extracti32x4_epi32(v, 3));
 }
 
 /* LANES_W blocks of each of LANES_W lanes, x[k] holding block k of every lane (lane 0
@@ -658,29 +658,37 @@ AVX512_TARGET static inline void store_square_512(uint8_t *p, size_t stride, con
         _mm512_storeu_si512(p + l * stride, t[l]);
 }
 
-/* CBC encryption of the whole groups of LANES_W * REGS units among units; returns how many
- * units that was. Inlined into each kernel, so a constant unit_bytes stays one. Each square
- * step prefetches as many bytes of the next group as it reads: lanes 512 bytes apart are no
- * stream the hardware prefetchers follow (one sequence of lines per 4 KiB page). */
+/* CBC encryption of units in groups of LANES_W * REGS lanes. Inlined into each kernel, so a
+ * constant unit_bytes stays one. A whole group goes LANES_W blocks at a time in squares; each
+ * square step prefetches as many bytes of the next group as it reads: lanes 512 bytes apart
+ * are no stream the hardware prefetchers follow (one sequence of lines per 4 KiB page). The
+ * blocks past the last square, and the last group if it is not whole, one step at a time. */
 #define CBC_ENCRYPT_GROUPS(name, TARGET, W, REGS)                                              \
-    TARGET static inline __attribute__((always_inline)) size_t name(                           \
+    TARGET static inline __attribute__((always_inline)) void name(                             \
         const AesSchedule *s, uint8_t *dst, const uint8_t *src, const uint8_t *ivs,            \
         size_t units, size_t unit_bytes)                                                       \
     {                                                                                          \
         enum { LANES = LANES_##W * (REGS), SQUARE_BYTES = 16 * LANES * LANES_##W };           \
         VEC_##W rk[15], state[REGS];                                                           \
+        __m128i lane_ivs[LANES];                                                               \
+        size_t off[LANES];                                                                     \
         int rounds = s->rounds;                                                                \
-        size_t whole = units - units % LANES, blocks = unit_bytes / 16;                        \
-        size_t size = units * unit_bytes;                                                      \
+        size_t blocks = unit_bytes / 16, size = units * unit_bytes;                            \
         for (int r = 0; r <= rounds; r++)                                                      \
             rk[r] = BROADCAST_##W(s->enc[r]);                                                  \
-        for (size_t u0 = 0; u0 < whole; u0 += LANES) {                                         \
+        for (size_t u0 = 0; u0 < units; u0 += LANES) {                                         \
+            size_t n = units - u0 < LANES ? units - u0 : LANES;                                \
             const uint8_t *in = src + u0 * unit_bytes;                                         \
             uint8_t *out = dst + u0 * unit_bytes;                                              \
+            for (size_t l = 0; l < LANES; l++) {                                               \
+                size_t u = l < n ? l : n - 1;                                                  \
+                off[l] = u * unit_bytes;                                                       \
+                lane_ivs[l] = _mm_loadu_si128((const __m128i *)(ivs + 16 * (u0 + u)));         \
+            }                                                                                  \
             for (int r = 0; r < (REGS); r++)                                                   \
-                state[r] = LOADU_##W(ivs + 16 * (u0 + LANES_##W * r));                         \
+                state[r] = LOADU_##W(lane_ivs + LANES_##W * r);                                \
             size_t j = 0;                                                                      \
-            for (; j + LANES_##W <= blocks; j += LANES_##W) {                                  \
+            for (; n == LANES && j + LANES_##W <= blocks; j += LANES_##W) {                    \
                 VEC_##W x[REGS][LANES_##W];                                                    \
                 size_t ahead = (u0 + LANES) * unit_bytes + 16 * LANES * j;                     \
                 for (size_t b = ahead; b < ahead + SQUARE_BYTES && b < size; b += 64)          \
@@ -701,43 +709,35 @@ AVX512_TARGET static inline void store_square_512(uint8_t *p, size_t stride, con
             }                                                                                  \
             for (; j < blocks; j++, in += 16, out += 16) {                                     \
                 for (int r = 0; r < (REGS); r++)                                               \
-                    state[r] = XOR_##W(state[r], load_lanes_##W(in + LANES_##W * r * unit_bytes, \
-                                                                unit_bytes));                  \
+                    state[r] = XOR_##W(state[r], load_lanes_##W(in, off + LANES_##W * r));     \
                 ROUNDS(ENC_##W, ENCLAST_##W, XOR_##W, rk, rounds, state, REGS);                \
                 for (int r = 0; r < (REGS); r++)                                               \
-                    store_lanes_##W(out + LANES_##W * r * unit_bytes, unit_bytes, state[r]);   \
+                    store_lanes_##W(out, off + LANES_##W * r, state[r]);                       \
             }                                                                                  \
         }                                                                                      \
         OPENSSL_cleanse(rk, sizeof rk);                                                        \
         OPENSSL_cleanse(state, sizeof state);                                                  \
-        return whole;                                                                          \
+        OPENSSL_cleanse(lane_ivs, sizeof lane_ivs);                                            \
     }
 
-CBC_ENCRYPT_GROUPS(cbc_groups_128x8, AESNI_TARGET, 128, 8)
-CBC_ENCRYPT_GROUPS(cbc_groups_128x1, AESNI_TARGET, 128, 1)
-CBC_ENCRYPT_GROUPS(cbc_groups_256x8, AVX2_TARGET, 256, 8)
-CBC_ENCRYPT_GROUPS(cbc_groups_256x1, AVX2_TARGET, 256, 1)
-CBC_ENCRYPT_GROUPS(cbc_groups_512x4, AVX512_TARGET, 512, 4)
-CBC_ENCRYPT_GROUPS(cbc_groups_512x1, AVX512_TARGET, 512, 1)
+CBC_ENCRYPT_GROUPS(cbc_groups_128, AESNI_TARGET, 128, 8)
+CBC_ENCRYPT_GROUPS(cbc_groups_256, AVX2_TARGET, 256, 8)
+CBC_ENCRYPT_GROUPS(cbc_groups_512, AVX512_TARGET, 512, 4)
 
-/* A path's CBC encryption kernel: whole groups of its widest, with 512-byte units (a sector)
- * as a constant, then whole groups of one register, then one xmm lane a unit. */
-#define CBC_ENCRYPT_KERNEL(name, TARGET, widest, narrow)                                      \
+/* A path's CBC encryption kernel: its groups, with 512-byte units (a sector) as a constant. */
+#define CBC_ENCRYPT_KERNEL(name, TARGET, groups)                                               \
     TARGET static void name(const AesSchedule *s, uint8_t *dst, const uint8_t *src,            \
                             const uint8_t *ivs, size_t units, size_t unit_bytes)              \
     {                                                                                          \
-        size_t done = unit_bytes == 512 ? widest(s, dst, src, ivs, units, 512)                 \
-                                        : widest(s, dst, src, ivs, units, unit_bytes);         \
-        done += narrow(s, dst + done * unit_bytes, src + done * unit_bytes, ivs + 16 * done,   \
-                       units - done, unit_bytes);                                              \
-        if (done < units)                                                                      \
-            cbc_groups_128x1(s, dst + done * unit_bytes, src + done * unit_bytes,              \
-                             ivs + 16 * done, units - done, unit_bytes);                       \
+        if (unit_bytes == 512)                                                                 \
+            groups(s, dst, src, ivs, units, 512);                                              \
+        else                                                                                   \
+            groups(s, dst, src, ivs, units, unit_bytes);                                       \
     }
 
-CBC_ENCRYPT_KERNEL(cbc_encrypt_aesni, AESNI_TARGET, cbc_groups_128x8, cbc_groups_128x1)
-CBC_ENCRYPT_KERNEL(cbc_encrypt_avx2, AVX2_TARGET, cbc_groups_256x8, cbc_groups_256x1)
-CBC_ENCRYPT_KERNEL(cbc_encrypt_avx512, AVX512_TARGET, cbc_groups_512x4, cbc_groups_512x1)
+CBC_ENCRYPT_KERNEL(cbc_encrypt_aesni, AESNI_TARGET, cbc_groups_128)
+CBC_ENCRYPT_KERNEL(cbc_encrypt_avx2, AVX2_TARGET, cbc_groups_256)
+CBC_ENCRYPT_KERNEL(cbc_encrypt_avx512, AVX512_TARGET, cbc_groups_512)
 
 /* CBC decryption has no chain to wait for: P[j] = D(C[j]) ^ C[j-1], with C[-1] the IV. Each
  * step loads all its ciphertext before it stores, and the previous step's last block stays in
