@@ -545,123 +545,199 @@ XTS_KERNEL(xts_avx512, AVX512_TARGET, 512)
 /*
  * Multi-lane CBC encryption. CBC is serial inside a data unit (each block waits for the
  * previous one's ciphertext) but data units are independent: lane l carries unit u0 + l, and
- * block j of every lane goes through the rounds together, so the AES units see CBC_MAX_LANES
- * (8 on xmm) independent blocks per round instead of one chain's latency. A zmm register holds
- * four lanes, a ymm two, an xmm one. Lanes past the last unit read a zero block and write a
- * sink.
+ * block j of every lane goes through the rounds together, so the AES units see a group's lanes
+ * (16 on zmm and ymm, 8 on xmm) as independent blocks per round instead of one chain's latency.
+ * A zmm register holds four lanes, a ymm two, an xmm one. The lanes of a whole group are a
+ * stride of one unit apart, so a step addresses them from one pointer; with 512-byte units the
+ * stride is a constant and every lane's address an offset in the instruction. In the last
+ * group, lanes past the last unit repeat it: they read its plaintext with the lane they copy,
+ * before either stores, and store the same ciphertext.
  */
-#define CBC_MAX_LANES 16
 
-typedef struct {
-    const uint8_t *in[CBC_MAX_LANES];
-    uint8_t *out[CBC_MAX_LANES];
-    size_t step[CBC_MAX_LANES];
-    uint8_t sink[16];
-} CbcLanes;
-
-static const uint8_t zero_block[16];
-
-/* Lanes for units u0.. of a group of at most lanes units; returns how many are real. */
-static size_t cbc_lanes(CbcLanes *g, uint8_t *dst, const uint8_t *src, size_t u0, size_t units,
-                        size_t unit_bytes, size_t lanes)
+/* A register of LANES_W lanes' blocks at p + off[0], p + off[1], ..., lane 0 lowest, and
+ * back. */
+AESNI_TARGET static inline __m128i load_lanes_128(const uint8_t *p, const size_t *off)
 {
-    size_t n = units - u0 < lanes ? units - u0 : lanes;
-    for (size_t l = 0; l < lanes; l++) {
-        int real = l < n;
-        g->in[l] = real ? src + (u0 + l) * unit_bytes : zero_block;
-        g->out[l] = real ? dst + (u0 + l) * unit_bytes : g->sink;
-        g->step[l] = real ? 16 : 0;
-    }
-    return n;
+    return _mm_loadu_si128((const __m128i *)(p + off[0]));
 }
 
-static void cbc_advance(CbcLanes *g, size_t lanes)
+AESNI_TARGET static inline void store_lanes_128(uint8_t *p, const size_t *off, __m128i v)
 {
-    for (size_t l = 0; l < lanes; l++) {
-        g->in[l] += g->step[l];
-        g->out[l] += g->step[l];
-    }
+    _mm_storeu_si128((__m128i *)(p + off[0]), v);
 }
 
-/* The IVs of n real lanes of a group, zeros past them (not read). */
-AESNI_TARGET static void cbc_lane_ivs(__m128i *state, const uint8_t *ivs, size_t n, size_t lanes)
+AVX2_TARGET static inline __m256i load_lanes_256(const uint8_t *p, const size_t *off)
 {
-    for (size_t l = 0; l < lanes; l++)
-        state[l] = l < n ? _mm_loadu_si128((const __m128i *)(ivs + 16 * l)) : _mm_setzero_si128();
+    return _mm256_loadu2_m128i((const __m128i *)(p + off[1]), (const __m128i *)(p + off[0]));
 }
 
-/* A register of LANES_W lanes' blocks, lane 0 lowest, from their separate units, and back. */
-AESNI_TARGET static inline __m128i load_lanes_128(const uint8_t *const *in)
+AVX2_TARGET static inline void store_lanes_256(uint8_t *p, const size_t *off, __m256i v)
 {
-    return _mm_loadu_si128((const __m128i *)in[0]);
+    _mm256_storeu2_m128i((__m128i *)(p + off[1]), (__m128i *)(p + off[0]), v);
 }
 
-AESNI_TARGET static inline void store_lanes_128(uint8_t *const *out, __m128i v)
+AVX512_TARGET static inline __m512i load_lanes_512(const uint8_t *p, const size_t *off)
 {
-    _mm_storeu_si128((__m128i *)out[0], v);
+    __m512i v = _mm512_castsi128_si512(_mm_loadu_si128((const __m128i *)(p + off[0])));
+    v = _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i *)(p + off[1])), 1);
+    v = _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i *)(p + off[2])), 2);
+    return _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i *)(p + off[3])), 3);
 }
 
-AVX2_TARGET static inline __m256i load_lanes_256(const uint8_t *const *in)
+AVX512_TARGET static inline void store_lanes_512(uint8_t *p, const size_t *off, __m512i v)
 {
-    return _mm256_loadu2_m128i((const __m128i *)in[1], (const __m128i *)in[0]);
+    _mm_storeu_si128((__m128i *)(p + off[0]), _mm512_castsi512_si128(v));
+    _mm_storeu_si128((__m128i *)(p + off[1]), _mm512_extracti32x4_epi32(v, 1));
+    _mm_storeu_si128((__m128i *)(p + off[2]), _mm512_extracti32x4_epi32(v, 2));
+    _mm_storeu_si128((__m128i *)(p + off[3]), _mm512_extracti32x4_epi32(v, 3));
 }
 
-AVX2_TARGET static inline void store_lanes_256(uint8_t *const *out, __m256i v)
+/* LANES_W blocks of each of LANES_W lanes, x[k] holding block k of every lane (lane 0
+ * lowest): one load of a lane's LANES_W blocks, then a transpose of the LANES_W by LANES_W
+ * square of blocks; the transpose is its own inverse, and storing transposes back. A lane's
+ * cache line is read (and written) whole at once: with 4096-byte units the 16 lanes share an
+ * L1 set, which evicts lines between single-block steps. */
+AESNI_TARGET static inline void load_square_128(const uint8_t *p, size_t stride, __m128i *x)
 {
-    _mm256_storeu2_m128i((__m128i *)out[1], (__m128i *)out[0], v);
+    (void)stride;
+    x[0] = _mm_loadu_si128((const __m128i *)p);
 }
 
-AVX512_TARGET static inline __m512i load_lanes_512(const uint8_t *const *in)
+AESNI_TARGET static inline void store_square_128(uint8_t *p, size_t stride, const __m128i *x)
 {
-    __m512i v = _mm512_castsi128_si512(_mm_loadu_si128((const __m128i *)in[0]));
-    v = _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i *)in[1]), 1);
-    v = _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i *)in[2]), 2);
-    return _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i *)in[3]), 3);
+    (void)stride;
+    _mm_storeu_si128((__m128i *)p, x[0]);
 }
 
-AVX512_TARGET static inline void store_lanes_512(uint8_t *const *out, __m512i v)
+AVX2_TARGET static inline void transpose_256(__m256i *x)
 {
-    _mm_storeu_si128((__m128i *)out[0], _mm512_castsi512_si128(v));
-    _mm_storeu_si128((__m128i *)out[1], _mm512_extracti32x4_epi32(v, 1));
-    _mm_storeu_si128((__m128i *)out[2], _mm512_extracti32x4_epi32(v, 2));
-    _mm_storeu_si128((__m128i *)out[3], _mm512_extracti32x4_epi32(v, 3));
+    __m256i a = x[0], b = x[1];
+    x[0] = _mm256_permute2x128_si256(a, b, 0x20);
+    x[1] = _mm256_permute2x128_si256(a, b, 0x31);
 }
 
-/* Multi-lane CBC encryption on REGS registers of LANES_W lanes each. */
-#define CBC_ENCRYPT_KERNEL(name, TARGET, W, REGS)                                              \
-    TARGET static void name(const AesSchedule *s, uint8_t *dst, const uint8_t *src,            \
-                            const uint8_t *ivs, size_t units, size_t unit_bytes)              \
+AVX2_TARGET static inline void load_square_256(const uint8_t *p, size_t stride, __m256i *x)
+{
+    x[0] = _mm256_loadu_si256((const __m256i *)p);
+    x[1] = _mm256_loadu_si256((const __m256i *)(p + stride));
+    transpose_256(x);
+}
+
+AVX2_TARGET static inline void store_square_256(uint8_t *p, size_t stride, const __m256i *x)
+{
+    __m256i t[2] = {x[0], x[1]};
+    transpose_256(t);
+    _mm256_storeu_si256((__m256i *)p, t[0]);
+    _mm256_storeu_si256((__m256i *)(p + stride), t[1]);
+}
+
+AVX512_TARGET static inline void transpose_512(__m512i *x)
+{
+    __m512i t0 = _mm512_shuffle_i64x2(x[0], x[1], 0x44);
+    __m512i t1 = _mm512_shuffle_i64x2(x[0], x[1], 0xee);
+    __m512i t2 = _mm512_shuffle_i64x2(x[2], x[3], 0x44);
+    __m512i t3 = _mm512_shuffle_i64x2(x[2], x[3], 0xee);
+    x[0] = _mm512_shuffle_i64x2(t0, t2, 0x88);
+    x[1] = _mm512_shuffle_i64x2(t0, t2, 0xdd);
+    x[2] = _mm512_shuffle_i64x2(t1, t3, 0x88);
+    x[3] = _mm512_shuffle_i64x2(t1, t3, 0xdd);
+}
+
+AVX512_TARGET static inline void load_square_512(const uint8_t *p, size_t stride, __m512i *x)
+{
+    for (int l = 0; l < 4; l++)
+        x[l] = _mm512_loadu_si512(p + l * stride);
+    transpose_512(x);
+}
+
+AVX512_TARGET static inline void store_square_512(uint8_t *p, size_t stride, const __m512i *x)
+{
+    __m512i t[4] = {x[0], x[1], x[2], x[3]};
+    transpose_512(t);
+    for (int l = 0; l < 4; l++)
+        _mm512_storeu_si512(p + l * stride, t[l]);
+}
+
+/* CBC encryption of units in groups of LANES_W * REGS lanes. Inlined into each kernel, so a
+ * constant unit_bytes stays one. A whole group goes LANES_W blocks at a time in squares; each
+ * square step prefetches as many bytes of the next group as it reads: lanes 512 bytes apart
+ * are no stream the hardware prefetchers follow (one sequence of lines per 4 KiB page). The
+ * blocks past the last square, and the last group if it is not whole, one step at a time. */
+#define CBC_ENCRYPT_GROUPS(name, TARGET, W, REGS)                                              \
+    TARGET static inline __attribute__((always_inline)) void name(                             \
+        const AesSchedule *s, uint8_t *dst, const uint8_t *src, const uint8_t *ivs,            \
+        size_t units, size_t unit_bytes)                                                       \
     {                                                                                          \
-        enum { LANES = LANES_##W * (REGS) };                                                   \
+        enum { LANES = LANES_##W * (REGS), SQUARE_BYTES = 16 * LANES * LANES_##W };           \
         VEC_##W rk[15], state[REGS];                                                           \
         __m128i lane_ivs[LANES];                                                               \
-        CbcLanes g;                                                                            \
+        size_t off[LANES];                                                                     \
         int rounds = s->rounds;                                                                \
+        size_t blocks = unit_bytes / 16, size = units * unit_bytes;                            \
         for (int r = 0; r <= rounds; r++)                                                      \
             rk[r] = BROADCAST_##W(s->enc[r]);                                                  \
         for (size_t u0 = 0; u0 < units; u0 += LANES) {                                         \
-            size_t n = cbc_lanes(&g, dst, src, u0, units, unit_bytes, LANES);                  \
-            cbc_lane_ivs(lane_ivs, ivs + 16 * u0, n, LANES);                                   \
+            size_t n = units - u0 < LANES ? units - u0 : LANES;                                \
+            const uint8_t *in = src + u0 * unit_bytes;                                         \
+            uint8_t *out = dst + u0 * unit_bytes;                                              \
+            for (size_t l = 0; l < LANES; l++) {                                               \
+                size_t u = l < n ? l : n - 1;                                                  \
+                off[l] = u * unit_bytes;                                                       \
+                lane_ivs[l] = _mm_loadu_si128((const __m128i *)(ivs + 16 * (u0 + u)));         \
+            }                                                                                  \
             for (int r = 0; r < (REGS); r++)                                                   \
                 state[r] = LOADU_##W(lane_ivs + LANES_##W * r);                                \
-            for (size_t j = 0; j < unit_bytes / 16; j++) {                                     \
+            size_t j = 0;                                                                      \
+            for (; n == LANES && j + LANES_##W <= blocks; j += LANES_##W) {                    \
+                VEC_##W x[REGS][LANES_##W];                                                    \
+                size_t ahead = (u0 + LANES) * unit_bytes + 16 * LANES * j;                     \
+                for (size_t b = ahead; b < ahead + SQUARE_BYTES && b < size; b += 64)          \
+                    _mm_prefetch((const char *)(src + b), _MM_HINT_T0);                        \
                 for (int r = 0; r < (REGS); r++)                                               \
-                    state[r] = XOR_##W(state[r], load_lanes_##W(g.in + LANES_##W * r));        \
+                    load_square_##W(in + LANES_##W * r * unit_bytes, unit_bytes, x[r]);        \
+                for (int k = 0; k < LANES_##W; k++) {                                          \
+                    for (int r = 0; r < (REGS); r++)                                           \
+                        state[r] = XOR_##W(state[r], x[r][k]);                                 \
+                    ROUNDS(ENC_##W, ENCLAST_##W, XOR_##W, rk, rounds, state, REGS);            \
+                    for (int r = 0; r < (REGS); r++)                                           \
+                        x[r][k] = state[r];                                                    \
+                }                                                                              \
+                for (int r = 0; r < (REGS); r++)                                               \
+                    store_square_##W(out + LANES_##W * r * unit_bytes, unit_bytes, x[r]);      \
+                in += 16 * LANES_##W;                                                          \
+                out += 16 * LANES_##W;                                                         \
+            }                                                                                  \
+            for (; j < blocks; j++, in += 16, out += 16) {                                     \
+                for (int r = 0; r < (REGS); r++)                                               \
+                    state[r] = XOR_##W(state[r], load_lanes_##W(in, off + LANES_##W * r));     \
                 ROUNDS(ENC_##W, ENCLAST_##W, XOR_##W, rk, rounds, state, REGS);                \
                 for (int r = 0; r < (REGS); r++)                                               \
-                    store_lanes_##W(g.out + LANES_##W * r, state[r]);                          \
-                cbc_advance(&g, LANES);                                                        \
+                    store_lanes_##W(out, off + LANES_##W * r, state[r]);                       \
             }                                                                                  \
         }                                                                                      \
         OPENSSL_cleanse(rk, sizeof rk);                                                        \
         OPENSSL_cleanse(state, sizeof state);                                                  \
         OPENSSL_cleanse(lane_ivs, sizeof lane_ivs);                                            \
-        OPENSSL_cleanse(g.sink, sizeof g.sink);                                                \
     }
 
-CBC_ENCRYPT_KERNEL(cbc_encrypt_aesni, AESNI_TARGET, 128, 8)
-CBC_ENCRYPT_KERNEL(cbc_encrypt_avx2, AVX2_TARGET, 256, 8)
-CBC_ENCRYPT_KERNEL(cbc_encrypt_avx512, AVX512_TARGET, 512, 4)
+CBC_ENCRYPT_GROUPS(cbc_groups_128, AESNI_TARGET, 128, 8)
+CBC_ENCRYPT_GROUPS(cbc_groups_256, AVX2_TARGET, 256, 8)
+CBC_ENCRYPT_GROUPS(cbc_groups_512, AVX512_TARGET, 512, 4)
+
+/* A path's CBC encryption kernel: its groups, with 512-byte units (a sector) as a constant. */
+#define CBC_ENCRYPT_KERNEL(name, TARGET, groups)                                               \
+    TARGET static void name(const AesSchedule *s, uint8_t *dst, const uint8_t *src,            \
+                            const uint8_t *ivs, size_t units, size_t unit_bytes)              \
+    {                                                                                          \
+        if (unit_bytes == 512)                                                                 \
+            groups(s, dst, src, ivs, units, 512);                                              \
+        else                                                                                   \
+            groups(s, dst, src, ivs, units, unit_bytes);                                       \
+    }
+
+CBC_ENCRYPT_KERNEL(cbc_encrypt_aesni, AESNI_TARGET, cbc_groups_128)
+CBC_ENCRYPT_KERNEL(cbc_encrypt_avx2, AVX2_TARGET, cbc_groups_256)
+CBC_ENCRYPT_KERNEL(cbc_encrypt_avx512, AVX512_TARGET, cbc_groups_512)
 
 /* CBC decryption has no chain to wait for: P[j] = D(C[j]) ^ C[j-1], with C[-1] the IV. Each
  * step loads all its ciphertext before it stores, and the previous step's last block stays in
