@@ -291,28 +291,22 @@ class RbdStore(BackingStore):
             self._cluster.refused(self._ioctx)
         _io_error(code, what, detail)
 
-    def _call(self, what: str, call: Callable[..., Any], *args: Any) -> Any:
-        """``call(*args)``, one librbd call on the image (an aio one returns its completion);
-        its error names ``what``."""
+    def _call(self, verb: str, call: Callable[..., Any], *args: Any) -> Any:
+        """``call(*args)``, one librbd call on the image; its error raised as the domain's,
+        named ``verb`` and the image (the message made only then)."""
         try:
             return call(*args)
         except rbd.Error as exc:
-            self._failed(exc, what)
+            self._failed(exc, f"{verb} {self.image_name}")
 
     def read_into(self, offset: int, buffer: memoryview) -> None:
         self.check_range(offset, len(buffer))
-        try:
-            buffer[:] = self._image.read(offset, len(buffer))
-        except rbd.Error as exc:
-            self._failed(exc, f"read of {self.image_name}")
+        buffer[:] = self._call("read of", self._image.read, offset, len(buffer))
 
     def write(self, offset: int, data: Buffer) -> None:
         view = memoryview(data).cast("B")
         self.check_range(offset, len(view))
-        try:
-            self._image.write(bytes(view), offset)
-        except rbd.Error as exc:
-            self._failed(exc, f"write to {self.image_name}")
+        self._call("write to", self._image.write, bytes(view), offset)
 
     def readv_into(self, offset: int, buffers: Sequence[memoryview]) -> None:
         """One librbd read for the whole request, scattered into its segments.
@@ -328,10 +322,7 @@ class RbdStore(BackingStore):
         views = [memoryview(buffer).cast("B") for buffer in buffers]
         length = sum(len(view) for view in views)
         self.check_range(offset, length)
-        try:
-            data = memoryview(self._image.read(offset, length))
-        except rbd.Error as exc:
-            self._failed(exc, f"read of {self.image_name}")
+        data = memoryview(self._call("read of", self._image.read, offset, length))
         position = 0
         for view in views:
             view[:] = data[position : position + len(view)]
@@ -346,10 +337,7 @@ class RbdStore(BackingStore):
             return
         data = b"".join(memoryview(buffer).cast("B") for buffer in buffers)
         self.check_range(offset, len(data))
-        try:
-            self._image.write(data, offset)
-        except rbd.Error as exc:
-            self._failed(exc, f"write to {self.image_name}")
+        self._call("write to", self._image.write, data, offset)
 
     def _group(self) -> _Group:
         """This thread's open group, a new one once its last was waited for."""
@@ -412,15 +400,15 @@ class RbdStore(BackingStore):
         return partial(self._waited, aio, "write to")
 
     def flush(self) -> None:
-        self._call(f"flush of {self.image_name}", self._image.flush)
+        self._call("flush of", self._image.flush)
 
     def discard(self, offset: int, length: int) -> None:
         self.check_range(offset, length)
-        self._call(f"discard on {self.image_name}", self._image.discard, offset, length)
+        self._call("discard on", self._image.discard, offset, length)
 
     def write_zeroes(self, offset: int, length: int) -> None:
         self.check_range(offset, length)
-        self._call(f"write-zeroes on {self.image_name}", self._image.write_zeroes, offset, length)
+        self._call("write-zeroes on", self._image.write_zeroes, offset, length)
 
     def allocated_bytes(self) -> int:
         """Bytes of the objects that exist (object granularity, from the object map)."""
