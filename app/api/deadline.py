@@ -10,6 +10,7 @@ from collections.abc import AsyncIterable, AsyncIterator
 from starlette.requests import Request
 
 from app.api.connections import SINK, BodySink
+from app.config import HttpLimits
 from app.errors import RequestTimeout
 
 
@@ -45,9 +46,9 @@ class BodyReader:
     into the buffer (``BodySink``); elsewhere (an in-process ASGI client) they come from
     ``request.stream()``."""
 
-    def __init__(self, request: Request, length: int, timeout: float, min_rate: int) -> None:
-        self._timeout = timeout
-        self._min_rate = min_rate
+    def __init__(self, request: Request, length: int, limits: HttpLimits) -> None:
+        timeout = self._timeout = limits.body_timeout_seconds
+        min_rate = self._min_rate = limits.body_min_rate_bytes
         extension = request.scope.get("extensions", {}).get(SINK)
         self._sink: BodySink | None = None if extension is None else extension["sink"]
         if self._sink is not None:

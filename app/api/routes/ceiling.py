@@ -36,7 +36,7 @@ async def null_write(request: Request, io: IoDep, thread: bool = False) -> Respo
     """
     limits = io.limits
     length = int(request.headers.get("content-length", limits.max_body_bytes))
-    body = BodyReader(request, length, limits.body_timeout_seconds, limits.body_min_rate_bytes)
+    body = BodyReader(request, length, limits)
     with mempool.borrow(min(limits.io_chunk_bytes, max(length, 1))) as buffer:
         while await body.readinto(buffer):
             pass

@@ -23,7 +23,6 @@ from app.api.problems import responses
 from app.api.ranges import ByteRange, parse_content_range, parse_range
 from app.api.schemas import RangeIn
 from app.blk import mempool
-from app.config import HttpLimits
 from app.dm.generation import Precondition
 from app.dm.volume import Volume
 from app.errors import (
@@ -286,10 +285,6 @@ async def write_data(name: str, request: Request, io: IoDep, fua: bool = False) 
         return await write_range(request, io, volume, fua)
 
 
-def request_body(request: Request, limits: HttpLimits, length: int) -> BodyReader:
-    return BodyReader(request, length, limits.body_timeout_seconds, limits.body_min_rate_bytes)
-
-
 async def write_range(request: Request, io: IoContext, volume: Volume, fua: bool) -> Response:
     """A single-range PUT, received chunk by chunk into one buffer and written from it."""
     limits = io.limits
@@ -306,7 +301,7 @@ async def write_range(request: Request, io: IoContext, volume: Volume, fua: bool
     precondition = if_match(request, volume)
     version = volume.generation
     chunk = limits.io_chunk_bytes
-    body = request_body(request, limits, byte_range.length)
+    body = BodyReader(request, byte_range.length, limits)
     position = byte_range.first
     end = byte_range.last + 1
     with mempool.borrow(min(chunk, byte_range.length)) as buffer:
@@ -337,7 +332,7 @@ async def write_batch(
     check_batch_bytes(int(declared), io.limits.max_batch_bytes)
     length = int(declared)
     data = memoryview(bytearray(length + 1))  # one byte more: a longer body shows
-    filled = await request_body(request, io.limits, length).readinto(data)
+    filled = await BodyReader(request, length, io.limits).readinto(data)
     if filled > length:
         raise InvalidRange(f"body is longer than its Content-Length {declared}")
     if filled != length:
