@@ -658,6 +658,17 @@ AVX512_TARGET static inline void store_square_512(uint8_t *p, size_t stride, con
         _mm512_storeu_si512(p + l * stride, t[l]);
 }
 
+#define PRAGMA_TEXT(text) #text
+#define UNROLL(n) _Pragma(PRAGMA_TEXT(GCC unroll n))
+
+/* How far the CBC encryption kernels unroll a square's blocks. Rolled on ymm, GCC kept the
+ * lanes' CBC state in memory between the square's two blocks (a store and reload on every
+ * lane's chain); unrolled it stays in registers. zmm keeps its loop, not yet measured
+ * unrolled on an AVX-512 machine. */
+#define SQUARE_UNROLL_128 1
+#define SQUARE_UNROLL_256 2
+#define SQUARE_UNROLL_512 1
+
 /* CBC encryption of units in groups of LANES_W * REGS lanes. Inlined into each kernel, so a
  * constant unit_bytes stays one. A whole group goes LANES_W blocks at a time in squares; each
  * square step prefetches as many bytes of the next group as it reads: lanes 512 bytes apart
@@ -695,7 +706,7 @@ AVX512_TARGET static inline void store_square_512(uint8_t *p, size_t stride, con
                     _mm_prefetch((const char *)(src + b), _MM_HINT_T0);                        \
                 for (int r = 0; r < (REGS); r++)                                               \
                     load_square_##W(in + LANES_##W * r * unit_bytes, unit_bytes, x[r]);        \
-                for (int k = 0; k < LANES_##W; k++) {                                          \
+                UNROLL(SQUARE_UNROLL_##W) for (int k = 0; k < LANES_##W; k++) {               \
                     for (int r = 0; r < (REGS); r++)                                           \
                         state[r] = XOR_##W(state[r], x[r][k]);                                 \
                     ROUNDS(ENC_##W, ENCLAST_##W, XOR_##W, rk, rounds, state, REGS);            \
