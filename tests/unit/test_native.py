@@ -411,3 +411,27 @@ def test_xts_plain64_refuses_a_bad_key_or_unit_size() -> None:
     with pytest.raises(ValueError, match="unit_bytes"):
         _native.xts_plain64(out, bytes(1024), 0, 1, bytes(64), 100, True)
     assert out == bytes(1024)
+
+
+@pytest.mark.parametrize("salt_bytes", [16, 24, 32])
+@pytest.mark.parametrize("units", [0, 1, 37])
+def test_essiv_is_aes_ecb_of_le64_sectors_by_pyca(salt_bytes: int, units: int) -> None:
+    """The IVs dm-crypt's essiv makes: AES under the salt of each zero-padded le64 sector."""
+    salt = os.urandom(salt_bytes)
+    sectors = np.array([2**64 - 1, 0, *range(7, 7 + units)][:units], dtype=np.uint64)
+    out = np.full((units, 16), 0xAA, dtype=np.uint8)
+    _native.essiv(out, sectors, salt)
+    plain = b"".join(int(sector).to_bytes(8, "little") + bytes(8) for sector in sectors)
+    encryptor = Cipher(algorithms.AES(salt), modes.ECB()).encryptor()
+    assert out.tobytes() == encryptor.update(plain) + encryptor.finalize()
+
+
+def test_essiv_refuses_a_bad_salt_or_sizes() -> None:
+    out = bytearray(32)
+    with pytest.raises(ValueError, match="salt must be"):
+        _native.essiv(out, bytes(16), bytes(20))
+    with pytest.raises(ValueError, match="16 bytes per"):
+        _native.essiv(out, bytes(8), bytes(16))
+    with pytest.raises(ValueError, match="16 bytes per"):
+        _native.essiv(out, bytes(12), bytes(16))
+    assert out == bytes(32)
