@@ -127,10 +127,53 @@ def test_bulk_cbc_essiv_at_512_bytes_is_10x_encrypt_and_20x_decrypt(essiv_512):
     assert essiv_512["into_dec"] >= 20 * essiv_512["ref_dec"]
 
 
-def test_bulk_aes_cbc_essiv_encrypts_512_byte_units_at_4_gbps_or_more(essiv_512):
-    """Multi-lane CBC (VAES or AES-NI): CBC is serial within a unit, not across units."""
-    _print_row("aes-cbc-essiv:sha256 512", essiv_512)
-    assert essiv_512["into_enc"] >= 4000
+CBC_LANES_OF_XTS = 0.4
+"""Multi-lane CBC encryption's least throughput as a fraction of XTS encryption's on the same
+path, both AES-256 at 512-byte units. The lanes give the AES units as many independent blocks
+as XTS gives them, so the two run the same rounds at the same parallelism; one CBC chain waits
+out the rounds' latency on every block, which caps it at 1/3 of the parallel rate on every
+x86-64 AES implementation (at least 3 blocks fit in the AES pipeline, 4 or more from Sandy
+Bridge on); OpenSSL's one call, printed beside it, is such a chain. A fraction means the same
+on every CPU class: the 4 GB/s it replaces was 0.3-0.4 of XTS where it was set (AVX-512) and
+is more than XTS itself reaches on an AVX2-only CPU."""
+
+
+def test_bulk_aes_cbc_essiv_encrypts_512_byte_units_at_0_4_of_xts() -> None:
+    """Multi-lane CBC (VAES or AES-NI): CBC is serial within a unit, not across units. The
+    three run in alternating order round by round, in CPU time, so load on a shared machine
+    moves them alike; the figure is the median over rounds of the ratio."""
+    data = os.urandom(CLASS_SIZE)
+    out = bytearray(CLASS_SIZE)
+    openssl_out = np.empty(CLASS_SIZE + 16, np.uint8)
+    cbc = BulkTransform(
+        parse_cipher_spec("aes-cbc-essiv:sha256"), KeyMaterial(os.urandom(32)), sector_size=512
+    )
+    xts = BulkTransform(
+        parse_cipher_spec("aes-xts-plain64"), KeyMaterial(os.urandom(64)), sector_size=512
+    )
+    actions = {
+        "lanes": partial(cbc.encrypt_into, data, 0, out),
+        "xts": partial(xts.encrypt_into, data, 0, out),
+        "one chain": partial(
+            _one_openssl_call, "aes-cbc-essiv:sha256", os.urandom(32), data, openssl_out, True
+        ),
+    }
+    calls = {name: _calls_per_round(action) for name, action in actions.items()}
+    rates: dict[str, list[float]] = {name: [] for name in actions}
+    for round_ in range(CLASS_ROUNDS):
+        for name in list(actions)[:: -1 if round_ % 2 else 1]:
+            seconds = _cpu_seconds(actions[name], calls[name])
+            rates[name].append(calls[name] * CLASS_SIZE / seconds)
+    lanes, chain = (
+        statistics.median(a / b for a, b in zip(rates[name], rates["xts"], strict=True))
+        for name in ("lanes", "one chain")
+    )
+    gbps = {name: statistics.median(values) / 1e9 for name, values in rates.items()}
+    print(
+        f"\ncbc-essiv 512 enc {gbps['lanes']:.2f} GB/s, xts 512 enc {gbps['xts']:.2f}, one "
+        f"OpenSSL chain {gbps['one chain']:.2f}: lanes {lanes:.2f} of xts, one chain {chain:.2f}"
+    )
+    assert lanes >= CBC_LANES_OF_XTS
 
 
 @pytest.mark.parametrize(
