@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
+import os
 import threading
+import time
 
 import anyio
 import pytest
@@ -100,3 +103,90 @@ async def test_submit_hands_the_result_to_done_callbacks_on_the_loop() -> None:
     await anyio.sleep(0)
     assert seen == [(6, loop_thread)]
     executor.shutdown()
+
+
+def test_every_job_of_many_submitters_is_delivered_on_uvloop_too() -> None:
+    """Production runs uvloop: jobs of uneven length from many tasks on few and on many
+    workers, each result reaching its own awaiting task."""
+    uvloop = pytest.importorskip("uvloop")
+
+    async def many(max_workers: int) -> None:
+        executor = IoExecutor(max_workers=max_workers)
+        results: list[tuple[int, int]] = []
+
+        def job(task: int, step: int) -> tuple[int, int]:
+            if (task + step) % 7 == 0:
+                time.sleep(0.0005)
+            return task, step
+
+        async def one(task: int) -> None:
+            for step in range(40):
+                results.append(await executor.run(job, task, step))
+
+        async with anyio.create_task_group() as group:
+            for task in range(50):
+                group.start_soon(one, task)
+        assert sorted(results) == [(task, step) for task in range(50) for step in range(40)]
+        executor.shutdown()
+
+    for max_workers in (1, 3, 64):
+        with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+            runner.run(many(max_workers))
+
+
+async def test_jobs_running_at_shutdown_are_still_delivered_then_the_eventfd_closes() -> None:
+    executor = IoExecutor()
+    release = threading.Event()
+    futures = [executor.submit(release.wait, 5) for _ in range(3)]
+    await anyio.sleep(0.01)
+    wakeup = executor._wakeup
+    executor.shutdown()
+    with pytest.raises(RuntimeError, match="shut down"):
+        executor.submit(lambda: None)
+    release.set()
+    with anyio.fail_after(5):
+        assert [await future for future in futures] == [True, True, True]
+        while _is_open(wakeup):
+            await anyio.sleep(0.001)
+
+
+async def test_idle_workers_end_at_shutdown_and_the_eventfd_closes_after_them() -> None:
+    executor = IoExecutor()
+    await executor.run(lambda: None)
+    wakeup = executor._wakeup
+    executor.shutdown()
+    with anyio.fail_after(5):
+        while _is_open(wakeup):
+            await anyio.sleep(0.001)
+    assert executor._workers == 0
+    executor.shutdown()
+
+
+def test_an_executor_that_never_ran_a_job_closes_its_eventfd_at_shutdown() -> None:
+    executor = IoExecutor()
+    executor.shutdown()
+    assert not _is_open(executor._wakeup)
+
+
+def test_a_new_event_loop_takes_over_deliveries_from_a_closed_one() -> None:
+    """An app outlives the loop it first ran in (tests, ``TestClient`` without a block)."""
+    executor = IoExecutor()
+    for _ in range(3):
+        with asyncio.Runner() as runner:
+            assert runner.run(executor.run(sum, [1, 2])) == 3
+    executor.shutdown()
+
+
+async def test_workers_do_not_preempt_the_loop_that_wakes_them() -> None:
+    executor = IoExecutor()
+    assert await executor.run(os.sched_getscheduler, 0) == os.SCHED_BATCH
+    assert os.sched_getscheduler(0) != os.SCHED_BATCH
+    executor.shutdown()
+
+
+def _is_open(fd: int) -> bool:
+    try:
+        os.fstat(fd)
+    except OSError:
+        return False
+    return True
