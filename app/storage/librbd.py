@@ -2,8 +2,8 @@
 
 The Python bindings run every aio completion as a Python callback on librbd's callback
 thread, under the GIL; the C API lets a completion carry no callback and be waited for
-by the thread that needs it. ctypes drops the GIL around every call of ``_lib`` (those that
-may block); ``_quick`` keeps it for the calls that only read or free a completion.
+by the thread that needs it. ctypes drops the GIL around every call that may block (CDLL);
+the calls that only create, read or free a completion keep it (PyDLL: no hand-over).
 Failures raise ``CephError`` with librados' / librbd's errno.
 """
 
