@@ -1,4 +1,4 @@
-"""RBD images on a Ceph cluster, through librbd (Debian's python3-rbd / python3-rados).
+"""RBD images on a Ceph cluster, through librados' and librbd's C API (``app.storage.librbd``).
 
 One ``CephCluster`` per process holds the one librados connection every image shares
 (connected lazily, at the first RBD device). Ceph fences per connection: a lock broken
@@ -21,15 +21,10 @@ from typing import Any, NoReturn
 from typing_extensions import Buffer
 
 from app.errors import AlreadyExists, DeviceBusy, DeviceClaimed, Fenced, InvalidInput, Unavailable
+from app.storage import librbd
 from app.storage.base import BackingStore, close_all
+from app.storage.librbd import CephError
 from app.vocab import Wait
-
-try:
-    import rados
-    import rbd
-except ImportError:  # pragma: no cover - scripts/setup installs them
-    rados = None
-    rbd = None
 
 IMAGE_FEATURES = (
     "layering",
@@ -54,36 +49,38 @@ class CephCluster:
         self.client = client
         self.keyring = keyring
         self.timeout_seconds = timeout_seconds
-        self._rados: Any = None
-        self._ioctxs: dict[str, Any] = {}
+        self._rados: librbd.Rados | None = None
+        self._ioctxs: dict[str, librbd.Ioctx] = {}
         self._lock = threading.Lock()
         self.blocklisted = False
         """Set once this connection is seen blocklisted: it never writes again; a cluster
         node then drops its RBD volumes and ``reconnect``s."""
 
-    def _connect(self) -> Any:
+    def _connect(self) -> librbd.Rados:
         """A new librados connection: a new client instance, with an address of its own."""
-        if rados is None:
-            raise Unavailable("the RBD store needs python3-rados and python3-rbd (Debian)")
+        try:
+            librbd.libraries()
+        except OSError:
+            raise Unavailable("the RBD store needs librados2 and librbd1 (Debian)") from None
         options = {
             # a discard must read back as zeros even where it covers part of an object
             "rbd_skip_partial_discard": "false",
             # aio requests are issued on the submitting thread (a data path worker), not
             # handed to librbd's one op thread first: a thread hop per I/O saved
             "rbd_non_blocking_aio": "false",
+            # librbd copies a write's buffers before aio_writev returns: the caller's are free
+            "rbd_disable_zero_copy_writes": "true",
             "client_mount_timeout": str(max(1, round(self.timeout_seconds))),
         }
         if self.keyring is not None:
             options["keyring"] = str(self.keyring)
-        cluster = rados.Rados(conffile=str(self.conf), rados_id=self.client, conf=options)
+        name = f"client.{self.client or 'admin'}"
         try:
-            cluster.connect(timeout=max(1, round(self.timeout_seconds)))
-        except rados.Error as exc:
-            cluster.shutdown()
+            return librbd.Rados(str(self.conf), name, options)
+        except CephError as exc:
             raise Unavailable(f"Ceph cluster of {self.conf} is unreachable: {exc}") from None
-        return cluster
 
-    def _connected(self) -> Any:
+    def _connected(self) -> librbd.Rados:
         if self._rados is None:
             self._rados = self._connect()
         return self._rados
@@ -100,24 +97,25 @@ class CephCluster:
             ioctxs, self._ioctxs = self._ioctxs, {}
             self.blocklisted = False
         for ioctx in ioctxs.values():
-            with contextlib.suppress(rados.Error):
-                ioctx.close()
+            ioctx.close()
         if old is not None:
             old.shutdown()
 
-    def ioctx(self, pool: str) -> Any:
+    def ioctx(self, pool: str) -> librbd.Ioctx:
         with self._lock:
             ioctx = self._ioctxs.get(pool)
             if ioctx is None:
                 cluster = self._connected()
                 try:
-                    ioctx = cluster.open_ioctx(pool)
-                except rados.ObjectNotFound:
-                    raise InvalidInput(f"Ceph pool {pool!r} does not exist") from None
+                    ioctx = cluster.ioctx(pool)
+                except CephError as exc:
+                    if exc.errno == errno.ENOENT:
+                        raise InvalidInput(f"Ceph pool {pool!r} does not exist") from None
+                    raise Unavailable(f"Ceph pool {pool!r}: {exc}") from None
                 self._ioctxs[pool] = ioctx
             return ioctx
 
-    def refused(self, ioctx: Any) -> None:
+    def refused(self, ioctx: librbd.Ioctx) -> None:
         """An I/O on ``ioctx`` was refused as blocklisted: so is the connection, unless
         ``ioctx`` belongs to one already replaced (a late answer to an old I/O)."""
         with self._lock:
@@ -132,7 +130,7 @@ class CephCluster:
         self._mon(cluster, "mon stat")
         if not self.blocklisted:
             listed = self._mon(cluster, "osd blocklist ls")
-            if f'"{cluster.get_addrs()}"' in listed:
+            if f'"{cluster.addrs()}"' in listed:
                 with self._lock:  # unless a reconnect replaced it meanwhile
                     self.blocklisted = self.blocklisted or self._rados is cluster
         if self.blocklisted:
@@ -141,12 +139,9 @@ class CephCluster:
                 "RBD devices): it can no longer write to any image until it reconnects"
             )
 
-    def _mon(self, cluster: Any, prefix: str) -> str:
+    def _mon(self, cluster: librbd.Rados, prefix: str) -> str:
         command = json.dumps({"prefix": prefix, "format": "json"})
-        try:
-            code, out, status = cluster.mon_command(command, b"", timeout=self.timeout_seconds)
-        except rados.Error as exc:
-            raise Unavailable(f"Ceph monitors did not answer: {exc}") from None
+        code, out, status = cluster.mon_command(command)
         if code != 0:
             raise Unavailable(f"Ceph monitors answered {code}: {status}")
         text: str = out.decode(errors="replace")
@@ -171,87 +166,65 @@ def _io_error(code: int | None, what: str, detail: str) -> NoReturn:
 
 class _Group:
     """The aio requests one thread submitted since it last waited (a dispatch batch): the
-    first wait sleeps once, until the last of them has called back, and the others find
-    their results set, rather than one wake-up of the dispatcher per completion."""
+    first wait collects all of them, newest first, so it sleeps about once (until the last
+    completes) and the other waits find their results set."""
 
-    __slots__ = ("called_back", "closed", "event", "submitted")
+    __slots__ = ("closed", "lock", "members")
 
     def __init__(self) -> None:
-        self.submitted = 0
-        self.called_back: list[None] = []  # appended to: atomic from any callback thread
+        self.members: list[_Aio] = []  # appended to once submitted (atomic under the GIL)
         self.closed = False
-        self.event = threading.Event()
-
-    def call_back(self) -> None:
-        self.called_back.append(None)
-        if self.closed and len(self.called_back) == self.submitted:
-            self.event.set()
+        self.lock = threading.Lock()
 
     def wait(self) -> None:
-        """Close the group and wait until all of it called back; set from then on."""
-        self.closed = True
-        if len(self.called_back) < self.submitted:
-            self.event.wait()
-        else:
-            self.event.set()
+        """Close the group and collect every request in it, late joiners included; one
+        thread at a time (a completion is released by whoever collects it)."""
+        with self.lock:
+            self.closed = True
+            for aio in reversed(self.members):
+                aio.collect()
 
 
 class _Aio:
-    """One aio request: its callback (on a librbd thread, under the GIL) records the
-    result, and ``data`` (a write's, to which the binding passes librbd a raw pointer and
-    keeps no reference; a read's, as it landed) stays referenced until then."""
+    """One aio request: its completion (no callback) and, once collected, its result."""
 
-    __slots__ = ("code", "completion", "data", "group")
+    __slots__ = ("code", "completion", "group")
 
-    def __init__(self, group: _Group, data: bytes | None = None) -> None:
-        group.submitted += 1
+    def __init__(self, group: _Group, completion: librbd.Completion) -> None:
         self.group = group
-        self.data = data
+        self.completion: librbd.Completion | None = completion
         self.code: int | None = None
-        self.completion: Any = None
+        group.members.append(self)
 
-    def written(self, completion: Any) -> None:
-        self.data = None
-        self.code = completion.get_return_value()
-        self.group.call_back()
-
-    def read(self, completion: Any, data: bytes | None) -> None:
-        self.data = data
-        self.code = completion.get_return_value()
-        self.group.call_back()
-
-    def failed(self) -> None:
-        """Not submitted after all: counted as called back, so its group's wait ends."""
-        self.code = 0
-        self.group.call_back()
+    def collect(self) -> None:
+        """Wait for the completion (the GIL dropped), keep its return value, release it."""
+        if self.completion is not None:
+            self.code = self.completion.wait()
+            self.completion = None
 
     def result(self) -> int:
-        """The request's return value, once it and the rest of its group called back.
-        A request submitted into a group another thread had already closed (so the group
-        may be done without it) waits for its own completion."""
+        """The request's return value, once its group (and so it) is collected."""
         if self.code is None:
             self.group.wait()
-            if self.code is None:
-                self.completion.wait_for_complete_and_cb()
         assert self.code is not None
         return self.code
 
 
 class RbdStore(BackingStore):
-    """One RBD image. librbd handles are thread-safe and drop the GIL inside every call.
+    """One RBD image. librbd handles are thread-safe; every call that may block drops the GIL.
 
-    ``submit_readv``/``submit_writev`` are librbd's aio calls, so the requests of a
-    dispatch batch are in flight on the OSDs together rather than one round trip each
-    (``aio=False``: one synchronous call per request, as ``readv_into``/``writev``).
-    The binding runs every completion on librbd's one callback thread (shared by every
-    image of the connection) under the GIL, so callbacks only hand the result over: the
-    waiting dispatcher copies, decrypts and raises. A dispatcher sleeps once per batch
-    (``_Group``), not once per request.
+    ``submit_readv``/``submit_writev`` are librbd's aio calls on the request's segments
+    (an iovec each: a read lands in the segments, a write is copied once, by librbd), so
+    the requests of a dispatch batch are in flight on the OSDs together rather than one
+    round trip each (``aio=False``: each request waited for before the next, as
+    ``readv_into``/``writev``). Completions carry no callback, so librbd's threads never
+    take the GIL: the dispatcher collects a batch's completions when it first waits
+    (``_Group``), sleeping about once per batch.
     """
 
     def __init__(
         self,
-        ioctx: Any,
+        ioctx: librbd.Ioctx,
         image: str,
         size: int,
         *,
@@ -266,25 +239,32 @@ class RbdStore(BackingStore):
         self._cluster = cluster
         if create:
             try:
-                rbd.RBD().create(
-                    ioctx, image, size, old_format=False, features=_features(IMAGE_FEATURES)
-                )
-            except rbd.ImageExists:
-                raise AlreadyExists(f"RBD image {image} exists") from None
+                librbd.create_image(ioctx, image, size, IMAGE_FEATURES)
+            except CephError as exc:
+                if exc.errno == errno.EEXIST:
+                    raise AlreadyExists(f"RBD image {image} exists") from None
+                self._failed(exc, f"creation of {image}")
         try:
-            self._image = rbd.Image(ioctx, image)
-        except rbd.ImageNotFound:
-            raise InvalidInput(f"RBD image {image} does not exist") from None
+            self._image: librbd.Image | None = librbd.Image(ioctx, image)
+        except CephError as exc:
+            if exc.errno == errno.ENOENT:
+                raise InvalidInput(f"RBD image {image} does not exist") from None
+            self._failed(exc, f"opening of {image}")
         self._size = size
-        if self._image.size() < size:
-            self._image.resize(size)
+        if self._call("size of", self._open().size) < size:
+            self._call("resize of", self._open().resize, size)
 
     @property
     def size(self) -> int:
         return self._size
 
-    def _failed(self, exc: Exception, what: str) -> NoReturn:
-        self._failed_with(getattr(exc, "errno", None), what, str(exc))
+    def _open(self) -> librbd.Image:
+        if self._image is None:
+            raise OSError(errno.EBADF, f"RBD image {self.image_name} is closed")
+        return self._image
+
+    def _failed(self, exc: CephError, what: str) -> NoReturn:
+        self._failed_with(exc.errno, what, str(exc))
 
     def _failed_with(self, code: int | None, what: str, detail: str) -> NoReturn:
         if self._cluster is not None and code == errno.ESHUTDOWN:
@@ -296,48 +276,28 @@ class RbdStore(BackingStore):
         named ``verb`` and the image (the message made only then)."""
         try:
             return call(*args)
-        except rbd.Error as exc:
+        except CephError as exc:
             self._failed(exc, f"{verb} {self.image_name}")
 
     def read_into(self, offset: int, buffer: memoryview) -> None:
-        self.check_range(offset, len(buffer))
-        buffer[:] = self._call("read of", self._image.read, offset, len(buffer))
+        self.readv_into(offset, [buffer])
 
     def write(self, offset: int, data: Buffer) -> None:
-        view = memoryview(data).cast("B")
-        self.check_range(offset, len(view))
-        self._call("write to", self._image.write, bytes(view), offset)
+        self.writev(offset, [data])
 
     def readv_into(self, offset: int, buffers: Sequence[memoryview]) -> None:
-        """One librbd read for the whole request, scattered into its segments.
+        """One librbd read for the whole request, landing in its segments (an iovec each).
 
-        Not one aio_read per segment: contiguous segments then become as many OSD ops on
-        the same object, measured at a third to a half of one read's throughput (16 x 64 KiB
+        Not one read per segment: contiguous segments then become as many OSD ops on the
+        same object, measured at a third to a half of one read's throughput (16 x 64 KiB
         vs 1 MiB on memstore); librbd already splits a read across objects and runs the
         pieces in parallel.
         """
-        if len(buffers) == 1:
-            self.read_into(offset, memoryview(buffers[0]).cast("B"))
-            return
-        views = [memoryview(buffer).cast("B") for buffer in buffers]
-        length = sum(len(view) for view in views)
-        self.check_range(offset, length)
-        data = memoryview(self._call("read of", self._image.read, offset, length))
-        position = 0
-        for view in views:
-            view[:] = data[position : position + len(view)]
-            position += len(view)
+        self._readv(offset, buffers, _Group())()
 
     def writev(self, offset: int, buffers: Sequence[Buffer]) -> None:
-        """One librbd write of the gathered segments (librbd takes only ``bytes``, so the
-        gather is the one copy a write needs anyway); ``readv_into`` says why not one
-        per segment."""
-        if len(buffers) == 1:
-            self.write(offset, buffers[0])
-            return
-        data = b"".join(memoryview(buffer).cast("B") for buffer in buffers)
-        self.check_range(offset, len(data))
-        self._call("write to", self._image.write, data, offset)
+        """One librbd write of the segments (``readv_into`` says why not one per segment)."""
+        self._writev(offset, buffers, _Group())()
 
     def _group(self) -> _Group:
         """This thread's open group, a new one once its last was waited for."""
@@ -346,106 +306,87 @@ class RbdStore(BackingStore):
             group = self._groups.group = _Group()
         return group
 
-    def _submitted(self, aio: _Aio, verb: str, submit: Callable[[], Any]) -> None:
-        """``submit()``'s completion kept for ``aio``; its failure raised as the domain's
-        (``verb``: "read of" or "write to", the message made only then)."""
-        try:
-            aio.completion = submit()
-        except rbd.Error as exc:
-            aio.failed()
-            self._failed(exc, f"{verb} {self.image_name}")
-
-    def _waited(self, aio: _Aio, verb: str) -> None:
-        """Wait for ``aio``; librbd's error raised as the domain's."""
+    def _waited(self, aio: _Aio, verb: str, length: int | None) -> None:
+        """Wait for ``aio``; librbd's error (or a short read) raised as the domain's."""
         code = aio.result()
         if code < 0:
             self._failed_with(-code, f"{verb} {self.image_name}", os.strerror(-code))
+        if length is not None and code != length:
+            what = f"{verb} {self.image_name}"
+            self._failed_with(errno.EIO, what, f"{code} of {length} bytes")
+
+    def _readv(self, offset: int, buffers: Sequence[Buffer], group: _Group) -> Wait:
+        self.check_range(offset, sum(memoryview(buffer).nbytes for buffer in buffers))
+        try:
+            completion, length = self._open().aio_readv(offset, buffers)
+        except CephError as exc:
+            self._failed(exc, f"read of {self.image_name}")
+        return partial(self._waited, _Aio(group, completion), "read of", length)
+
+    def _writev(self, offset: int, buffers: Sequence[Buffer], group: _Group) -> Wait:
+        self.check_range(offset, sum(memoryview(buffer).nbytes for buffer in buffers))
+        try:
+            completion = self._open().aio_writev(offset, buffers)
+        except CephError as exc:
+            self._failed(exc, f"write to {self.image_name}")
+        return partial(self._waited, _Aio(group, completion), "write to", None)
 
     def submit_readv(self, offset: int, buffers: Sequence[memoryview]) -> Wait:
-        """One aio_read for the whole request (``readv_into`` says why not one per segment),
-        scattered into the segments by the waiter."""
+        """One aio read for the whole request, into its segments."""
         if not self.aio:
             return super().submit_readv(offset, buffers)
-        views = [memoryview(buffer).cast("B") for buffer in buffers]
-        length = sum(len(view) for view in views)
-        self.check_range(offset, length)
-        aio = _Aio(self._group())
-        self._submitted(aio, "read of", partial(self._image.aio_read, offset, length, aio.read))
-
-        def wait() -> None:
-            self._waited(aio, "read of")
-            code = aio.code
-            if code != length or aio.data is None:
-                what = f"read of {self.image_name}"
-                self._failed_with(errno.EIO, what, f"{code} of {length} bytes")
-            data = memoryview(aio.data)
-            aio.data = None
-            position = 0
-            for view in views:
-                view[:] = data[position : position + len(view)]
-                position += len(view)
-
-        return wait
+        return self._readv(offset, buffers, self._group())
 
     def submit_writev(self, offset: int, buffers: Sequence[Buffer]) -> Wait:
-        """One aio_write of the gathered segments (the copy ``writev`` makes anyway, so the
-        caller's buffers are free at once; an immutable ``bytes`` goes as it is)."""
+        """One aio write of the request's segments, which librbd has copied when this
+        returns (the caller's buffers are free at once)."""
         if not self.aio:
             return super().submit_writev(offset, buffers)
-        single = buffers[0] if len(buffers) == 1 else None
-        data = single if isinstance(single, bytes) else b"".join(buffers)
-        self.check_range(offset, len(data))
-        aio = _Aio(self._group(), data)
-        self._submitted(aio, "write to", partial(self._image.aio_write, data, offset, aio.written))
-        return partial(self._waited, aio, "write to")
+        return self._writev(offset, buffers, self._group())
 
     def flush(self) -> None:
-        self._call("flush of", self._image.flush)
+        self._call("flush of", self._open().flush)
 
     def discard(self, offset: int, length: int) -> None:
         self.check_range(offset, length)
-        self._call("discard on", self._image.discard, offset, length)
+        self._call("discard on", self._open().discard, offset, length)
 
     def write_zeroes(self, offset: int, length: int) -> None:
         self.check_range(offset, length)
-        self._call("write-zeroes on", self._image.write_zeroes, offset, length)
+        self._call("write-zeroes on", self._open().write_zeroes, offset, length)
 
     def allocated_bytes(self) -> int:
         """Bytes of the objects that exist (object granularity, from the object map)."""
-        total = 0
-
-        def extent(_offset: int, length: int, exists: bool) -> None:
-            nonlocal total
-            if exists:
-                total += length
-
-        self._image.diff_iterate(0, self._size, None, extent, whole_object=True)
-        return total
+        allocated: int = self._call("allocation of", self._open().allocated_bytes, self._size)
+        return allocated
 
     def claim(self, *, take_over: bool = False) -> None:
         """Hold the image's exclusive lock; with ``take_over``, break (and so blocklist) the
         holder first. While held, another client's writes fail with EROFS."""
+        image = self._open()
         try:
-            if take_over and not self._image.is_exclusive_lock_owner():
-                for owner in self._image.lock_get_owners():
-                    self._image.lock_break(rbd.RBD_LOCK_MODE_EXCLUSIVE, owner["owner"])
-            self._image.lock_acquire(rbd.RBD_LOCK_MODE_EXCLUSIVE)
-        except rbd.ReadOnlyImage:
-            raise DeviceClaimed(
-                f"RBD image {self.image_name} is claimed by another node (take over to fence it)"
-            ) from None
-        except rbd.Error as exc:
+            if take_over and not image.is_exclusive_lock_owner():
+                for owner in image.lock_owners():
+                    image.lock_break(owner)
+            image.lock_acquire()
+        except CephError as exc:
+            if exc.errno == errno.EROFS:
+                raise DeviceClaimed(
+                    f"RBD image {self.image_name} is claimed by another node "
+                    "(take over to fence it)"
+                ) from None
             self._failed(exc, f"claim of {self.image_name}")
 
     def release(self) -> None:
         """Give the lock up; nothing to do when this client does not hold it, nor when it
         was blocklisted (its lock is broken, or the next holder breaks it)."""
+        image = self._open()
         try:
-            if not self._image.is_exclusive_lock_owner():
+            if not image.is_exclusive_lock_owner():
                 return
-            self._image.lock_release()
-        except rbd.Error as exc:
-            if getattr(exc, "errno", None) == errno.ESHUTDOWN:
+            image.lock_release()
+        except CephError as exc:
+            if exc.errno == errno.ESHUTDOWN:
                 if self._cluster is not None:
                     self._cluster.refused(self._ioctx)
                 return
@@ -456,36 +397,25 @@ class RbdStore(BackingStore):
         the handle is gone all the same."""
         image, self._image = self._image, None
         if image is not None:
-            with contextlib.suppress(rbd.Error):
+            with contextlib.suppress(CephError):
                 image.close()
 
     def check_unwatched(self) -> None:
         """``DeviceBusy`` while another client has the image open (librbd would refuse
         to remove it): a watcher besides this handle."""
-        if len(list(self._image.watchers_list())) > 1:
+        if self._call("watchers of", self._open().watchers) > 1:
             raise DeviceBusy(f"RBD image {self.image_name} is open by another client")
 
     def remove(self) -> None:
         """Close, then delete the image (``check_unwatched`` first to know it will go)."""
         self.close()
         try:
-            rbd.RBD().remove(self._ioctx, self.image_name)
-        except rbd.ImageNotFound:
-            pass
-        except rbd.ImageBusy:
-            raise DeviceBusy(
-                f"RBD image {self.image_name} was opened by another client; it is left in place"
-            ) from None
-
-
-def _features(names: Sequence[str]) -> int:
-    flags = {
-        "layering": rbd.RBD_FEATURE_LAYERING,
-        "exclusive-lock": rbd.RBD_FEATURE_EXCLUSIVE_LOCK,
-        "object-map": rbd.RBD_FEATURE_OBJECT_MAP,
-        "fast-diff": rbd.RBD_FEATURE_FAST_DIFF,
-    }
-    result = 0
-    for name in names:
-        result |= flags[name]
-    return result
+            librbd.remove_image(self._ioctx, self.image_name)
+        except CephError as exc:
+            if exc.errno == errno.ENOENT:
+                return
+            if exc.errno == errno.EBUSY:
+                raise DeviceBusy(
+                    f"RBD image {self.image_name} was opened by another client; it is left in place"
+                ) from None
+            self._failed(exc, f"removal of {self.image_name}")

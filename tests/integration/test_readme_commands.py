@@ -95,7 +95,7 @@ def test_setup_for_serving_installs_no_test_tool(tmp_path: Path) -> None:
 
 def test_setup_for_serving_rbd_installs_only_the_ceph_client(tmp_path: Path) -> None:
     (call,) = setup_with_fake_apt(tmp_path, REQCRYPT_CEPH_CONF="/etc/ceph/ceph.conf")
-    assert call.split()[-3:] == ["ceph-common", "python3-rbd", "python3-rados"]
+    assert call.split()[-3:] == ["ceph-common", "librbd1", "librados2"]
 
 
 def test_setup_for_tests_installs_the_test_tools(tmp_path: Path) -> None:

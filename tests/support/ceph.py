@@ -2,7 +2,7 @@
 RAM) on loopback ports, pool size 1, no auth, everything under one directory.
 
 The RBD tests run for real wherever ``scripts/setup --test`` ran (it installs Debian's
-ceph-mon, ceph-osd, ceph-common, python3-rbd and python3-rados); nothing skips.
+ceph-mon, ceph-osd, ceph-common, librbd1 and librados2); nothing skips.
 """
 
 from __future__ import annotations
