@@ -71,6 +71,9 @@ class CephCluster:
             # aio requests are issued on the submitting thread (a data path worker), not
             # handed to librbd's one op thread first: a thread hop per I/O saved
             "rbd_non_blocking_aio": "false",
+            # librbd's default cache (writearound) acknowledges a write before the OSDs
+            # answer: a client fenced a moment ago would acknowledge writes that never land
+            "rbd_cache": "false",
             "client_mount_timeout": str(max(1, round(self.timeout_seconds))),
         }
         if self.keyring is not None:
@@ -400,6 +403,10 @@ class RbdStore(BackingStore):
         return partial(self._waited, aio, "write to")
 
     def flush(self) -> None:
+        """``Fenced`` once the connection is known blocklisted: librbd, not yet told, would
+        answer a flush with nothing in flight as done."""
+        if self._cluster is not None and self._cluster.blocklisted:
+            _io_error(errno.ESHUTDOWN, f"flush of {self.image_name}", "blocklisted")
         self._call("flush of", self._image.flush)
 
     def discard(self, offset: int, length: int) -> None:
