@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import httpx
@@ -102,3 +103,33 @@ def test_setup_for_tests_installs_the_test_tools(tmp_path: Path) -> None:
     installed = " ".join(setup_with_fake_apt(tmp_path, "--test")).split()
     for package in ("qemu-utils", "libnbd-bin", "fio", "chromium", "ceph-mon", "ceph-osd"):
         assert package in installed
+
+
+def test_setup_for_serving_links_the_installed_rbd_bindings_into_the_venv(tmp_path: Path) -> None:
+    """Without REQCRYPT_CEPH_CONF nor --test: Debian's bindings, once installed, are linked
+    anyway (the RBD tests and rbd devices need them). A copy of the tree with a venv of its
+    own and reqcrypt marked installed, so only the setup script's own steps run."""
+    dist = Path("/usr/lib/python3/dist-packages")
+    assert list(dist.glob("rbd.cpython-311-*.so")), "scripts/setup --test installs python3-rbd"
+    tree = tmp_path / "tree"
+    (tree / "scripts").mkdir(parents=True)
+    shutil.copy2(ROOT / "scripts" / "setup", tree / "scripts" / "setup")
+    (tree / "app").mkdir()
+    for name in ("pyproject.toml", "setup.py", "app/_native.c"):
+        (tree / name).touch()
+    venv = tree / ".venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    (venv / ".reqcrypt-installed").touch()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("REQCRYPT_")}
+    done = subprocess.run(
+        [str(tree / "scripts" / "setup")], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert (done.returncode, done.stdout + done.stderr) == (0, "")
+    imported = subprocess.run(
+        [str(venv / "bin" / "python"), "-c", "import rados, rbd; print(rbd.__file__)"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert imported.returncode == 0, imported.stderr
+    assert imported.stdout.startswith(str(venv / "ceph-bindings"))
