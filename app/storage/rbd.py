@@ -70,6 +70,9 @@ class CephCluster:
             "rbd_non_blocking_aio": "false",
             # librbd copies a write's buffers before aio_writev returns: the caller's are free
             "rbd_disable_zero_copy_writes": "true",
+            # librbd's default cache (writearound) acknowledges a write before the OSDs
+            # answer: a client fenced a moment ago would acknowledge writes that never land
+            "rbd_cache": "false",
             "client_mount_timeout": str(max(1, round(self.timeout_seconds))),
         }
         if self.keyring is not None:
@@ -345,6 +348,10 @@ class RbdStore(BackingStore):
         return self._writev(offset, buffers, self._group())
 
     def flush(self) -> None:
+        """``Fenced`` once the connection is known blocklisted: librbd, not yet told, would
+        answer a flush with nothing in flight as done."""
+        if self._cluster is not None and self._cluster.blocklisted:
+            _io_error(errno.ESHUTDOWN, f"flush of {self.image_name}", "blocklisted")
         self._call("flush of", self._open().flush)
 
     def discard(self, offset: int, length: int) -> None:

@@ -27,6 +27,7 @@ from statistics import median
 
 import httpx
 import pytest
+from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 
 from tests.bench.cores import SERVER_CORE, busy_clients, cpu_seconds, pin, run_client
 from tests.support.app import ADMIN_TOKEN
@@ -47,14 +48,19 @@ TARGETS = {
     "null+thread": "/v1/null/data?thread=true",
     "null": "/v1/null/data",
 }
-WORKLOADS = {  # name: (method, bytes per I/O, pattern, connections, target share of the ceiling)
-    "seq write 1 MiB": ("PUT", MIB, "seq", 4, 0.70),
-    "seq read 1 MiB": ("GET", MIB, "seq", 4, 0.70),
-    # Single 4 KiB requests have no target: the framework's per-request cost bounds
+WORKLOADS = {  # name: (method, bytes per I/O, pattern, connections, xts's own cost bounded)
+    "seq write 1 MiB": ("PUT", MIB, "seq", 4, True),
+    "seq read 1 MiB": ("GET", MIB, "seq", 4, True),
+    # Single 4 KiB requests have no bound: the framework's per-request cost dominates
     # them (docs/benchmarks.md); batches (test_batch_bench.py) and NBD replace them.
-    "rand write 4 KiB": ("PUT", 4096, "rand", 16, None),
-    "rand read 4 KiB": ("GET", 4096, "rand", 16, None),
+    "rand write 4 KiB": ("PUT", 4096, "rand", 16, False),
+    "rand read 4 KiB": ("GET", 4096, "rand", 16, False),
 }
+OVERHEAD_MS_PER_MIB = 0.6
+"""What an xts request may cost per MiB beyond the ceiling's request, one OpenSSL call over
+its bytes and one pwrite/pread of them: the block layer's Python, the ciphertext buffer, the
+worker hand-off and their copies (about 0.4 ms in the quiet run of docs/benchmarks.md). An
+extra out-of-cache copy of the MiB (about 0.35 ms here) or per-unit Python exceeds it."""
 
 
 class Wrk:
@@ -110,7 +116,41 @@ class Cell:
         self.workers_ms.append((after[1] - before[1]) / requests * 1e3)
 
 
+def crypto_and_store_ms(path: Path, method: str) -> float:
+    """Server-core CPU ms of the work an xts request of 1 MiB cannot avoid: one OpenSSL
+    AES-XTS call over the MiB (what the cipher kernel is held to) and one pwrite (PUT) or
+    pread (GET) of it on a page-cached file; median of rounds, while the server idles."""
+    key, data = bytes(range(64)), os.urandom(MIB)
+    out = bytearray(MIB)
+    encrypt = method == "PUT"
+    path.write_bytes(data)
+    affinity = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, {SERVER_CORE})
+    fd = os.open(path, os.O_RDWR)
+    try:
+        rounds = []
+        for _ in range(5):
+            start = time.thread_time()
+            for _ in range(50):
+                cipher = Cipher(algorithms.AES(key), modes.XTS(bytes(16)))
+                context = cipher.encryptor() if encrypt else cipher.decryptor()
+                context.update_into(data, out)
+                if encrypt:
+                    os.pwrite(fd, out, 0)
+                else:
+                    os.preadv(fd, [out], 0)
+            rounds.append((time.thread_time() - start) / 50 * 1e3)
+    finally:
+        os.close(fd)
+        os.sched_setaffinity(0, affinity)
+    return median(rounds)
+
+
 def test_http_data_path_against_the_http_ceiling(tmp_path: Path) -> None:
+    """Throughput against the ceiling is printed; what is checked is the xts path's own CPU
+    per MiB above the ceiling's (within a round, so a slower machine moves both), bounded by
+    the cipher, the store and ``OVERHEAD_MS_PER_MIB``. A share of the ceiling's rate is no
+    bound: the ceiling got cheaper faster than any volume path can."""
     assert shutil.which("wrk"), "the HTTP benchmark needs wrk: apt-get install wrk"
     server = Server(tmp_path / "data", REQCRYPT_PLUG_WINDOW_US="0", REQCRYPT_BENCH_CEILING="1")
     server.start()
@@ -143,6 +183,7 @@ def test_http_data_path_against_the_http_ceiling(tmp_path: Path) -> None:
                 order = order[1:] + order[:1]
     finally:
         server.stop()
+    floor = {method: crypto_and_store_ms(tmp_path / "store", method) for method in ("PUT", "GET")}
     print()
     print(f"server on core {SERVER_CORE}, wrk on the other; CPU per I/O and per MiB: the server's")
     print(
@@ -150,9 +191,9 @@ def test_http_data_path_against_the_http_ceiling(tmp_path: Path) -> None:
         f"{'loop ms/op':>10} {'workers ms/op':>13} {'µs/IO':>8} {'ms/MiB':>7} "
         f"{'wrk cores (max)':>15}"
     )
-    misses = []
+    misses, checks = [], []
     for (workload, target), cell in cells.items():
-        size, share = WORKLOADS[workload][1], WORKLOADS[workload][4]
+        method, size, _, _, bounded = WORKLOADS[workload]
         ceiling = cells[(workload, "null")].rates
         ratios = sorted(rate / top for rate, top in zip(cell.rates, ceiling, strict=True))
         rate = median(cell.rates)
@@ -166,10 +207,25 @@ def test_http_data_path_against_the_http_ceiling(tmp_path: Path) -> None:
             f"{per_io_ms * 1e3:8.0f} {per_io_ms * MIB / size:7.2f} "
             f"{median(cell.client_cores):8.2f} ({max(cell.client_cores):.2f})"
         )
-        if target == "xts" and share is not None and median(ratios) < share:
-            misses.append(
-                f"{workload}: xts at {median(ratios):.0%} of the HTTP ceiling (target {share:.0%})"
+        if target == "xts" and bounded:
+            null = cells[(workload, "null")]
+            own = median(
+                (loop + workers - null_loop - null_workers) * MIB / size
+                for loop, workers, null_loop, null_workers in zip(
+                    cell.loop_ms, cell.workers_ms, null.loop_ms, null.workers_ms, strict=True
+                )
             )
+            bound = floor[method] + OVERHEAD_MS_PER_MIB
+            checks.append(
+                f"{workload}: xts {own:.2f} ms/MiB of server CPU above the ceiling; bound "
+                f"{bound:.2f} = OpenSSL XTS + {'pwrite' if method == 'PUT' else 'pread'} "
+                f"{floor[method]:.2f} + overhead {OVERHEAD_MS_PER_MIB:.2f}"
+            )
+            if own > bound:
+                misses.append(
+                    f"{workload}: xts {own:.2f} ms/MiB above the ceiling (bound {bound:.2f})"
+                )
+    print("\n".join(checks))
     for warning in busy_clients(
         {f"{workload} on {target}": cell.client_cores for (workload, target), cell in cells.items()}
     ):

@@ -143,6 +143,27 @@ def test_a_request_waited_on_another_thread_and_one_submitted_after_a_wait(
         store.remove()
 
 
+def test_a_write_after_a_flush_is_done_only_once_the_osd_has_it(
+    cluster: CephCluster, ceph_cluster: ceph.Cluster, image: str
+) -> None:
+    """librbd's default cache acknowledges writes before the OSD answers once it has seen a
+    flush: a client fenced meanwhile would acknowledge a write that never lands."""
+    store = RbdStore(cluster.ioctx(ceph.POOL), image, SIZE, create=True)
+    try:
+        store.write(0, b"a" * 4096)
+        store.flush()
+        with ceph_cluster.osd_paused():
+            writing = threading.Thread(target=store.submit_writev(0, [b"b" * 4096]))
+            writing.start()
+            writing.join(timeout=1)
+            assert writing.is_alive()
+        writing.join(timeout=60)
+        assert not writing.is_alive()
+        assert read(store, 0, 4096) == b"b" * 4096
+    finally:
+        store.remove()
+
+
 def test_a_request_joining_a_group_already_waited_for_waits_for_its_own_completion() -> None:
     """Another thread may close a group between a submission's look-up of it and its count:
     the group's wait may then be over without it, and the request's own completion decides."""
@@ -327,6 +348,24 @@ def test_release_without_a_claim_is_a_no_op(two_clients: tuple[RbdStore, RbdStor
     first.release()
     second.claim()  # nothing managed held it
     assert read(second, 0, 512) == b"w" * 512
+
+
+def test_a_connection_known_blocklisted_flushes_nothing(
+    ceph_cluster: ceph.Cluster, image: str
+) -> None:
+    """Once a refused I/O or ``ping`` found the connection blocklisted, its flushes are
+    ``Fenced``: librbd, not yet told, would answer one with nothing in flight as done."""
+    connection = CephCluster(ceph_cluster.conf)
+    store = RbdStore(connection.ioctx(ceph.POOL), image, SIZE, create=True, cluster=connection)
+    try:
+        store.write(0, b"a" * 512)
+        store.flush()
+        connection.blocklisted = True
+        with pytest.raises(Fenced, match="blocklisted"):
+            store.flush()
+    finally:
+        store.close()
+        connection.close()
 
 
 @pytest.mark.parametrize("noticed_by", ["ping", "write"])
