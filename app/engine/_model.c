@@ -1,8 +1,10 @@
-/* The engine model's per-request hot path in C: plan_calls and a virtual clock's lanes.
+/* The engine model's per-request hot path in C: plan_calls, a virtual clock's lanes and an
+ * engine's counters.
  *
- * app/engine/planner.py and app/engine/clock.py (LaneHeap) are the reference; this file
- * reproduces them decision for decision (same calls, same floats in the same order, same
- * error messages) and tests/unit/engine compares the two on the same inputs. It builds the
+ * app/engine/planner.py, clock.py (LaneHeap) and simulated.py (EngineCounters) are the
+ * reference; this file reproduces them decision for decision (same calls, same floats in the
+ * same order, same error messages) and tests/unit/engine compares the two on the same inputs.
+ * It builds the
  * reference's own frozen dataclasses (EngineCall, CallPlan, Reservation) without running
  * their Python __init__: object.__setattr__ on each slot, as that __init__ does.
  */
@@ -592,6 +594,84 @@ static PyTypeObject Lanes_type = {
     .tp_methods = Lanes_methods,
 };
 
+/* ---- Counters: an engine's per-request statistics (simulated.EngineCounters) ---- */
+
+typedef struct {
+    PyObject_HEAD
+    long long requests, bulk_calls, unit_calls, encrypted, decrypted, cpu_ns;
+} Counters;
+
+static PyObject *s_encrypt, *s_decrypt;
+
+static PyObject *
+Counters_count(Counters *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "count(plan, cpu_ns)");
+        return NULL;
+    }
+    PyObject *plan = args[0];
+    PyObject *calls = PyObject_GetAttr(plan, s_calls);
+    if (calls == NULL) return NULL;
+    Py_ssize_t nr_calls = PyObject_Length(calls);
+    Py_DECREF(calls);
+    if (nr_calls < 0) return NULL;
+    PyObject *reason = PyObject_GetAttr(plan, s_fallback_reason);
+    if (reason == NULL) return NULL;
+    int bulk = reason == Py_None;
+    Py_DECREF(reason);
+    /* The reference's order, so an odd plan leaves the same partial count behind. */
+    self->requests += 1;
+    if (bulk) self->bulk_calls += nr_calls;
+    else self->unit_calls += nr_calls;
+    PyObject *op = PyObject_GetAttr(plan, s_op);
+    if (op == NULL) return NULL;
+    long long *bytes = NULL;
+    if (PyUnicode_Check(op) && PyUnicode_Compare(op, s_encrypt) == 0) bytes = &self->encrypted;
+    else if (PyUnicode_Check(op) && PyUnicode_Compare(op, s_decrypt) == 0) bytes = &self->decrypted;
+    else PyErr_SetObject(PyExc_KeyError, op);
+    Py_DECREF(op);
+    if (bytes == NULL) return NULL;
+    PyObject *nbytes_obj = PyObject_GetAttr(plan, s_nbytes);
+    if (nbytes_obj == NULL) return NULL;
+    long long nbytes = PyLong_AsLongLong(nbytes_obj);
+    Py_DECREF(nbytes_obj);
+    if (nbytes == -1 && PyErr_Occurred()) return NULL;
+    *bytes += nbytes;
+    long long cpu_ns;
+    if (PyFloat_Check(args[1])) {
+        if (round_half_even(PyFloat_AS_DOUBLE(args[1]), &cpu_ns) < 0) return NULL;
+    } else if ((cpu_ns = PyLong_AsLongLong(args[1])) == -1 && PyErr_Occurred()) {
+        return NULL;
+    }
+    self->cpu_ns += cpu_ns;
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+Counters_totals(Counters *self, PyObject *unused)
+{
+    return Py_BuildValue("(LLLLLL)", self->requests, self->bulk_calls, self->unit_calls,
+                         self->encrypted, self->decrypted, self->cpu_ns);
+}
+
+static PyMethodDef Counters_methods[] = {
+    {"count", (PyCFunction)(void (*)(void))Counters_count, METH_FASTCALL,
+     "Count one request's plan and its CPU IV time (ns)."},
+    {"totals", (PyCFunction)Counters_totals, METH_NOARGS,
+     "(requests, bulk_calls, unit_calls, bytes encrypted, bytes decrypted, cpu_ns) so far."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyTypeObject Counters_type = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "app.engine._model.Counters",
+    .tp_basicsize = sizeof(Counters),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "An engine's per-request statistics; simulated.EngineCounters is the reference.",
+    .tp_new = PyType_GenericNew,
+    .tp_methods = Counters_methods,
+};
+
 static PyMethodDef module_methods[] = {
     {"plan_calls", (PyCFunction)(void (*)(void))plan_calls, METH_VARARGS | METH_KEYWORDS,
      "planner.plan_calls, decision for decision."},
@@ -641,10 +721,13 @@ PyInit__model(void)
     builtin_sum = PyObject_GetAttrString(builtins, "sum");
     Py_DECREF(builtins);
     if (builtin_sum == NULL) return NULL;
-    if (PyType_Ready(&Lanes_type) < 0) return NULL;
+    if ((s_encrypt = PyUnicode_InternFromString("encrypt")) == NULL) return NULL;
+    if ((s_decrypt = PyUnicode_InternFromString("decrypt")) == NULL) return NULL;
+    if (PyType_Ready(&Lanes_type) < 0 || PyType_Ready(&Counters_type) < 0) return NULL;
     PyObject *m = PyModule_Create(&module);
     if (m == NULL) return NULL;
-    if (PyModule_AddObjectRef(m, "Lanes", (PyObject *)&Lanes_type) < 0) {
+    if (PyModule_AddObjectRef(m, "Lanes", (PyObject *)&Lanes_type) < 0 ||
+        PyModule_AddObjectRef(m, "Counters", (PyObject *)&Counters_type) < 0) {
         Py_DECREF(m);
         return NULL;
     }

@@ -26,7 +26,7 @@ from app.engine.model import (
 )
 from app.engine.planner import plan_calls
 from app.engine.presets import DEVICE_MODELS, ENGINES
-from app.engine.simulated import SimulatedEngine
+from app.engine.simulated import EngineCounters, SimulatedEngine
 from app.vocab import SECTOR_SIZE
 
 UNITS = [512, 1024, 2048, 4096]
@@ -304,3 +304,24 @@ def test_the_c_model_is_built_and_runs_by_default() -> None:
     assert str(_model.__file__).endswith(".so")
     assert accel.reference is False
     assert type(VirtualClock()._lanes) is _model.Lanes
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_counters_count_the_same_on_random_plans(seed: int) -> None:
+    rng = random.Random(seed)
+    reference, native = EngineCounters(), _model.Counters()
+    plan = None
+    for _ in range(2000):
+        capabilities, spec = random_capabilities(rng), random_spec(rng)
+        planned = outcome(plan_calls, capabilities, spec, **random_request(rng))
+        if isinstance(planned, tuple):
+            continue
+        plan = planned
+        cpu_ns = rng.choice([0, 0.0, 0.5, 1.5, 2.5, rng.uniform(0, 1e7), rng.randint(0, 10**9)])
+        reference.count(plan, cpu_ns)
+        native.count(plan, cpu_ns)
+        assert native.totals() == reference.totals()
+    assert native.totals()[0] > 500
+    odd = dataclasses.replace(plan, op="hash")  # type: ignore[arg-type]
+    assert outcome(native.count, odd, 0) == outcome(reference.count, odd, 0)
+    assert native.totals() == reference.totals()
