@@ -1,7 +1,8 @@
 """Build configuration that pyproject.toml cannot state without experimental tables.
 
-- The C extension (app/_native.c): ``ext_modules`` here is setuptools' stable interface
-  (``[tool.setuptools.ext-modules]`` warns on every build as experimental).
+- The C extensions (app/_native.c, app/engine/_model.c): ``ext_modules`` here is
+  setuptools' stable interface (``[tool.setuptools.ext-modules]`` warns on every
+  build as experimental).
 - Alembic's script directory lives at the top level (``migrations/``) and installs
   as ``app.migrations``, so a wheel carries its migrations.
 """
@@ -22,6 +23,7 @@ setup(
             sources=["app/_native.c"],
             extra_compile_args=["-O3"],
             libraries=["crypto"],
-        )
+        ),
+        Extension("app.engine._model", sources=["app/engine/_model.c"], extra_compile_args=["-O2"]),
     ],
 )

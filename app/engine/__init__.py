@@ -4,7 +4,9 @@ Owns what an engine can do (``model``), which calls a request becomes
 (``planner``), what they cost (``cost``), virtual clocks and pacing
 (``clock``), the one-request interface (``base``), the engine object
 (``simulated``) and a scriptable one for tests (``mock``), presets and their
-registry (``presets``, ``registry``) and the calibration fits (``fit``).
+registry (``presets``, ``registry``) and the calibration fits (``fit``). The
+per-request part (planning, a clock's lanes, an engine's counters) runs in C
+(``_model``), the Python above being its reference; ``accel`` chooses.
 Imports ``app.crypto`` contracts structurally, and ``app.errors``, ``app.integers``
 and ``app.vocab``; never fastapi, sqlalchemy, ``app.blk`` or ``app.dm``.
 """

@@ -24,6 +24,7 @@ from typing import Any, TypedDict
 
 from typing_extensions import Unpack
 
+from app.engine import _model, accel
 from app.engine.model import DeviceModel, DeviceOp
 from app.errors import InvalidInput
 
@@ -32,6 +33,7 @@ __all__ = [
     "Clocking",
     "DeviceState",
     "DeviceTimer",
+    "LaneHeap",
     "Paced",
     "Reservation",
     "VirtualClock",
@@ -87,8 +89,69 @@ class ClockSnapshot:
         }
 
 
+class LaneHeap:
+    """A clock's lanes and totals: the reference of ``app.engine._model.Lanes``.
+
+    ``reserve`` places ``durations`` (ns, in order) on the earliest-free lanes from
+    ``ready_ns``; ``totals`` are (reservations, busy, wait, max wait, first start, last end).
+    """
+
+    def __init__(self, lanes: int, reservation: type[Reservation] = Reservation) -> None:
+        self.lanes = lanes
+        self._reservation = reservation
+        self._lock = threading.Lock()
+        self._free = [0.0] * lanes  # a heap of lane free times
+        self._reservations = 0
+        self._busy = 0.0
+        self._wait = 0
+        self._max_wait = 0
+        self._first_start: int | None = None
+        self._last_end = 0
+
+    def reserve(self, durations: Sequence[float], ready: int) -> Reservation:
+        busy = float(sum(durations))
+        with self._lock:
+            free = self._free
+            if self.lanes == 1 or not durations:
+                start = max(float(ready), free[0])
+                end = start + busy
+                free[0] = end if self.lanes == 1 else free[0]
+            else:
+                start, end = float("inf"), 0.0
+                for duration in durations:
+                    begin = max(float(ready), free[0])
+                    finish = begin + duration
+                    heapq.heapreplace(free, finish)
+                    start = min(start, begin)
+                    end = max(end, finish)
+            reservation = self._reservation(ready, round(start), round(end), round(busy))
+            self._reservations += 1
+            self._busy += busy
+            wait = reservation.wait_ns
+            self._wait += wait
+            self._max_wait = max(self._max_wait, wait)
+            if self._first_start is None:
+                self._first_start = reservation.start_ns
+            self._last_end = max(self._last_end, reservation.end_ns)
+        return reservation
+
+    def totals(self) -> tuple[int, float, int, int, int | None, int]:
+        with self._lock:
+            return (
+                self._reservations,
+                self._busy,
+                self._wait,
+                self._max_wait,
+                self._first_start,
+                self._last_end,
+            )
+
+
 class VirtualClock:
-    """Lanes busy until virtual instants; ``reserve`` places work, ``sleep_until`` paces."""
+    """Lanes busy until virtual instants; ``reserve`` places work, ``sleep_until`` paces.
+
+    The lanes are C (``app.engine._model.Lanes``) unless ``accel`` asks for the reference.
+    """
 
     def __init__(
         self,
@@ -106,15 +169,10 @@ class VirtualClock:
         self.time_scale = time_scale
         self._monotonic_ns = monotonic_ns
         self._sleep = sleep
-        self._lock = threading.Lock()
         self._epoch = monotonic_ns()
-        self._free = [0.0] * lanes  # a heap of lane free times
-        self._reservations = 0
-        self._busy = 0.0
-        self._wait = 0
-        self._max_wait = 0
-        self._first_start: int | None = None
-        self._last_end = 0
+        self._lanes: LaneHeap | _model.Lanes = (LaneHeap if accel.reference else _model.Lanes)(
+            lanes, Reservation
+        )
 
     def now_ns(self) -> int:
         return int((self._monotonic_ns() - self._epoch) / self.time_scale)
@@ -125,32 +183,7 @@ class VirtualClock:
         ``ready_ns`` defaults to virtual now; pass it to replay a trace or to
         chain stages (a write's storage is ready when its crypto ends).
         """
-        ready = self.now_ns() if ready_ns is None else ready_ns
-        busy = float(sum(durations))
-        with self._lock:
-            free = self._free
-            if self.lanes == 1 or not durations:
-                start = max(float(ready), free[0])
-                end = start + busy
-                free[0] = end if self.lanes == 1 else free[0]
-            else:
-                start, end = float("inf"), 0.0
-                for duration in durations:
-                    begin = max(float(ready), free[0])
-                    finish = begin + duration
-                    heapq.heapreplace(free, finish)
-                    start = min(start, begin)
-                    end = max(end, finish)
-            reservation = Reservation(ready, round(start), round(end), round(busy))
-            self._reservations += 1
-            self._busy += busy
-            wait = reservation.wait_ns
-            self._wait += wait
-            self._max_wait = max(self._max_wait, wait)
-            if self._first_start is None:
-                self._first_start = reservation.start_ns
-            self._last_end = max(self._last_end, reservation.end_ns)
-        return reservation
+        return self._lanes.reserve(durations, self.now_ns() if ready_ns is None else ready_ns)
 
     def sleep_until(self, virtual_ns: int) -> float:
         """Sleep until the wall clock reaches ``virtual_ns`` (scaled); returns seconds slept."""
@@ -162,16 +195,16 @@ class VirtualClock:
         return 0.0
 
     def snapshot(self) -> ClockSnapshot:
-        with self._lock:
-            return ClockSnapshot(
-                lanes=self.lanes,
-                reservations=self._reservations,
-                busy_ns=round(self._busy),
-                queue_wait_ns=self._wait,
-                max_queue_wait_ns=self._max_wait,
-                span_ns=0 if self._first_start is None else self._last_end - self._first_start,
-                now_ns=self.now_ns(),
-            )
+        reservations, busy, wait, max_wait, first_start, last_end = self._lanes.totals()
+        return ClockSnapshot(
+            lanes=self.lanes,
+            reservations=reservations,
+            busy_ns=round(busy),
+            queue_wait_ns=wait,
+            max_queue_wait_ns=max_wait,
+            span_ns=0 if first_start is None else last_end - first_start,
+            now_ns=self.now_ns(),
+        )
 
 
 class Clocking(TypedDict, total=False):

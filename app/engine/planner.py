@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import accumulate
 
+from app.engine import _model
 from app.engine.model import Capabilities, SpecLike
 from app.errors import InvalidInput
 from app.vocab import SECTOR_SIZE, CipherOp, DispatchMode
@@ -190,3 +191,6 @@ def _bulk_calls(
         )
         offset = stop
     return calls
+
+
+_model.bind_plan(EngineCall, CallPlan, InvalidInput)

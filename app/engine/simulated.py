@@ -15,12 +15,14 @@ Bytes and time take different roads on purpose:
 
 from __future__ import annotations
 
+import threading
 import time
 from bisect import bisect_right
 from collections.abc import Callable, Sequence
 from itertools import accumulate
 from typing import TYPE_CHECKING
 
+from app.engine import _model, accel
 from app.engine.base import Engine, EngineRequest, EngineResult, EngineStats
 from app.engine.clock import Clocking, Paced
 from app.engine.cost import plan_cost
@@ -30,7 +32,46 @@ from app.engine.planner import CallPlan
 if TYPE_CHECKING:
     from typing_extensions import Buffer, Unpack
 
-__all__ = ["SimulatedEngine"]
+__all__ = ["EngineCounters", "SimulatedEngine"]
+
+
+class EngineCounters:
+    """An engine's per-request statistics: the reference of ``app.engine._model.Counters``.
+
+    ``totals`` are (requests, bulk calls, unit calls, bytes encrypted, bytes decrypted,
+    CPU IV ns).
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._requests = 0
+        self._bulk_calls = 0
+        self._unit_calls = 0
+        self._bytes = {"encrypt": 0, "decrypt": 0}
+        self._cpu_ns = 0
+
+    def count(self, plan: CallPlan, cpu_ns: float) -> None:
+        calls = len(plan.calls)
+        bulk = plan.fallback_reason is None  # plan.bulk, without a property call per request
+        with self._lock:
+            self._requests += 1
+            if bulk:
+                self._bulk_calls += calls
+            else:
+                self._unit_calls += calls
+            self._bytes[plan.op] += plan.nbytes
+            self._cpu_ns += round(cpu_ns)
+
+    def totals(self) -> tuple[int, int, int, int, int, int]:
+        with self._lock:
+            return (
+                self._requests,
+                self._bulk_calls,
+                self._unit_calls,
+                self._bytes["encrypt"],
+                self._bytes["decrypt"],
+                self._cpu_ns,
+            )
 
 
 class SimulatedEngine(Engine, Paced):
@@ -47,11 +88,9 @@ class SimulatedEngine(Engine, Paced):
             clocking["pacing"] = None
         super().__init__(profile.capabilities.channels, **clocking)
         self._profile = profile
-        self._requests = 0
-        self._bulk_calls = 0
-        self._unit_calls = 0
-        self._bytes = {"encrypt": 0, "decrypt": 0}
-        self._cpu_ns = 0
+        self._counters: EngineCounters | _model.Counters = (
+            EngineCounters if accel.reference else _model.Counters
+        )()
 
     @property
     def profile(self) -> EngineProfile:
@@ -76,7 +115,7 @@ class SimulatedEngine(Engine, Paced):
             durations, cpu_ns, modelled = list(cost.call_ns), cost.cpu_ns, cost.latency_ns
         # Software IVs are generated before the calls can be submitted.
         reservation = self.clock.reserve(durations, ready_ns=ready + int(cpu_ns))
-        self._count(plan, cpu_ns)
+        self._counters.count(plan, cpu_ns)
         self._pace(reservation)
         return EngineResult(
             outputs=outputs,
@@ -87,30 +126,18 @@ class SimulatedEngine(Engine, Paced):
             completes_at_ns=reservation.end_ns,
         )
 
-    def _count(self, plan: CallPlan, cpu_ns: float) -> None:
-        calls = len(plan.calls)
-        bulk = plan.fallback_reason is None  # plan.bulk, without a property call per request
-        with self._lock:
-            self._requests += 1
-            if bulk:
-                self._bulk_calls += calls
-            else:
-                self._unit_calls += calls
-            self._bytes[plan.op] += plan.nbytes
-            self._cpu_ns += round(cpu_ns)
-
     def snapshot(self) -> EngineStats:
-        with self._lock:
-            return EngineStats(
-                name=self._profile.name,
-                requests=self._requests,
-                bulk_calls=self._bulk_calls,
-                unit_calls=self._unit_calls,
-                bytes_encrypted=self._bytes["encrypt"],
-                bytes_decrypted=self._bytes["decrypt"],
-                cpu_ns=self._cpu_ns,
-                clock=self.clock.snapshot(),
-            )
+        requests, bulk_calls, unit_calls, encrypted, decrypted, cpu_ns = self._counters.totals()
+        return EngineStats(
+            name=self._profile.name,
+            requests=requests,
+            bulk_calls=bulk_calls,
+            unit_calls=unit_calls,
+            bytes_encrypted=encrypted,
+            bytes_decrypted=decrypted,
+            cpu_ns=cpu_ns,
+            clock=self.clock.snapshot(),
+        )
 
 
 def _run_calls(

@@ -1,8 +1,12 @@
 import itertools
 import threading
 
+import pytest
+
 from app.engine.clock import DeviceTimer, VirtualClock
 from app.engine.model import DeviceModel
+
+pytestmark = pytest.mark.usefixtures("engine_model")
 
 
 class FakeTime:

@@ -14,6 +14,8 @@ from app.engine.mock import MockEngine
 from app.engine.presets import OMAP_AES_AM335X, SOFTWARE
 from app.engine.simulated import SimulatedEngine
 
+pytestmark = pytest.mark.usefixtures("engine_model")
+
 
 @pytest.fixture
 def transform() -> CryptTransform:

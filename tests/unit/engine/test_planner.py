@@ -1,8 +1,12 @@
 import pytest
 
+from app.engine import accel
 from app.engine.model import Capabilities, ModelSpec
-from app.engine.planner import _bulk_calls, plan_calls
+from app.engine.planner import _bulk_calls
 from app.errors import InvalidInput
+from tests.unit.engine.conftest import planner_of
+
+pytestmark = pytest.mark.usefixtures("engine_model")
 
 BULK = Capabilities(
     ciphers=None,
@@ -17,7 +21,7 @@ PAGE = 4096
 
 
 def plan(spec, segments, *, mode="request", caps=BULK, unit=512, sector=0, bios=None):
-    return plan_calls(
+    return planner_of("python" if accel.reference else "c")(
         caps,
         spec,
         segments,

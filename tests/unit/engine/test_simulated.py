@@ -15,6 +15,8 @@ from app.engine.registry import EngineRegistry
 from app.engine.simulated import SimulatedEngine
 from app.errors import AlreadyExists, EngineNotFound, InvalidInput
 
+pytestmark = pytest.mark.usefixtures("engine_model")
+
 SPECS = [
     "aes-xts-plain64",
     "aes-cbc-essiv:sha256",
