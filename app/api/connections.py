@@ -18,7 +18,7 @@ wakes the route once per piece; a sink copies each piece once, where it belongs,
 and wakes the route once its buffer is full. The protocol reads the socket into
 buffers it gives (``get_buffer``), not into the loop's ``bytes``: while a route waits
 in ``readinto`` for a Content-Length body, the kernel copies the body straight into
-the route's buffer, and the parser, fed those bytes in place, only counts them.
+the route's buffer; the parser still reads them there, and the sink only counts them.
 """
 
 from __future__ import annotations
