@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import traceback
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from functools import partial
-from typing import Any
+from typing import Any, cast
 
 import anyio
 import httpx
@@ -19,7 +20,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from app.api import docs, manual, problems
 from app.api.bodylimit import ControlBodyLimit
-from app.api.connections import BoundedHeadProtocol, bounded_head_protocol
+from app.api.connections import bounded_head_protocol
 from app.api.ownership import OwnerRouting
 from app.api.routes import (
     benchmarks,
@@ -98,9 +99,11 @@ def forward_timeout(limits: HttpLimits, cluster: ClusterSettings) -> httpx.Timeo
     )
 
 
-def http_protocol(settings: Settings) -> type[BoundedHeadProtocol]:
-    """What ``serve`` runs uvicorn with: its protocol plus a bounded request head."""
-    return bounded_head_protocol(settings.http.head_timeout_seconds)
+def http_protocol(settings: Settings) -> type[asyncio.Protocol]:
+    """What ``serve`` runs uvicorn with: its protocol plus a bounded request head, read
+    into buffers it gives."""
+    # uvicorn only instantiates the class, and the loop serves a buffered protocol as well.
+    return cast("type[asyncio.Protocol]", bounded_head_protocol(settings.http.head_timeout_seconds))
 
 
 def ceph_cluster(settings: Settings) -> CephCluster | None:

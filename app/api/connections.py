@@ -15,14 +15,19 @@ It also lets a route take a request's body straight into its own buffer
 (``BodySink``, found in ``scope["extensions"]``): uvicorn's ASGI ``receive`` copies
 each body piece twice more (into the cycle's bytearray, then out as ``bytes``) and
 wakes the route once per piece; a sink copies each piece once, where it belongs,
-and wakes the route once its buffer is full.
+and wakes the route once its buffer is full. The protocol reads the socket into
+buffers it gives (``get_buffer``), not into the loop's ``bytes``: while a route waits
+in ``readinto`` for a Content-Length body, the kernel copies the body straight into
+the route's buffer; the parser still reads them there, and the sink only counts them.
 """
 
 from __future__ import annotations
 
 import asyncio
+import threading
 from asyncio import TimerHandle
 from collections import deque
+from typing import Any
 
 from starlette.requests import ClientDisconnect
 from uvicorn.protocols.http.flow_control import HIGH_WATER_LIMIT
@@ -30,6 +35,9 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResp
 
 MAX_HEAD_BYTES = 64 << 10
 """A request line and headers together; nginx's default allows 4 x 8 KiB lines."""
+
+RECEIVE_BYTES = 256 << 10
+"""The socket is read this much at a time outside a body landing in place (uvloop's size)."""
 
 
 SINK = "reqcrypt.body_sink"
@@ -44,9 +52,14 @@ class BodySink:
     ``readinto``, or kept (reading paused past uvicorn's high-water mark) until one comes.
     """
 
-    def __init__(self, protocol: BoundedHeadProtocol, cycle: RequestResponseCycle) -> None:
+    def __init__(
+        self, protocol: BoundedHeadProtocol, cycle: RequestResponseCycle, length: int | None
+    ) -> None:
         self._protocol = protocol
         self._cycle = cycle
+        self.unparsed = length
+        """Body bytes the parser has still to see (Content-Length framing), None when the
+        body is chunked: the bytes on the wire are then not all body."""
         self._loop = protocol.loop
         self._kept: deque[memoryview] = deque()
         self._kept_bytes = 0
@@ -92,6 +105,24 @@ class BodySink:
             self._kept_bytes += len(view)
             if self._kept_bytes > HIGH_WATER_LIMIT:
                 self._protocol.flow.pause_reading()
+
+    def landing(self) -> memoryview | None:
+        """Where the socket may be read straight into: the pending ``readinto``'s free
+        space, no more than the body's rest. None when the next bytes may be something else
+        or belong after bytes kept."""
+        target = self._target
+        unparsed = self.unparsed
+        if target is None or self._kept or not unparsed or self._cycle.response_complete:
+            return None
+        end = min(len(target), self._filled + unparsed)
+        return target[self._filled : end] if end > self._filled else None
+
+    def landed(self, count: int) -> None:
+        """``count`` bytes of body were read into ``landing()``'s view: already in place."""
+        self.arrived_at = self._loop.time()
+        self._filled += count
+        if self._target is not None and self._filled == len(self._target):
+            self.wake()
 
     def wake(self) -> None:
         """The pending ``readinto`` re-checks: its buffer is full or the body ended."""
@@ -147,6 +178,16 @@ class BodySink:
         return filled
 
 
+class _Receive(threading.local):
+    def __init__(self) -> None:
+        self.buffer = memoryview(bytearray(RECEIVE_BYTES))
+
+
+_receive = _Receive()
+"""One receive buffer per event loop thread: the parser copies what it keeps before
+``buffer_updated`` returns, so connections can share it."""
+
+
 class BoundedHeadProtocol(HttpToolsProtocol):
     head_timeout: float = 10.0
 
@@ -154,6 +195,9 @@ class BoundedHeadProtocol(HttpToolsProtocol):
     _head_bytes: int = 0
     _in_head: bool = False
     _sink: BodySink | None = None
+    _reading: memoryview | None = None
+    _landed: int = 0
+    """Bytes of the piece being parsed that were read straight into the sink's buffer."""
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
@@ -165,11 +209,29 @@ class BoundedHeadProtocol(HttpToolsProtocol):
         if self._sink is not None:
             self._sink.wake()
 
-    def data_received(self, data: bytes) -> None:
+    def get_buffer(self, sizehint: int) -> memoryview:
+        sink = self._sink
+        landing = None if sink is None else sink.landing()
+        self._reading = landing
+        return _receive.buffer if landing is None else landing
+
+    def buffer_updated(self, nbytes: int) -> None:
+        landing = self._reading
+        self._reading = None
+        if landing is None:
+            self.data_received(_receive.buffer[:nbytes])
+            return
+        self._landed = nbytes
+        try:
+            self.data_received(landing[:nbytes])
+        finally:
+            self._landed = 0
+
+    def data_received(self, data: bytes | memoryview) -> None:
         if self._in_head and self._head_deadline is None:  # a keep-alive's next request
             self._start_head()
         head = self._in_head
-        super().data_received(data)
+        super().data_received(data)  # type: ignore[arg-type]  # httptools parses any buffer
         if head and self._in_head:
             self._head_bytes += len(data)
             if self._head_bytes > MAX_HEAD_BYTES and not self.transport.is_closing():
@@ -180,11 +242,18 @@ class BoundedHeadProtocol(HttpToolsProtocol):
         super().on_headers_complete()
         cycle = self.cycle
         if cycle is not None and cycle.scope is self.scope:  # not an upgrade
-            self._sink = BodySink(self, cycle)
+            self._sink = BodySink(self, cycle, _content_length(self.headers))
             self.scope.setdefault("extensions", {})[SINK] = {"sink": self._sink}
 
     def on_body(self, body: bytes) -> None:
         sink = self._sink
+        if sink is not None and sink.unparsed is not None:
+            sink.unparsed -= len(body)
+        if self._landed:  # read straight into the sink's buffer: only counted
+            self._landed -= len(body)
+            assert sink is not None
+            sink.landed(len(body))
+            return
         if sink is None or not sink.claimed or self.cycle.response_complete:
             super().on_body(body)
             return
@@ -236,6 +305,45 @@ class BoundedHeadProtocol(HttpToolsProtocol):
         self.transport.close()
 
 
-def bounded_head_protocol(head_timeout: float) -> type[BoundedHeadProtocol]:
+def _content_length(headers: list[tuple[bytes, bytes]]) -> int | None:
+    """The body's length when Content-Length frames it (the parser has checked the value;
+    a Transfer-Encoding, or several lengths, leave it to the parser)."""
+    lengths = [value for name, value in headers if name == b"content-length"]
+    if len(lengths) != 1 or any(name == b"transfer-encoding" for name, _ in headers):
+        return None
+    value = lengths[0].strip()
+    return int(value) if value.isdigit() else None
+
+
+class BufferedConnection(asyncio.BufferedProtocol):
+    """What the event loop sees of a connection: a buffered protocol, so that the socket is
+    read into ``get_buffer``'s buffer (uvloop reads into its own ``bytes`` for any subclass
+    of ``asyncio.Protocol``, which uvicorn's protocol is); the rest is the HTTP protocol's."""
+
+    http_class: type[BoundedHeadProtocol] = BoundedHeadProtocol
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self.http = self.http_class(*args, **kwargs)
+        self.get_buffer = self.http.get_buffer  # type: ignore[method-assign]
+        self.buffer_updated = self.http.buffer_updated  # type: ignore[method-assign]
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.http.connection_made(transport)  # type: ignore[arg-type]
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.http.connection_lost(exc)
+
+    def eof_received(self) -> None:
+        self.http.eof_received()
+
+    def pause_writing(self) -> None:
+        self.http.pause_writing()
+
+    def resume_writing(self) -> None:
+        self.http.resume_writing()
+
+
+def bounded_head_protocol(head_timeout: float) -> type[BufferedConnection]:
     """The protocol class for ``uvicorn.run(http=…)``, which instantiates it itself."""
-    return type("BoundedHeadProtocol", (BoundedHeadProtocol,), {"head_timeout": head_timeout})
+    http_class = type("BoundedHeadProtocol", (BoundedHeadProtocol,), {"head_timeout": head_timeout})
+    return type("BufferedConnection", (BufferedConnection,), {"http_class": http_class})

@@ -6,6 +6,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 
+from app.blk import mempool
 from app.blk.request import Request
 from app.blk.trace import Tracer
 from app.crypto.keys import KeyMaterial
@@ -87,14 +88,23 @@ class CryptTarget(Target):
                 if request.op == Op.WRITE
                 else [memoryview(bytes(request.nr_sectors << SECTOR_SHIFT))]
             )
-            done = self.engine.process(
-                EngineRequest(
-                    "encrypt", self.transform, segments, relative, context.dispatch_mode, bios=bios
+            # The ciphertext goes to a warm buffer of this thread's pool (dm-crypt's bio_out
+            # pages), free again once the device has taken it.
+            with mempool.borrow(request.nr_sectors << SECTOR_SHIFT) as ciphertext:
+                done = self.engine.process(
+                    EngineRequest(
+                        "encrypt",
+                        self.transform,
+                        segments,
+                        relative,
+                        context.dispatch_mode,
+                        bios=bios,
+                        into=_cut(ciphertext, segments),
+                    )
                 )
-            )
-            if request.tracer is not None:
-                self._trace(request.tracer, request, done)
-            writing = self.device.submit_writev(position, done.outputs)
+                if request.tracer is not None:
+                    self._trace(request.tracer, request, done)
+                writing = self.device.submit_writev(position, done.outputs)
             return finish_io(self.device, request, writing, MapResult(done.calls, done.modelled_ns))
         if request.op == Op.DISCARD:
             if not self.params.allow_discards:
@@ -109,6 +119,16 @@ class CryptTarget(Target):
 
     def wipe(self) -> None:
         self.transform.wipe()
+
+
+def _cut(buffer: memoryview, segments: Sequence[memoryview]) -> list[memoryview]:
+    """``buffer`` cut into one view per segment, of the same sizes."""
+    views = []
+    position = 0
+    for segment in segments:
+        views.append(buffer[position : position + segment.nbytes])
+        position += segment.nbytes
+    return views
 
 
 def crypt_message(params: CryptParams, words: Sequence[str], *, suspended: bool) -> CryptParams:

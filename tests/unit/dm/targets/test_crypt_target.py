@@ -54,7 +54,10 @@ def test_a_write_is_encrypted_at_target_relative_sectors(
     (request,) = engine.requests
     assert (request.op, request.sector, request.dispatch_mode) == ("encrypt", 8, "request")
     assert request.bios == [(8, 8)]
-    assert request.into is None
+    # The ciphertext goes to the target's own buffer: the writer's plaintext is left alone.
+    assert request.into is not None
+    assert [len(out) for out in request.into] == [len(s) for s in request.segments]
+    assert bytes(request.segments[0]) == b"x" * 4096
 
 
 def test_a_read_decrypts_into_the_bios_pages(volume: Volume, engine: MockEngine) -> None:
