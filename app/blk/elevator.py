@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterator
 
 from app.blk.bio import WRITE_OPS
 from app.blk.request import Request
-from app.vocab import ElevatorName, Op
+from app.vocab import SECTOR_SHIFT, ElevatorName, Op
 
 Ready = Callable[[Request], bool]
 
@@ -42,6 +42,28 @@ class Elevator(ABC):
     @abstractmethod
     def next_request(self, now: int, ready: Ready) -> Request | None:
         """Remove and return the request to dispatch next, or None."""
+
+    def dispatch_batch(self, now: int, ready: Ready, count: int, budget: int) -> list[Request]:
+        """Remove and return up to ``count`` requests for one dispatch, until they hold
+        ``budget`` bytes: the next ready request, then each next choice while it is ready
+        (one that must wait ends the batch: a request the batch would unblock may not be
+        overtaken by a later one)."""
+        batch: list[Request] = []
+        nbytes = 0
+        blocked = False
+
+        def in_order(rq: Request) -> bool:
+            nonlocal blocked
+            blocked = blocked or not ready(rq)
+            return not blocked
+
+        while len(batch) < count and nbytes < budget:
+            rq = self.next_request(now, in_order if batch else ready)
+            if rq is None:
+                break
+            batch.append(rq)
+            nbytes += rq.nr_bytes
+        return batch
 
     @abstractmethod
     def requests(self) -> Iterator[Request]:
@@ -75,6 +97,30 @@ class NoneElevator(Elevator):
                 del self._fifo[rq]
                 return rq
         return None
+
+    def dispatch_batch(self, now: int, ready: Ready, count: int, budget: int) -> list[Request]:
+        """``Elevator.dispatch_batch`` in one pass over the FIFO: past the first ready
+        request the next choice is the oldest left, so the batch ends at the first request
+        that must wait, or at once if an older one was passed over."""
+        batch: list[Request] = []
+        nbytes = 0
+        passed_over = False
+        for rq in self._fifo:
+            if len(batch) >= count or nbytes >= budget:
+                break
+            if not ready(rq):
+                if batch:
+                    break
+                passed_over = True
+                continue
+            batch.append(rq)
+            nbytes += rq.nr_sectors << SECTOR_SHIFT
+            if passed_over:
+                break
+        fifo = self._fifo
+        for rq in batch:
+            del fifo[rq]
+        return batch
 
     def front_merged(self, rq: Request, old_sector: int) -> None:
         """FIFO order does not depend on position."""

@@ -59,9 +59,10 @@ from app.blk.merge import (
     attempt_bio_merge,
     attempt_merge,
     bio_mergeable,
+    crosses_boundary,
     next_boundary,
 )
-from app.blk.plug import Plug
+from app.blk.plug import BLK_MAX_REQUEST_COUNT, BLK_PLUG_FLUSH_SIZE, Plug
 from app.blk.request import Request, RqState, count_phys_segments
 from app.blk.stats import QueueStats
 from app.blk.trace import TraceBuffer, Tracer
@@ -96,6 +97,34 @@ MAX_TRACE_LISTENERS = 4
 
 def _chunks(start: int, end: int) -> range:
     return range(start >> _CHUNK_SHIFT, ((end - 1) >> _CHUNK_SHIFT) + 1)
+
+
+class _BatchCounts:
+    """A batch's bios and new requests by op, accounted to ``QueueStats`` in one call."""
+
+    __slots__ = ("back", "front", "merges", "started")
+
+    def __init__(self) -> None:
+        self.clear()
+
+    def clear(self) -> None:
+        self.started: dict[Op, int] = {Op.READ: 0, Op.WRITE: 0}
+        self.merges: dict[Op, int] = {}
+        self.back = self.front = 0
+
+    def merged(self, op: Op, kind: MergeType) -> None:
+        self.merges[op] = self.merges.get(op, 0) + 1
+        if kind is MergeType.BACK:
+            self.back += 1
+        else:
+            self.front += 1
+
+    def account(self, stats: QueueStats, now: int) -> None:
+        """Hand the counts over and start again from zero."""
+        started, merges = self.started, self.merges
+        if started[Op.READ] or started[Op.WRITE] or merges:
+            stats.bios_queued(now, started, merges, self.back, self.front)
+            self.clear()
 
 
 def _is_barrier(bio: Bio) -> bool:
@@ -384,18 +413,145 @@ class BlockQueue:
     def submit_bios(self, bios: Sequence[Bio]) -> None:
         """Queue several bios at once, then flush the plug (io_submit under one plug).
 
-        Raises InvalidInput before queueing anything if any bio is malformed.
+        Raises InvalidInput before queueing anything if any bio is malformed. Decides
+        exactly as ``submit_bio`` of each in turn would, under one lock round.
         """
+        block_mask = self._limits.logical_block_sectors - 1
         for bio in bios:
-            self._validate(bio)
+            segments = bio.segments
+            # The common valid shape, checked inline; ``_validate`` names any fault.
+            if not (
+                bio.op in DATA_OPS
+                and len(segments) == 1
+                and bio.sector >= 0
+                and bio.nr_sectors > 0
+                and not (bio.sector | bio.nr_sectors) & block_mask
+                and segments[0].nbytes == bio.nr_sectors << SECTOR_SHIFT
+            ):
+                self._validate(bio)
         now = time.perf_counter_ns()
         with self._lock:
-            for bio in bios:
-                if not bio.submit_time:
-                    bio.submit_time = now
-                self._place_locked(bio, self._split_to_limits(bio), now)
+            if self.tracer is None and self._mode == "request":
+                self._place_batch_locked(bios, now)
+            else:
+                for bio in bios:
+                    if not bio.submit_time:
+                        bio.submit_time = now
+                    self._place_locked(bio, self._split_to_limits(bio), now)
             self._flush_plug_locked(now)
         self._run_queue()
+
+    def _place_batch_locked(self, bios: Sequence[Bio], now: int) -> None:
+        """``_place_locked`` of each bio in request mode with no tracer, its statistics
+        counted once for the batch.
+
+        A read or write that needs no split and finds a request slot is placed
+        here, with ``_queue_bio``'s decisions inline (merge attempts only when a
+        candidate is adjacent: otherwise ``_attempt_merges`` finds nothing); any other
+        bio goes through ``_place_locked`` after the batch's counts are accounted,
+        since it may wait for a slot with the lock dropped.
+        """
+        limits = self._limits
+        max_sectors = limits.max_sectors
+        max_segment_size = limits.max_segment_size
+        nomerges = limits.nomerges
+        nr_requests = limits.nr_requests
+        boundaries = self._boundaries
+        unplug = self._unplug
+        plug = self._plug
+        pending = self._pending
+        overlap = self._overlap
+        by_end, by_start = self._by_end, self._by_start
+        counts = _BatchCounts()
+        for bio in bios:
+            if not bio.submit_time:
+                bio.submit_time = now
+            op, sector, nr_sectors, segments = bio.op, bio.sector, bio.nr_sectors, bio.segments
+            if not (
+                (op is Op.READ or op is Op.WRITE)
+                and not (bio.fua or bio.preflush or bio.no_merge)
+                and len(segments) == 1
+                and segments[0].nbytes <= max_segment_size
+                and nr_sectors <= max_sectors
+                and (
+                    not boundaries or not crosses_boundary(sector, sector + nr_sectors, boundaries)
+                )
+                and (self._held or self._scheduled < nr_requests)
+            ):
+                counts.account(self.stats, now)
+                self._place_locked(bio, self._split_to_limits(bio), now)
+                continue
+            bio.unplug = unplug
+            end = sector + nr_sectors
+            conflicts: list[Request] = []
+            if pending:
+                first, last = sector >> _CHUNK_SHIFT, (end - 1) >> _CHUNK_SHIFT
+                if first != last:
+                    conflicts = self._conflicts(bio)
+                else:
+                    bucket = overlap.get(first)
+                    if bucket:
+                        writes = op is Op.WRITE
+                        conflicts = [
+                            rq
+                            for rq in bucket
+                            if rq.sector < end
+                            and sector < rq.sector + rq.nr_sectors
+                            and (writes or rq.op in WRITE_OPS)
+                        ]
+            if not conflicts and nomerges != 2:
+                if nomerges == 0 and ((op, sector) in by_end or (op, end) in by_start):
+                    adjacent = True
+                else:
+                    adjacent = False
+                    for rq in (self._last_merge, plug.last):
+                        if rq is not None and (
+                            rq.sector + rq.nr_sectors == sector or rq.sector == end
+                        ):
+                            adjacent = True
+                            break
+                if adjacent:
+                    merged = self._attempt_merges(bio, now)
+                    if merged is not None:
+                        counts.merged(op, merged)
+                        continue
+            rq = Request(op, sector, nr_sectors, [bio], [segments[0]], 1, start_time=now)
+            for earlier in conflicts:
+                earlier.dependents.append(rq)
+                earlier.ordered = True
+                rq.wait_count += 1
+                rq.ordered = True
+            pending[rq] = None
+            self._scheduled += 1
+            first, last = sector >> _CHUNK_SHIFT, (end - 1) >> _CHUNK_SHIFT
+            if first != last:
+                self._index(rq, sector, end)
+            else:
+                bucket = overlap.get(first)
+                if bucket is None:
+                    overlap[first] = {rq}
+                else:
+                    bucket.add(rq)
+            counts.started[op] += 1
+            requests = plug.requests
+            last_rq = plug.last
+            if requests and (  # Plug.needs_flush
+                len(requests) >= BLK_MAX_REQUEST_COUNT
+                or (
+                    last_rq is not None
+                    and last_rq.nr_sectors << SECTOR_SHIFT >= BLK_PLUG_FLUSH_SIZE
+                )
+            ):
+                self._flush_plug_locked(now)
+                requests = plug.requests
+            if not requests:
+                plug.open_time = now
+            requests.append(rq)
+            plug.last = rq
+            bio.plug_generation = plug.generation
+            by_end[(op, end)] = rq
+            by_start[(op, sector)] = rq
+        counts.account(self.stats, now)
 
     def submit_and_wait(self, bio: Bio, timeout: float | None = None) -> None:
         """Submit and block until done; raises the bio's error or TimeoutError."""
@@ -714,11 +870,20 @@ class BlockQueue:
                 lock.acquire()
                 self._dispatching -= len(batch)
                 pending = self._pending
+                overlap = self._overlap
                 for rq in batch:
                     rq.state = RqState.DONE
                     del pending[rq]
                     if rq.op is not Op.FLUSH:
-                        self._unindex(rq)
+                        chunk = rq.sector >> _CHUNK_SHIFT
+                        if chunk == (rq.sector + rq.nr_sectors - 1) >> _CHUNK_SHIFT:
+                            bucket = overlap.get(chunk)
+                            if bucket is not None:
+                                bucket.discard(rq)
+                                if not bucket:
+                                    del overlap[chunk]
+                        else:
+                            self._unindex(rq)
                     for dependent in rq.dependents:
                         dependent.wait_count -= 1
                     rq.dependents = []
@@ -728,44 +893,35 @@ class BlockQueue:
 
     def _take_ready(self) -> list[Request]:
         """Lock held: move ready requests to dispatch, one per free tag, until the batch
-        holds ``_DISPATCH_BATCH_BYTES``; a big request goes alone, so that another
-        thread dispatches the next one beside it."""
-        batch: list[Request] = []
-        nbytes = 0
+        holds ``_DISPATCH_BATCH_BYTES`` (``Elevator.dispatch_batch``); a big request goes
+        alone, so that another thread dispatches the next one beside it."""
         now = time.perf_counter_ns()
-        elevator = self._elevator
-        blocked = False
-
-        def in_order(rq: Request) -> bool:
-            """Past the batch's first request, the elevator's next choice or nothing: a
-            request the batch would unblock may not be overtaken by a later one."""
-            nonlocal blocked
-            blocked = blocked or rq.wait_count != 0
-            return not blocked
-
-        while (
-            not self._held
-            and self._dispatching < self._queue_depth
-            and nbytes < _DISPATCH_BATCH_BYTES
-        ):
-            rq = elevator.next_request(now, in_order if batch else self._ready)
-            if rq is None:
-                break
+        if self._held or self._dispatching >= self._queue_depth:
+            return []
+        batch = self._elevator.dispatch_batch(
+            now, self._ready, self._queue_depth - self._dispatching, _DISPATCH_BATCH_BYTES
+        )
+        if not batch:
+            return batch
+        by_end, by_start = self._by_end, self._by_start
+        for rq in batch:
             rq.state = RqState.DISPATCHED
-            self._scheduled -= 1
-            self._hash_del(rq)
+            key = (rq.op, rq.sector + rq.nr_sectors)
+            if by_end.get(key) is rq:
+                del by_end[key]
+            key = (rq.op, rq.sector)
+            if by_start.get(key) is rq:
+                del by_start[key]
             if self._last_merge is rq:
                 self._last_merge = None
-            self._dispatching += 1
-            nbytes += rq.nr_sectors << SECTOR_SHIFT
-            batch.append(rq)
-        if batch:
-            self.stats.requests_dispatched(batch, now)
-            tracer = self.tracer
-            if tracer is not None:
-                for rq in batch:
-                    tracer.request(now, "D", rq.op, rq.sector, rq.nr_sectors, rq.fua, "")
-            self._cond.notify_all()
+        self._scheduled -= len(batch)
+        self._dispatching += len(batch)
+        self.stats.requests_dispatched(batch, now)
+        tracer = self.tracer
+        if tracer is not None:
+            for rq in batch:
+                tracer.request(now, "D", rq.op, rq.sector, rq.nr_sectors, rq.fua, "")
+        self._cond.notify_all()
         return batch
 
     # ------------------------------------------------------- suspend/resume

@@ -19,7 +19,7 @@ from typing import Any
 
 from app.blk.bio import WRITE_OPS
 from app.blk.request import Request
-from app.vocab import Op, div_round_up
+from app.vocab import SECTOR_SHIFT, Op
 
 _GROUPS = ("r", "w", "d", "f")
 
@@ -35,9 +35,13 @@ def _group(op: Op) -> str:
     return "w" if op in WRITE_OPS else "r"
 
 
+#: ``_group`` of each op, for the per-request loops.
+_GROUP_OF = {op: _group(op) for op in Op}
+
+
 def _bucket_kib(nr_bytes: int) -> int:
     """Power-of-two KiB bucket holding a request of ``nr_bytes`` (upper bound, >= 1)."""
-    kib = max(1, div_round_up(nr_bytes, 1024))
+    kib = (nr_bytes + 1023) >> 10 or 1
     return 1 << (kib - 1).bit_length()
 
 
@@ -92,6 +96,30 @@ class QueueStats:
                 else:
                     self.front_merges += 1
 
+    def bios_queued(
+        self,
+        now: int,
+        started: dict[Op, int],
+        merges: dict[Op, int],
+        back_merges: int,
+        front_merges: int,
+    ) -> None:
+        """A batch's ``request_started`` and ``account_bio`` calls, all at ``now``, in one:
+        ``started`` new requests and ``merges`` bios that joined one, by op."""
+        with self._lock:
+            requests = sum(started.values())
+            if requests:
+                self._tick(now)
+                self.in_flight += requests
+            for op, count in started.items():
+                self._bios[_group(op)] += count
+            for op, count in merges.items():
+                group = _group(op)
+                self._bios[group] += count
+                self._merges[group] += count
+            self.back_merges += back_merges
+            self.front_merges += front_merges
+
     def request_started(self, now: int, op: Op) -> None:
         """A request was created from a bio of ``op``; the bio is accounted with it."""
         with self._lock:
@@ -117,18 +145,19 @@ class QueueStats:
     def requests_done(self, rqs: Sequence[Request], times: Sequence[int]) -> None:
         """The requests completed, each at its time in ``times`` (in order)."""
         with self._lock:
+            histogram = self.histogram
             for rq, now in zip(rqs, times, strict=True):
                 self._tick(now)
                 self.in_flight -= 1
-                group = _group(rq.op)
+                group = _GROUP_OF[rq.op]
                 if rq.dispatch_time:
                     self.on_device -= 1
                     self._d2c_ns[group] += now - rq.dispatch_time
                 self._ios[group] += 1
                 self._sectors[group] += rq.nr_sectors
                 if rq.op is not Op.FLUSH:
-                    bucket = _bucket_kib(rq.nr_bytes)
-                    self.histogram[bucket] = self.histogram.get(bucket, 0) + 1
+                    bucket = _bucket_kib(rq.nr_sectors << SECTOR_SHIFT)
+                    histogram[bucket] = histogram.get(bucket, 0) + 1
                 wait = 0
                 for bio in rq.bios:
                     wait += now - bio.submit_time
