@@ -18,7 +18,8 @@ wakes the route once per piece; a sink copies each piece once, where it belongs,
 and wakes the route once its buffer is full. The protocol reads the socket into
 buffers it gives (``get_buffer``), not into the loop's ``bytes``: while a route waits
 in ``readinto`` for a Content-Length body, the kernel copies the body straight into
-the route's buffer; the parser still reads them there, and the sink only counts them.
+the route's buffer, and the sink only counts them (the parser does not see them: it would
+copy them into a ``bytes`` it then drops).
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from asyncio import TimerHandle
 from collections import deque
 from typing import Any
 
+import httptools
 from starlette.requests import ClientDisconnect
 from uvicorn.protocols.http.flow_control import HIGH_WATER_LIMIT
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
@@ -196,8 +198,6 @@ class BoundedHeadProtocol(HttpToolsProtocol):
     _in_head: bool = False
     _sink: BodySink | None = None
     _reading: memoryview | None = None
-    _landed: int = 0
-    """Bytes of the piece being parsed that were read straight into the sink's buffer."""
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
@@ -218,14 +218,33 @@ class BoundedHeadProtocol(HttpToolsProtocol):
     def buffer_updated(self, nbytes: int) -> None:
         landing = self._reading
         self._reading = None
-        if landing is None:
-            self.data_received(_receive.buffer[:nbytes])
+        if landing is not None:
+            self._bypass(nbytes, None)
             return
-        self._landed = nbytes
-        try:
-            self.data_received(landing[:nbytes])
-        finally:
-            self._landed = 0
+        data = _receive.buffer[:nbytes]
+        sink = self._sink
+        if sink is not None and sink.claimed and sink.unparsed:
+            body = min(nbytes, sink.unparsed)
+            self._bypass(body, data[:body])
+            data = data[body:]
+        if data:
+            self.data_received(data)
+
+    def _bypass(self, count: int, piece: memoryview | None) -> None:
+        """Body bytes of a claimed Content-Length body, past the parser, which would copy each
+        into a ``bytes`` only to count it: landed in place (``piece`` None) or to keep. Once
+        the body is whole, a new parser (the old one still waits for it) takes the next head."""
+        sink = self._sink
+        assert sink is not None  # only a claimed body with a Content-Length comes here
+        assert sink.unparsed is not None
+        sink.unparsed -= count
+        if piece is None:
+            sink.landed(count)
+        elif not self.cycle.response_complete:
+            sink.feed(bytes(piece))
+        if not sink.unparsed:
+            self.parser = _parser(self)
+            self.on_message_complete()
 
     def data_received(self, data: bytes | memoryview) -> None:
         if self._in_head and self._head_deadline is None:  # a keep-alive's next request
@@ -249,11 +268,6 @@ class BoundedHeadProtocol(HttpToolsProtocol):
         sink = self._sink
         if sink is not None and sink.unparsed is not None:
             sink.unparsed -= len(body)
-        if self._landed:  # read straight into the sink's buffer: only counted
-            self._landed -= len(body)
-            assert sink is not None
-            sink.landed(len(body))
-            return
         if sink is None or not sink.claimed or self.cycle.response_complete:
             super().on_body(body)
             return
@@ -303,6 +317,13 @@ class BoundedHeadProtocol(HttpToolsProtocol):
             ).encode("ascii")
         )
         self.transport.close()
+
+
+def _parser(protocol: BoundedHeadProtocol) -> httptools.HttpRequestParser:
+    """A parser at the start of a message, as uvicorn's protocol makes its own."""
+    parser = httptools.HttpRequestParser(protocol)
+    parser.set_dangerous_leniencies(lenient_data_after_close=True)
+    return parser
 
 
 def _content_length(headers: list[tuple[bytes, bytes]]) -> int | None:
