@@ -160,6 +160,11 @@ class Engine(ABC):
         """Whether ``process`` sleeps out modelled time."""
         return False
 
+    def busy_for(self) -> float:
+        """Wall seconds until the work given to the engine is done by its model: a request
+        started now would queue that long behind it (0: idle, or no model)."""
+        return 0.0
+
     @abstractmethod
     def process(self, request: EngineRequest) -> EngineResult: ...
 

@@ -194,6 +194,11 @@ class VirtualClock:
             return delay
         return 0.0
 
+    def busy_for(self) -> float:
+        """Wall seconds until the last work placed ends (0: idle), backlog included."""
+        last_end = self._lanes.totals()[5]
+        return max(0.0, (last_end - self.now_ns()) * self.time_scale / 1e9)
+
     def snapshot(self) -> ClockSnapshot:
         reservations, busy, wait, max_wait, first_start, last_end = self._lanes.totals()
         return ClockSnapshot(

@@ -100,6 +100,9 @@ class SimulatedEngine(Engine, Paced):
     def paced(self) -> bool:
         return bool(self.pacing)
 
+    def busy_for(self) -> float:
+        return self.clock.busy_for()
+
     def process(self, request: EngineRequest) -> EngineResult:
         views = request.views()
         plan = request.plan(self._profile.capabilities, views)

@@ -14,8 +14,16 @@ commit), and a batch waits out the volume's plug window before it starts, so the
 rest of a client's burst joins it. With a batch per socket read instead, fio's 4 KiB
 sequential writes at iodepth 32 settled into either ~30 or ~2 requests per batch
 from run to run; one batch at a time, into half the queue depth; with the window
-before each batch, 18-23 on average. Pending requests moving BIG_BATCH bytes or
-more start at once. Replies go out as each batch completes, matched by handle.
+before each batch, 18-23 on average. A client at a fixed queue depth answers each
+reply with a new request, so its requests still settled into two alternating halves
+of its depth. Hence requests that continue the last batch's stream (sequential I/O),
+while the volume's engine is busy (its model holds work past now: it could not start
+them sooner) and the client owes answers to the replies it was sent, wait for those
+answers, as long as the engine stays busy and at most ANTICIPATION plug windows, and
+start when the last arrives: a stream merges while the device is busy, as in the
+kernel, into requests of its whole queue depth. Random I/O, an idle engine or a client
+that sends nothing more keep the plug window alone. Pending requests moving BIG_BATCH
+bytes or more start at once. Replies go out as each batch completes, matched by handle.
 
 Admission. Every request counts against its volume's cap on I/Os in flight
 (``REQCRYPT_MAX_VOLUME_IOS``), shared with HTTP: a batch takes the slots that are
@@ -77,6 +85,9 @@ FUA = int(CommandFlag.FUA)
 #: Pending requests moving this many bytes start a batch even while one runs: they are
 #: too big to gain from merging, and a second batch runs on another core.
 BIG_BATCH = 1 << 20
+#: A request continuing the last batch's stream waits at most this many plug windows for
+#: the client's answers to its replies while the engine is busy (``_schedule``).
+ANTICIPATION = 20
 #: Replies queued for a client past which it stops being read (a few MiB-sized replies).
 WRITE_BUFFER_HIGH = 8 << 20
 #: The socket is read this much at a time (``get_buffer``).
@@ -304,6 +315,11 @@ class NbdConnection(asyncio.BufferedProtocol):
         self.closing = False
         self.closed = False
         self._linger: asyncio.TimerHandle | None = None
+        self._anticipating = False
+        #: Replies sent that the client has not yet answered with a new request.
+        self._answered = 0
+        #: Where the last batch's last request ended: a request starting there continues it.
+        self._stream_end = -1
         self._discard = 0
         self._waiter: asyncio.Future[None] | None = None
         self._reading_paused = False
@@ -556,6 +572,8 @@ class NbdConnection(asyncio.BufferedProtocol):
     def _queue(self, header: RequestHeader, payload: memoryview | None) -> None:
         self.pending.append(NbdIo(header, payload))
         self.in_flight += 1
+        if self._answered:
+            self._answered -= 1
         if header.command <= Command.WRITE:
             self.in_flight_bytes += header.length
             self.pending_bytes += header.length
@@ -576,24 +594,45 @@ class NbdConnection(asyncio.BufferedProtocol):
 
         Small requests wait out the volume's plug window (request mode) before their
         batch starts, so that the rest of a client's burst, still on the wire, joins
-        it: a client answered in one burst answers with one burst.
+        it. Requests that continue the stream of the last batch, while the client still
+        owes answers to replies it was sent and the engine is busy, wait as long as the
+        engine stays busy (at most ANTICIPATION plug windows) for those answers, and
+        start as soon as the last one arrives: as in the kernel, a sequential stream
+        merges while the device is busy, not in the connection's batch rhythm.
         """
-        if not self.pending or self._linger is not None:
+        if not self.pending:
+            return
+        if self._linger is not None:
+            if self._anticipating and not self._answered:
+                self._linger.cancel()
+                self._end_linger()
             return
         volume = self.volume
         assert volume is not None
         if self.pending_bytes < BIG_BATCH and not self.closing:
             if self.jobs:
                 return
-            window = volume.queue.plug_window_us
+            window = volume.queue.plug_window_us / 1e6
             if window and volume.dispatch_mode == "request":
+                delay = window
+                first = self.pending[0].header
+                if (
+                    self._answered
+                    and first.command <= Command.WRITE
+                    and first.offset == self._stream_end
+                ):
+                    delay = max(window, min(volume.engine.busy_for(), window * ANTICIPATION))
+                self._anticipating = delay > window
                 loop = asyncio.get_running_loop()
-                self._linger = loop.call_later(window / 1e6, self._end_linger)
+                self._linger = loop.call_later(delay, self._end_linger)
                 return
         self._submit()
 
     def _end_linger(self) -> None:
         self._linger = None
+        if self._anticipating:
+            self._anticipating = False
+            self._answered = 0  # what did not come in time is not waited for again
         if not self.closed:
             self._submit()
 
@@ -613,6 +652,8 @@ class NbdConnection(asyncio.BufferedProtocol):
             return
         self.pending = batch[granted:]
         batch = batch[:granted]
+        last = batch[-1].header
+        self._stream_end = last.offset + last.length
         moved = self.pending_bytes
         if self.pending:
             moved = sum(io.header.length for io in batch if io.header.command <= Command.WRITE)
@@ -679,6 +720,7 @@ class NbdConnection(asyncio.BufferedProtocol):
                 self.transport.writelines(parts)
             self.in_flight -= len(batch)
             self.in_flight_bytes -= payload
+            self._answered += len(batch)
             self.jobs -= 1
             self._update_reading()
             if self.transmission and not self.closed:

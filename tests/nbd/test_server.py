@@ -492,6 +492,103 @@ async def test_requests_answered_in_one_burst_form_one_batch_with_those_already_
     await raw.close()
 
 
+async def busy_engine(client: httpx.AsyncClient) -> str:
+    """An engine whose model takes 2 s a call (unpaced: only its clock says so)."""
+    caps = {"chainmodes": ["xts"], "bulk_ivmodes": ["plain64"]}
+    cost = {"setup_ns": 2e9, "encrypt_bytes_per_s": 1e12, "decrypt_bytes_per_s": 1e12}
+    response = await client.post(
+        "/v1/engines", json={"name": "busy", "capabilities": caps, "cost": cost}
+    )
+    assert response.status_code == 201, response.text
+    return "busy"
+
+
+async def continuing_request_behind_a_held_batch(
+    port: int,
+    client: httpx.AsyncClient,
+    name: str,
+    *,
+    plug_window_us: int,
+    next_offset: int,
+    engine: str = "software",
+) -> RawClient:
+    """A write at 0 answered after a write at ``next_offset`` arrived: that one is pending
+    when the client gets its reply, and the client has not answered the reply yet."""
+    await make_device(client, f"{name}-pv", MIB)
+    await make_volume(
+        client,
+        name,
+        xts_table(f"{name}-pv", 2048),
+        nbd_export=True,
+        plug_window_us=plug_window_us,
+        engine=engine,
+    )
+    raw = await RawClient.open(port, name)
+    assert (await client.post(f"/v1/volumes/{name}/suspend")).status_code == 200
+    first = raw.send(Command.WRITE, 0, 4096, payload=b"\x01" * 4096)
+    await raw.writer.drain()
+    await asyncio.sleep(plug_window_us / 1e6 + 0.1)  # its batch waits on the suspended volume
+    raw.send(Command.WRITE, next_offset, 4096, payload=b"\x02" * 4096)
+    await raw.writer.drain()
+    await asyncio.sleep(0.05)
+    assert (await client.post(f"/v1/volumes/{name}/resume")).status_code == 200
+    answer = await asyncio.wait_for(raw.answer(), 5)
+    assert (answer.handle, answer.error) == (first, 0)
+    return raw
+
+
+async def test_a_stream_waits_while_the_engine_is_busy_for_the_clients_answer_and_merges_with_it(
+    port: int, client: httpx.AsyncClient
+) -> None:
+    engine = await busy_engine(client)
+    raw = await continuing_request_behind_a_held_batch(
+        port, client, "seq", plug_window_us=10_000, next_offset=4096, engine=engine
+    )
+    await asyncio.sleep(0.05)  # the client thinks for 5 plug windows before it answers
+    raw.send(Command.WRITE, 8192, 4096, payload=b"\x03" * 4096)
+    answers = [await asyncio.wait_for(raw.answer(), 5) for _ in range(2)]
+    assert all(a.error == 0 for a in answers)
+    status = (await client.get("/v1/volumes/seq/status")).json()
+    assert status["nbd"]["batches"] == 2
+    assert status["stats"]["w_ios"] == 2  # the pending write and the answer merged
+    read = await raw.request(Command.READ, 0, 3 * 4096)
+    assert read.data == b"\x01" * 4096 + b"\x02" * 4096 + b"\x03" * 4096
+    await raw.close()
+
+
+async def test_a_stream_waits_for_an_answer_that_never_comes_only_so_long(
+    port: int, client: httpx.AsyncClient
+) -> None:
+    engine = await busy_engine(client)
+    raw = await continuing_request_behind_a_held_batch(
+        port, client, "idle", plug_window_us=10_000, next_offset=4096, engine=engine
+    )
+    answer = await asyncio.wait_for(raw.answer(), 5)  # after ANTICIPATION plug windows
+    assert answer.error == 0
+    status = (await client.get("/v1/volumes/idle/status")).json()
+    assert status["nbd"]["batches"] == 2
+    await raw.close()
+
+
+@pytest.mark.parametrize(
+    ("engine", "next_offset"),
+    [("busy", 65536), ("software", 4096)],
+    ids=["off-the-stream", "engine-idle"],
+)
+async def test_without_a_stream_and_a_busy_engine_a_request_waits_only_the_plug_window(
+    port: int, client: httpx.AsyncClient, engine: str, next_offset: int
+) -> None:
+    if engine == "busy":
+        await busy_engine(client)
+    raw = await continuing_request_behind_a_held_batch(
+        port, client, "other", plug_window_us=50_000, next_offset=next_offset, engine=engine
+    )
+    # Well before ANTICIPATION plug windows: what a continuing request would wait.
+    answer = await asyncio.wait_for(raw.answer(), 0.5)
+    assert answer.error == 0
+    await raw.close()
+
+
 async def test_a_batch_after_the_io_pool_shut_down_is_answered_eio(
     app: FastAPI, port: int, exported: str
 ) -> None:

@@ -44,6 +44,19 @@ def test_idle_time_is_not_busy_time():
     assert snapshot.utilization_wall == 200 / 1000
 
 
+def test_busy_for_is_the_wall_time_until_the_last_work_ends_backlog_included():
+    fake = FakeTime()
+    clock = VirtualClock(1, time_scale=2.0, monotonic_ns=fake.monotonic_ns)
+    assert clock.busy_for() == 0.0
+    clock.reserve([1e9])
+    clock.reserve([1e9])  # queued behind the first: ends at virtual 2 s
+    assert clock.busy_for() == pytest.approx(4.0)  # wall seconds at time_scale 2
+    fake.now = 3 * 10**9  # virtual 1.5 s
+    assert clock.busy_for() == pytest.approx(1.0)
+    fake.now = 5 * 10**9
+    assert clock.busy_for() == 0.0
+
+
 def test_lanes_run_calls_in_parallel():
     clock = VirtualClock(2, monotonic_ns=lambda: 0)
     reservation = clock.reserve([100.0, 100.0, 100.0], ready_ns=0)
