@@ -320,9 +320,9 @@ AESNI_TARGET static inline __attribute__((always_inline)) void xts_tail(const __
 /*
  * The kernels are written once over a vector width W: 128 (xmm, the aesni path: one block a
  * register), 256 (ymm, avx2: two) or 512 (zmm, avx512: four). VEC_W and LANES_W name a width's
- * type and blocks per register, the macros after them its instructions; XTS_KERNEL,
- * CBC_ENCRYPT_KERNEL and CBC_DECRYPT_KERNEL generate a path's kernel from them, compiled for
- * its target. What differs in substance between widths (a unit's starting tweaks, gathering a
+ * type and blocks per register, the macros after them its instructions; XTS_KERNEL (ymm and
+ * zmm), CBC_ENCRYPT_KERNEL and CBC_DECRYPT_KERNEL generate a path's kernel from them, compiled
+ * for its target. What differs in substance between widths (a unit's starting tweaks, gathering a
  * register from separate units) is a function per width.
  *
  * HIGH_W is a register's last block; BEFORE_W(c, previous) the blocks before each of c's
@@ -399,13 +399,6 @@ AESNI_TARGET static inline __attribute__((always_inline)) void xts_tail(const __
 
 /* The starting tweaks of a unit on each width: register i, lane l holds first * x^(LANES * i
  * + l). */
-AESNI_TARGET static inline void xts_starts_128(__m128i first, __m128i *t)
-{
-    t[0] = first;
-    for (int i = 1; i < XTS_REGS_128; i++)
-        t[i] = mul_x_block(t[i - 1]);
-}
-
 AVX2_TARGET static inline void xts_starts_256(__m128i first, __m256i *t)
 {
     t[0] = _mm256_set_m128i(mul_x_block(first), first);
@@ -437,16 +430,8 @@ AVX512_TARGET static inline void xts_starts_512(__m128i first, __m512i *t)
         t[i] = MUL_X_BYTES_512(t[i - 4], 2);
 }
 
-/* A step's tweaks to the next step's: every lane times x^(blocks per step). On xmm each block's
- * tweak from the one before it (mul_x_block), a chain that ran faster here than advancing each
- * register by x^8 with PCLMULQDQ; on ymm and zmm each register by x^16. */
-AESNI_TARGET static inline void xts_advance_128(__m128i *t)
-{
-    t[0] = mul_x_block(t[XTS_REGS_128 - 1]);
-    for (int i = 1; i < XTS_REGS_128; i++)
-        t[i] = mul_x_block(t[i - 1]);
-}
-
+/* A step's tweaks to the next step's: every lane times x^(blocks per step), each register by
+ * x^16. */
 AVX2_TARGET static inline void xts_advance_256(__m256i *t)
 {
     for (int i = 0; i < XTS_REGS_256; i++)
@@ -460,7 +445,8 @@ AVX512_TARGET static inline void xts_advance_512(__m512i *t)
 }
 
 /*
- * AES-XTS of len bytes, whole units of unit_bytes (a multiple of 16); dst may be src. A step
+ * AES-XTS of len bytes, whole units of unit_bytes (a multiple of 16); dst may be src: the ymm
+ * and zmm kernels (xts_aesni, below, makes its tweaks in general-purpose registers). A step
  * takes XTS_REGS_W registers of a unit through the rounds together, each register's tweaks
  * advanced by x^(blocks per step) before the next (not after a unit's last step). E(P ^ T) ^ T
  * is AESENCLAST(rounds(P ^ (T ^ K0)), K_last ^ T): the tweak stays off the blocks' chain of
@@ -538,9 +524,139 @@ AVX512_TARGET static inline void xts_advance_512(__m512i *t)
         OPENSSL_cleanse(starts, sizeof starts);                                                \
     }
 
-XTS_KERNEL(xts_aesni, AESNI_TARGET, 128)
 XTS_KERNEL(xts_avx2, AVX2_TARGET, 256)
 XTS_KERNEL(xts_avx512, AVX512_TARGET, 512)
+
+/* The tweaks of one aesni step, t * x^0 .. t * x^(STEP - 1) with t = (lo, hi), each stored
+ * twice, XORed with the first round's key (white) and the last's (last), which the rounds read
+ * as memory operands; (lo, hi) ends at t * x^STEP. In general-purpose registers: the vector
+ * pipes are the AES units' own. */
+static inline __attribute__((always_inline)) void xts_fill_128(uint64_t (*white)[2],
+                                                               uint64_t (*last)[2], uint64_t *lo,
+                                                               uint64_t *hi, const uint64_t *k)
+{
+    uint64_t l = *lo, h = *hi;
+    for (int i = 0; i < XTS_REGS_128; i++) {
+        white[i][0] = l ^ k[0];
+        white[i][1] = h ^ k[1];
+        last[i][0] = l ^ k[2];
+        last[i][1] = h ^ k[3];
+        uint64_t carry = h >> 63;
+        h = h << 1 | l >> 63;
+        l = l << 1 ^ (0x87 & (0 - carry));
+    }
+    *lo = l;
+    *hi = h;
+}
+
+/* The first tweaks of units u0 .. u0 + GROUP - 1, encrypted together, as (lo, hi) pairs; IVs
+ * past the last unit are zeros (a copy: ivs is not read past its end). */
+AESNI_TARGET static inline __attribute__((always_inline)) void xts_first_tweaks_128(
+    const __m128i *tk, int rounds, const uint8_t *ivs, size_t u0, size_t units,
+    uint64_t (*first)[2])
+{
+    __m128i x[GROUP];
+    uint8_t padded[16 * GROUP];
+    const uint8_t *iv = ivs + 16 * u0;
+    if (units - u0 < GROUP) {
+        memset(padded, 0, sizeof padded);
+        memcpy(padded, iv, 16 * (units - u0));
+        iv = padded;
+    }
+    for (int g = 0; g < GROUP; g++)
+        x[g] = _mm_loadu_si128((const __m128i *)(iv + 16 * g));
+    ROUNDS(_mm_aesenc_si128, _mm_aesenclast_si128, _mm_xor_si128, tk, rounds, x, GROUP);
+    memcpy(first, x, sizeof x);
+    OPENSSL_cleanse(x, sizeof x);
+}
+
+/*
+ * The aesni XTS kernel: a step takes XTS_REGS_128 blocks of a unit through the rounds together,
+ * the tweaks of the next step made meanwhile by xts_fill_128 into the other of two buffers
+ * (written a step ahead, so the loads do not wait on the stores). In the last step of a unit the
+ * next step is the next unit's first; the first tweaks of the next GROUP units are encrypted at
+ * the start of a group. Units whose blocks are not whole steps end one block at a time.
+ */
+AESNI_TARGET static void xts_aesni(const AesSchedule *data, const AesSchedule *tweak, uint8_t *dst,
+                                   const uint8_t *src, const uint8_t *ivs, size_t len,
+                                   size_t unit_bytes, int encrypt)
+{
+    enum { STEP = XTS_REGS_128 };
+    __m128i dk[15], tk[15];
+    uint64_t first[2][GROUP][2], k[4];
+    uint64_t white[2][STEP][2] __attribute__((aligned(16)));
+    uint64_t last[2][STEP][2] __attribute__((aligned(16)));
+    const __m128i *dkeys = encrypt ? data->enc : data->dec;
+    int rounds = data->rounds;
+    for (int r = 0; r <= rounds; r++) {
+        dk[r] = dkeys[r];
+        tk[r] = tweak->enc[r];
+    }
+    memcpy(k, &dkeys[0], 16);
+    memcpy(k + 2, &dkeys[rounds], 16);
+    size_t units = len / unit_bytes, blocks = unit_bytes / 16;
+    int whole = blocks >= STEP && blocks % STEP == 0, b = 0;
+    uint64_t lo = 0, hi = 0, next_lo = 0, next_hi = 0;
+    if (units) {
+        xts_first_tweaks_128(tk, rounds, ivs, 0, units, first[0]);
+        lo = first[0][0][0];
+        hi = first[0][0][1];
+        if (blocks >= STEP)
+            xts_fill_128(white[b], last[b], &lo, &hi, k);
+    }
+    for (size_t u = 0; u < units; u++) {
+        const uint8_t *in = src + u * unit_bytes;
+        uint8_t *out = dst + u * unit_bytes;
+        size_t following = u + 1;
+        const uint64_t *next_first = first[following / GROUP % 2][following % GROUP];
+        if (u % GROUP == 0 && u + GROUP < units)
+            xts_first_tweaks_128(tk, rounds, ivs, u + GROUP, units, first[(u / GROUP + 1) % 2]);
+        size_t j = 0;
+        for (; j + STEP <= blocks; j += STEP, b ^= 1) {
+            __m128i x[STEP];
+            for (int i = 0; i < STEP; i++)
+                x[i] = _mm_xor_si128(_mm_loadu_si128((const __m128i *)(in + 16 * (j + i))),
+                                     _mm_load_si128((const __m128i *)white[b][i]));
+            if (j + 2 * STEP <= blocks) {
+                xts_fill_128(white[b ^ 1], last[b ^ 1], &lo, &hi, k);
+            } else if (whole && following < units) {
+                next_lo = next_first[0];
+                next_hi = next_first[1];
+                xts_fill_128(white[b ^ 1], last[b ^ 1], &next_lo, &next_hi, k);
+            }
+            if (encrypt) {
+                MIDDLE_ROUNDS(_mm_aesenc_si128, dk, rounds, x, STEP);
+                for (int i = 0; i < STEP; i++)
+                    x[i] = _mm_aesenclast_si128(x[i], _mm_load_si128((const __m128i *)last[b][i]));
+            } else {
+                MIDDLE_ROUNDS(_mm_aesdec_si128, dk, rounds, x, STEP);
+                for (int i = 0; i < STEP; i++)
+                    x[i] = _mm_aesdeclast_si128(x[i], _mm_load_si128((const __m128i *)last[b][i]));
+            }
+            for (int i = 0; i < STEP; i++)
+                _mm_storeu_si128((__m128i *)(out + 16 * (j + i)), x[i]);
+        }
+        if (whole) {
+            lo = next_lo;
+            hi = next_hi;
+        } else {
+            xts_tail(dkeys, rounds, out, in, j, blocks, _mm_set_epi64x((long long)hi, (long long)lo),
+                     encrypt);
+            if (following < units) {
+                lo = next_first[0];
+                hi = next_first[1];
+                if (blocks >= STEP)
+                    xts_fill_128(white[b], last[b], &lo, &hi, k);
+            }
+        }
+    }
+    OPENSSL_cleanse(dk, sizeof dk);
+    OPENSSL_cleanse(tk, sizeof tk);
+    OPENSSL_cleanse(first, sizeof first);
+    OPENSSL_cleanse(white, sizeof white);
+    OPENSSL_cleanse(last, sizeof last);
+    OPENSSL_cleanse(k, sizeof k);
+}
 
 /*
  * Multi-lane CBC encryption. CBC is serial inside a data unit (each block waits for the
