@@ -9,8 +9,7 @@ malloc's large blocks, which start 16 bytes past a page.
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
+from types import TracebackType
 
 import numpy as np
 import numpy.typing as npt
@@ -32,18 +31,35 @@ def page_aligned(size: int) -> npt.NDArray[np.uint8]:
     return raw[start : start + size]
 
 
-@contextmanager
-def borrow(size: int) -> Iterator[memoryview]:
+def borrow(size: int) -> _Borrowed:
     """An uninitialized writable buffer of ``size`` bytes for the ``with`` block.
 
     A free list, not one buffer per thread: borrows nest (an unaligned write gathered
     into a borrowed buffer borrows again for its read-modify-write), and each gets its own.
     """
-    free = _free.buffers
-    buffer = free.pop() if free else page_aligned(0)
-    if len(buffer) < size:
-        buffer = page_aligned(size)
-    try:
-        yield buffer.data[:size]
-    finally:
-        free.append(buffer)
+    return _Borrowed(size)
+
+
+class _Borrowed:
+    """A class, not a generator context manager: every write borrows one or two."""
+
+    __slots__ = ("_buffer", "_size")
+
+    def __init__(self, size: int) -> None:
+        self._size = size
+
+    def __enter__(self) -> memoryview:
+        free = _free.buffers
+        buffer = free.pop() if free else page_aligned(0)
+        if len(buffer) < self._size:
+            buffer = page_aligned(self._size)
+        self._buffer = buffer
+        return buffer.data[: self._size]
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        _free.buffers.append(self._buffer)

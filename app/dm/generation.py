@@ -11,8 +11,8 @@ exactly one passes.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
+from types import TracebackType
 
 from app.errors import PreconditionFailed
 
@@ -37,31 +37,25 @@ class Generation:
         with self._lock:
             self._value += 1
 
-    @contextmanager
-    def writing(self) -> Iterator[list[int]]:
-        """Count one write in flight; the yielded list gets the version it made."""
-        made: list[int] = []
+    def writing(self) -> _Writing:
+        """Count one write in flight for a ``with`` block; the list it gives gets the
+        version the write made."""
+        return _Writing(self)
+
+    def conditional(self, precondition: Precondition | None) -> _Conditional:
+        """Hold ``precondition`` true from its check to the end of the ``with`` block."""
+        return _Conditional(self, precondition)
+
+    def _start(self) -> None:
         with self._lock:
             self._started += 1
             self._active += 1
-        try:
-            yield made
-        finally:
-            with self._lock:
-                self._active -= 1
-                self._value += 1
-                made.append(self._value)
 
-    @contextmanager
-    def conditional(self, precondition: Precondition | None) -> Iterator[None]:
-        """Hold ``precondition`` true from its check to the end of the block."""
-        if precondition is None:
-            yield
-            return
-        with self._conditional:
-            if not precondition(self._value):
-                raise PreconditionFailed("If-Match does not match the volume's current ETag")
-            yield
+    def _end(self) -> int:
+        with self._lock:
+            self._active -= 1
+            self._value += 1
+            return self._value
 
     def snapshot(self) -> tuple[int, int] | None:
         """(version, writes started) when no write is in flight, else None."""
@@ -71,3 +65,57 @@ class Generation:
     def unchanged_since(self, snapshot: tuple[int, int]) -> bool:
         with self._lock:
             return self._started == snapshot[1]
+
+
+# Classes, not generator context managers: every write enters both (a third of the cost).
+
+
+class _Writing:
+    __slots__ = ("_generation", "_made")
+
+    def __init__(self, generation: Generation) -> None:
+        self._generation = generation
+        self._made: list[int] = []
+
+    def __enter__(self) -> list[int]:
+        self._generation._start()
+        return self._made
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self._made.append(self._generation._end())
+
+
+class _Conditional:
+    __slots__ = ("_generation", "_precondition")
+
+    def __init__(self, generation: Generation, precondition: Precondition | None) -> None:
+        self._generation = generation
+        self._precondition = precondition
+
+    def __enter__(self) -> None:
+        if self._precondition is None:
+            return
+        generation = self._generation
+        generation._conditional.acquire()
+        try:
+            holds = self._precondition(generation._value)
+        except BaseException:
+            generation._conditional.release()
+            raise
+        if not holds:
+            generation._conditional.release()
+            raise PreconditionFailed("If-Match does not match the volume's current ETag")
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        if self._precondition is not None:
+            self._generation._conditional.release()

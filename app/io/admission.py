@@ -13,8 +13,8 @@ loop touches the counts, so they need no lock.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import AsyncIterable, AsyncIterator, Callable
+from types import TracebackType
 from typing import Protocol, TypeVar
 
 from app.errors import Unavailable
@@ -76,13 +76,9 @@ class VolumeAdmission:
     def in_flight(self, volume: Admitted) -> int:
         return self._in_flight.get(volume.uuid, 0)
 
-    @contextmanager
-    def slot(self, volume: Admitted) -> Iterator[None]:
-        self.enter(volume)
-        try:
-            yield
-        finally:
-            self.leave(volume)
+    def slot(self, volume: Admitted) -> _Slot:
+        """One I/O in for a ``with`` block (``enter``, then ``leave``)."""
+        return _Slot(self, volume)
 
     async def streamed(self, volume: Admitted, chunks: AsyncIterable[T]) -> AsyncIterator[T]:
         """Hold a slot (already entered) until a streamed response ends or is dropped."""
@@ -91,3 +87,24 @@ class VolumeAdmission:
                 yield chunk
         finally:
             self.leave(volume)
+
+
+class _Slot:
+    """A class, not a generator context manager: every HTTP I/O takes one."""
+
+    __slots__ = ("_admission", "_volume")
+
+    def __init__(self, admission: VolumeAdmission, volume: Admitted) -> None:
+        self._admission = admission
+        self._volume = volume
+
+    def __enter__(self) -> None:
+        self._admission.enter(self._volume)
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self._admission.leave(self._volume)

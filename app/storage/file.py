@@ -12,6 +12,7 @@ from pathlib import Path
 
 from typing_extensions import Buffer
 
+from app import _native
 from app.errors import DeviceClaimed
 from app.storage.base import BackingStore
 
@@ -27,7 +28,7 @@ _IOV_MAX = os.sysconf("SC_IOV_MAX") if "SC_IOV_MAX" in os.sysconf_names else 102
 #: 1 MiB folio, allocating it needs high-order pages, and every later 4 KiB write into it
 #: walks its 256 buffer heads (``ext4_block_write_begin``), which tripled the kernel's
 #: share of a random 4 KiB write. Pieces of 128 KiB keep folios small for 8 system calls
-#: per MiB instead of one.
+#: per MiB instead of one, made in one native call (one GIL round trip, not 8).
 WRITE_CHUNK = 128 << 10
 
 
@@ -85,9 +86,7 @@ class FileStore(BackingStore):
     def write(self, offset: int, data: Buffer) -> None:
         view = memoryview(data).cast("B")
         self.check_range(offset, len(view))
-        done = 0
-        while done < len(view):
-            done += os.pwrite(self._fd, view[done : done + WRITE_CHUNK], offset + done)
+        _native.pwrite_chunks(self._fd, view, offset, WRITE_CHUNK)
 
     def readv_into(self, offset: int, buffers: Sequence[memoryview]) -> None:
         if len(buffers) == 1:  # a lone small request: no iovec bookkeeping

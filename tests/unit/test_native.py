@@ -4,6 +4,7 @@ whitening against GF(2^128) in Python ints."""
 from __future__ import annotations
 
 import ctypes
+import errno
 import mmap
 import os
 from collections.abc import Callable, Iterator
@@ -440,3 +441,44 @@ def test_essiv_refuses_a_bad_salt_or_sizes() -> None:
     with pytest.raises(ValueError, match="16 bytes per"):
         _native.essiv(out, bytes(12), bytes(16))
     assert out == bytes(32)
+
+
+def thread_write_calls() -> int:
+    """Write system calls this thread has made (the kernel's I/O accounting)."""
+    for line in Path("/proc/thread-self/io").read_text().splitlines():
+        if line.startswith("syscw:"):
+            return int(line.split()[1])
+    raise AssertionError("no syscw in /proc/thread-self/io")
+
+
+@pytest.mark.parametrize(
+    ("length", "chunk", "calls"), [(10, 3, 4), (12, 3, 4), (5, 8, 1), (0, 4, 0)]
+)
+def test_pwrite_chunks_writes_everything_at_the_offset_one_call_per_chunk(
+    tmp_path: Path, length: int, chunk: int, calls: int
+) -> None:
+    path = tmp_path / "file"
+    path.write_bytes(b"." * 32)
+    data = os.urandom(length)
+    fd = os.open(path, os.O_RDWR)
+    try:
+        before = thread_write_calls()
+        _native.pwrite_chunks(fd, memoryview(data), 7, chunk)
+        assert thread_write_calls() - before == calls
+    finally:
+        os.close(fd)
+    assert path.read_bytes() == b"." * 7 + data + b"." * (25 - length)
+
+
+def test_pwrite_chunks_raises_the_failed_calls_oserror(tmp_path: Path) -> None:
+    path = tmp_path / "file"
+    path.write_bytes(bytes(16))
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        with pytest.raises(OSError, match="Bad file descriptor") as raised:
+            _native.pwrite_chunks(fd, b"x" * 8, 0, 4)
+        assert raised.value.errno == errno.EBADF
+        with pytest.raises(ValueError, match="chunk must be positive"):
+            _native.pwrite_chunks(fd, b"x", 0, 0)
+    finally:
+        os.close(fd)

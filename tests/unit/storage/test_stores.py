@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import subprocess
 import sys
@@ -41,30 +42,41 @@ class TestFileStore(BlockDeviceTests[FileStore]):
     ) -> None:
         """No system call writes more than WRITE_CHUNK (the kernel sizes page-cache folios by
         it), and the pieces land whole and in order, from one buffer or several."""
-        lengths: list[int] = []
-        real_pwrite, real_pwritev = os.pwrite, os.pwritev
+        data = os.urandom(3 * WRITE_CHUNK + 4096)
+        before = write_calls()
+        device.write(8192, data)
+        assert write_calls() - before == 4  # 3 whole chunks and the rest, each its own call
+        assert device.read(8192, len(data)) == data
 
-        def pwrite(fd: int, data: memoryview, offset: int) -> int:
-            lengths.append(len(data))
-            return real_pwrite(fd, data, offset)
+        lengths: list[int] = []
+        real_pwritev = os.pwritev
 
         def pwritev(fd: int, views: list[memoryview], offset: int) -> int:
             lengths.append(sum(len(view) for view in views))
             return real_pwritev(fd, views, offset)
 
-        monkeypatch.setattr(file_module.os, "pwrite", pwrite)
         monkeypatch.setattr(file_module.os, "pwritev", pwritev)
-        data = os.urandom(3 * WRITE_CHUNK + 4096)
-        device.write(8192, data)
-        assert device.read(8192, len(data)) == data
-        assert lengths == [WRITE_CHUNK] * 3 + [4096]
-
-        lengths.clear()
         cuts = [0, 5000, 5000 + WRITE_CHUNK + 1, 2 * WRITE_CHUNK + 7000, len(data)]
         reversed_data = data[::-1]
         device.writev(0, [reversed_data[a:b] for a, b in pairwise(cuts)])
         assert device.read(0, len(data)) == reversed_data
         assert lengths == [WRITE_CHUNK] * 3 + [4096]
+
+    def test_a_failed_write_raises_oserror(self, device: FileStore) -> None:
+        read_only = os.open(device.path, os.O_RDONLY)
+        os.dup2(read_only, device._fd)  # the store's descriptor, now open read-only
+        os.close(read_only)
+        with pytest.raises(OSError, match="Bad file descriptor") as raised:
+            device.write(0, b"x" * 4096)
+        assert raised.value.errno == errno.EBADF
+
+
+def write_calls() -> int:
+    """Write system calls this thread has made (the kernel's I/O accounting)."""
+    for line in Path("/proc/thread-self/io").read_text().splitlines():
+        if line.startswith("syscw:"):
+            return int(line.split()[1])
+    raise AssertionError("no syscw in /proc/thread-self/io")
 
 
 class TestFileStoreClaim:
