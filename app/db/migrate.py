@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from importlib.resources import files
 
 from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
-from sqlalchemy import Engine, text
+from sqlalchemy import Connection, Engine, event, text
 
 from app.db.session import make_engine
 
@@ -28,11 +29,39 @@ def alembic_config(url: str) -> Config:
 MIGRATION_LOCK = 0x72657163  # "reqc": the advisory lock nodes migrating one PostgreSQL share
 
 
+def in_one_sqlite_transaction(url: str, run: Callable[[Config], None]) -> None:
+    """``run`` (an Alembic command) on one SQLite transaction, committed at the end.
+
+    Python's sqlite3 begins a transaction before DML only, so each DDL statement of a
+    migration was its own commit and fsync, and a crash mid-way left a partial schema.
+    With the driver's own transaction handling off and an explicit BEGIN, SQLite runs
+    DDL transactionally like PostgreSQL: all or nothing, one commit.
+    """
+    engine = make_engine(url)
+
+    @event.listens_for(engine, "connect")
+    def _no_driver_transactions(dbapi_connection, _record):  # type: ignore[no-untyped-def]
+        dbapi_connection.isolation_level = None
+
+    @event.listens_for(engine, "begin")
+    def _begin(connection: Connection) -> None:
+        connection.exec_driver_sql("BEGIN")
+
+    try:
+        with engine.begin() as connection:
+            config = alembic_config(url)
+            config.attributes["connection"] = connection  # migrations/env.py runs on it
+            run(config)
+    finally:
+        engine.dispose()
+
+
 def upgrade(url: str, revision: str = "head") -> None:
-    """Upgrade; on PostgreSQL under an advisory lock, so cluster nodes starting together
-    on a fresh database migrate one after the other (the later ones find it at head)."""
+    """Upgrade; on SQLite in one transaction; on PostgreSQL under an advisory lock, so
+    cluster nodes starting together on a fresh database migrate one after the other (the
+    later ones find it at head)."""
     if not url.startswith("postgresql"):
-        command.upgrade(alembic_config(url), revision)
+        in_one_sqlite_transaction(url, lambda config: command.upgrade(config, revision))
         return
     engine = make_engine(url)
     try:
@@ -48,6 +77,9 @@ def upgrade(url: str, revision: str = "head") -> None:
 
 
 def downgrade(url: str, revision: str = "base") -> None:
+    if not url.startswith("postgresql"):
+        in_one_sqlite_transaction(url, lambda config: command.downgrade(config, revision))
+        return
     command.downgrade(alembic_config(url), revision)
 
 

@@ -58,6 +58,44 @@ def test_postgres_upgrade_downgrade_upgrade_and_no_drift(postgres_url: str) -> N
     round_trip(postgres_url)
 
 
+FAILING_REVISION = """
+import sqlalchemy as sa
+from alembic import op
+
+revision = "f00000000bad"
+down_revision = "{head}"
+branch_labels = None
+depends_on = None
+
+
+def upgrade():
+    op.create_table("half_done", sa.Column("id", sa.Integer, primary_key=True))
+    raise RuntimeError("this revision fails mid-way")
+
+
+def downgrade():
+    pass
+"""
+
+
+def test_a_sqlite_upgrade_that_fails_mid_way_leaves_the_database_as_it_was(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every revision runs in one SQLite transaction (one commit, not one per statement):
+    a failure in the last revision undoes the tables of all the earlier ones."""
+    scripts = tmp_path / "migrations"
+    shutil.copytree(ROOT / "migrations", scripts, ignore=shutil.ignore_patterns("__pycache__"))
+    head = ScriptDirectory.from_config(migrate.alembic_config("sqlite://")).get_current_head()
+    (scripts / "versions" / "9999_fails.py").write_text(FAILING_REVISION.format(head=head))
+    monkeypatch.setattr(migrate, "MIGRATIONS", scripts)
+    url = f"sqlite:///{tmp_path / 'm.db'}"
+    with pytest.raises(RuntimeError, match="fails mid-way"):
+        migrate.upgrade(url)
+    assert table_names(url) == set()
+    migrate.upgrade(url, head)
+    assert table_names(url) == EXPECTED_TABLES
+
+
 def test_the_script_directory_is_the_top_level_migrations() -> None:
     service = ScriptDirectory.from_config(migrate.alembic_config("sqlite://"))
     assert Path(service.dir).resolve() == ROOT / "migrations"

@@ -15,6 +15,7 @@ from typing import Any
 
 import httpx
 
+from tests.support.ports import wait_ready
 from tests.support.servers import HEADERS, REQCRYPT, Server, pattern
 
 CLUSTER_METRIC = re.compile(r"reqcrypt_(node_|volume_lease_)")
@@ -57,16 +58,7 @@ class Node(Server):
         """Ready within 2 minutes: several interpreters importing at once on a busy machine
         take far longer than one."""
         assert self.process is not None
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
-            assert self.process.poll() is None, f"node {self.node_id} exited"
-            try:
-                if httpx.get(f"{self.base}/readyz", timeout=2).status_code == 200:
-                    return
-            except httpx.TransportError:
-                pass
-            time.sleep(0.2)
-        raise AssertionError(f"node {self.node_id} never became ready")
+        wait_ready(f"{self.base}/readyz", self.process, 120, f"node {self.node_id}")
 
     def kill(self) -> None:
         assert self.process is not None

@@ -3,14 +3,18 @@ why it (or ``rotate-master-key``) refuses to, in one line."""
 
 from __future__ import annotations
 
+import gc
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
 
+import app.main
 from app.cli import cli, startup_lines
 from app.config import Settings
-from app.keyfiles import data_dir_lock
+from app.keyfiles import MasterKeyError, data_dir_lock
 
 
 def lines(tmp_path: Path, **fields: object) -> list[str]:
@@ -67,3 +71,32 @@ def test_a_data_directory_that_cannot_be_made_is_one_error_line(tmp_path: Path) 
     )
     assert result.exit_code == 1
     assert result.stderr == f"reqcrypt: serve: {blocked / 'data'}: Not a directory\n"
+
+
+def test_serve_starts_with_the_cyclic_collector_paused_and_leaves_it_running(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Imports and migrations run without cyclic collections; a refusal turns them back on."""
+    seen: list[bool] = []
+
+    def refuse(settings: Settings) -> None:
+        seen.append(gc.isenabled())
+        raise MasterKeyError("refused")
+
+    monkeypatch.setattr(app.main, "check_master_key", refuse)
+    result = CliRunner().invoke(
+        cli, ["serve"], env={"REQCRYPT_DATA_DIR": str(tmp_path)}, prog_name="reqcrypt"
+    )
+    assert result.stderr == "reqcrypt: serve: refused\n"
+    assert seen == [False]
+    assert gc.isenabled()
+
+
+def test_a_sqlite_service_never_loads_the_postgresql_driver(tmp_path: Path) -> None:
+    """What serve imports, and its database check, leave psycopg out on SQLite."""
+    check = (
+        "import sys, app.cli, app.main; "
+        f"app.main.checks.check_server('sqlite:///{tmp_path}/reqcrypt.db'); "
+        "assert 'psycopg' not in sys.modules, 'psycopg imported'"
+    )
+    subprocess.run([sys.executable, "-c", check], check=True)
