@@ -68,6 +68,21 @@ class TestRbdStore(BlockDeviceTests[RbdStore]):
         device.submit_readv(0, [memoryview(segment) for segment in segments])()
         assert b"".join(segments) == pattern
 
+    def test_one_segment_requests_land_where_vectored_ones_find_them(
+        self, device: RbdStore
+    ) -> None:
+        """A one-segment request goes to librbd as a plain buffer, not an iovec array: its
+        bytes are where a vectored request finds them, and the other way round."""
+        pattern = bytes(range(256)) * 32  # 8 KiB
+        device.submit_writev(4096, [pattern])()  # read-only
+        halves = [bytearray(4096), bytearray(4096)]
+        device.submit_readv(4096, [memoryview(half) for half in halves])()
+        assert b"".join(halves) == pattern
+        device.submit_writev(65536, [memoryview(bytearray(pattern[:4096])), pattern[4096:]])()
+        whole = bytearray(8192)
+        device.submit_readv(65536, [memoryview(whole)])()
+        assert whole == pattern
+
     def test_remove_deletes_the_image(
         self, cluster: CephCluster, ceph_cluster: ceph.Cluster, image: str
     ) -> None:
