@@ -122,16 +122,29 @@ class _Libraries:
         iovec = POINTER(c_size_t)
         self.rbd_aio_readv = declare("rbd_aio_readv", handle, iovec, c_int, c_uint64, handle)
         self.rbd_aio_writev = declare("rbd_aio_writev", handle, iovec, c_int, c_uint64, handle)
+        self.rbd_aio_read = declare("rbd_aio_read", handle, c_uint64, c_size_t, c_void_p, handle)
+        self.rbd_aio_write = declare("rbd_aio_write", handle, c_uint64, c_size_t, c_void_p, handle)
         self.rbd_aio_wait_for_complete = declare("rbd_aio_wait_for_complete", handle)
         declare = _declarer(quick)
         self.rbd_aio_create_completion = declare(
             "rbd_aio_create_completion", c_void_p, c_void_p, POINTER(handle)
         )
+        # One out-parameter for every creation: the call keeps the GIL, so reading it
+        # back right after is never interleaved with another thread's.
+        self._created = handle()
+        self._created_ref = byref(self._created)
         self.rbd_aio_is_complete = declare("rbd_aio_is_complete", handle)
         self.rbd_aio_get_return_value = declare(
             "rbd_aio_get_return_value", handle, restype=c_ssize_t
         )
         self.rbd_aio_release = declare("rbd_aio_release", handle, restype=None)
+
+    def new_completion(self) -> int:
+        """A new ``rbd_completion_t`` without a callback, as an address."""
+        self.rbd_aio_create_completion(None, None, self._created_ref)
+        created = self._created.value
+        assert created is not None
+        return created
 
 
 _DIFF_CALLBACK = CFUNCTYPE(c_int, c_uint64, c_size_t, c_int, c_void_p)
@@ -256,10 +269,9 @@ class Completion:
     __slots__ = ("_lib", "buffers", "handle")
 
     def __init__(self, buffers: object) -> None:
-        self._lib = libraries()
-        self.handle: c_void_p | None = c_void_p()
+        lib = self._lib = libraries()
+        self.handle: int | None = lib.new_completion()
         self.buffers = buffers
-        self._lib.rbd_aio_create_completion(None, None, byref(self.handle))
 
     def wait(self) -> int:
         """Wait (without the GIL unless it is done already), then release: the return value."""
@@ -282,6 +294,18 @@ class Completion:
             self.wait()
 
 
+def address(buffer: Buffer) -> tuple[int, object, int]:
+    """The buffer's address, the object that holds its memory exported (keep it while
+    librbd uses the memory) and its length."""
+    view = memoryview(buffer)
+    size = view.nbytes
+    if view.readonly or not size:
+        array = np.frombuffer(view, dtype=np.uint8)
+        return array.ctypes.data, array, size
+    head = c_char.from_buffer(view)  # the cheapest way to a writable buffer's address
+    return ctypes.addressof(head), head, size
+
+
 def iovecs(buffers: Sequence[Buffer]) -> tuple[Any, list[object], int]:
     """The buffers as an iovec array (``struct iovec`` is two words), the objects that hold
     their memory exported (keep them while librbd uses it) and the total length."""
@@ -289,16 +313,9 @@ def iovecs(buffers: Sequence[Buffer]) -> tuple[Any, list[object], int]:
     holders: list[object] = []
     length = 0
     for buffer in buffers:
-        view = memoryview(buffer)
-        size = view.nbytes
-        if view.readonly or not size:
-            array = np.frombuffer(view, dtype=np.uint8)
-            holders.append(array)
-            words += (array.ctypes.data, size)
-        else:
-            head = c_char.from_buffer(view)  # the cheapest way to a writable buffer's address
-            holders.append(head)
-            words += (ctypes.addressof(head), size)
+        start, holder, size = address(buffer)
+        holders.append(holder)
+        words += (start, size)
         length += size
     return (c_size_t * len(words))(*words), holders, length
 
@@ -320,10 +337,18 @@ class Image:
         _checked(self._lib.rbd_resize(self.handle, size), "resize")
 
     def aio_readv(self, offset: int, buffers: Sequence[Buffer]) -> tuple[Completion, int]:
-        """Start a read into ``buffers`` (writable): its completion and length."""
-        vector, holders, length = iovecs(buffers)
-        completion = Completion((vector, holders))  # librbd scatters by the iovecs at the end
-        code = self._lib.rbd_aio_readv(self.handle, vector, len(holders), offset, completion.handle)
+        """Start a read into ``buffers`` (writable): its completion and length. One buffer
+        (most requests) goes as it is, without an iovec array."""
+        if len(buffers) == 1:
+            start, holder, length = address(buffers[0])
+            completion = Completion(holder)
+            code = self._lib.rbd_aio_read(self.handle, offset, length, start, completion.handle)
+        else:
+            vector, holders, length = iovecs(buffers)
+            completion = Completion((vector, holders))  # librbd scatters by them at the end
+            code = self._lib.rbd_aio_readv(
+                self.handle, vector, len(holders), offset, completion.handle
+            )
         if code < 0:
             completion.abandon()
             raise CephError(-code, "aio_readv")
@@ -332,11 +357,15 @@ class Image:
     def aio_writev(self, offset: int, buffers: Sequence[Buffer]) -> Completion:
         """Start a write of ``buffers``: librbd copies them before this returns (the
         connection keeps ``rbd_disable_zero_copy_writes``), so the caller may reuse them."""
-        vector, holders, _length = iovecs(buffers)
         completion = Completion(None)
-        code = self._lib.rbd_aio_writev(
-            self.handle, vector, len(holders), offset, completion.handle
-        )
+        if len(buffers) == 1:
+            start, _holder, length = address(buffers[0])
+            code = self._lib.rbd_aio_write(self.handle, offset, length, start, completion.handle)
+        else:
+            vector, holders, _length = iovecs(buffers)
+            code = self._lib.rbd_aio_writev(
+                self.handle, vector, len(holders), offset, completion.handle
+            )
         if code < 0:
             completion.abandon()
             raise CephError(-code, "aio_writev")

@@ -167,6 +167,13 @@ def _io_error(code: int | None, what: str, detail: str) -> NoReturn:
     raise OSError(code or errno.EIO, f"{what}: {detail}") from None
 
 
+def _nbytes(buffers: Sequence[Buffer]) -> int:
+    """The segments' total length (most requests have one)."""
+    if len(buffers) == 1:
+        return memoryview(buffers[0]).nbytes
+    return sum(memoryview(buffer).nbytes for buffer in buffers)
+
+
 class _Group:
     """The aio requests one thread submitted since it last waited (a dispatch batch): the
     first wait collects all of them, newest first, so it sleeps about once (until the last
@@ -319,7 +326,7 @@ class RbdStore(BackingStore):
             self._failed_with(errno.EIO, what, f"{code} of {length} bytes")
 
     def _readv(self, offset: int, buffers: Sequence[Buffer], group: _Group) -> Wait:
-        self.check_range(offset, sum(memoryview(buffer).nbytes for buffer in buffers))
+        self.check_range(offset, _nbytes(buffers))
         try:
             completion, length = self._open().aio_readv(offset, buffers)
         except CephError as exc:
@@ -327,7 +334,7 @@ class RbdStore(BackingStore):
         return partial(self._waited, _Aio(group, completion), "read of", length)
 
     def _writev(self, offset: int, buffers: Sequence[Buffer], group: _Group) -> Wait:
-        self.check_range(offset, sum(memoryview(buffer).nbytes for buffer in buffers))
+        self.check_range(offset, _nbytes(buffers))
         try:
             completion = self._open().aio_writev(offset, buffers)
         except CephError as exc:

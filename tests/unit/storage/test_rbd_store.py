@@ -3,6 +3,7 @@ only an RBD image promises, and fencing between two clients of one image."""
 
 from __future__ import annotations
 
+import contextlib
 import subprocess
 import sys
 import textwrap
@@ -67,6 +68,21 @@ class TestRbdStore(BlockDeviceTests[RbdStore]):
         segments = [bytearray(512) for _ in range(128)]
         device.submit_readv(0, [memoryview(segment) for segment in segments])()
         assert b"".join(segments) == pattern
+
+    def test_one_segment_requests_land_where_vectored_ones_find_them(
+        self, device: RbdStore
+    ) -> None:
+        """A one-segment request goes to librbd as a plain buffer, not an iovec array: its
+        bytes are where a vectored request finds them, and the other way round."""
+        pattern = bytes(range(256)) * 32  # 8 KiB
+        device.submit_writev(4096, [pattern])()  # read-only
+        halves = [bytearray(4096), bytearray(4096)]
+        device.submit_readv(4096, [memoryview(half) for half in halves])()
+        assert b"".join(halves) == pattern
+        device.submit_writev(65536, [memoryview(bytearray(pattern[:4096])), pattern[4096:]])()
+        whole = bytearray(8192)
+        device.submit_readv(65536, [memoryview(whole)])()
+        assert whole == pattern
 
     def test_remove_deletes_the_image(
         self, cluster: CephCluster, ceph_cluster: ceph.Cluster, image: str
@@ -428,3 +444,52 @@ def test_a_blocklisted_connection_reconnects_as_a_new_client_that_writes(
     finally:
         thieves.close()
         mine.close()
+
+
+def test_a_failed_request_in_a_batch_fails_alone(
+    cluster: CephCluster, ceph_cluster: ceph.Cluster, image: str
+) -> None:
+    """One wait collects the whole batch; a request librbd refuses (a read past the end of
+    an image another client shrank) fails its own wait, its neighbours get their bytes."""
+    store = RbdStore(cluster.ioctx(ceph.POOL), image, SIZE, create=True)
+    try:
+        store.write(0, b"a" * 4096 + b"b" * 4096)
+        ceph_cluster.run(
+            "rbd", "resize", "--allow-shrink", "--size", f"{SIZE // 2}B", f"{ceph.POOL}/{image}"
+        )
+        buffers = [bytearray(4096) for _ in range(3)]
+        reads = [
+            store.submit_readv(offset, [memoryview(buffer)])
+            for offset, buffer in zip((0, SIZE - 4096, 4096), buffers, strict=True)
+        ]
+        reads[2]()  # collects all three
+        assert buffers[2] == b"b" * 4096
+        with pytest.raises(OSError, match="read of"):
+            reads[1]()
+        reads[0]()
+        assert buffers[0] == b"a" * 4096
+    finally:
+        store.remove()
+
+
+def test_a_batch_fenced_midway_fails_from_the_fence_on_and_releases_every_completion(
+    two_clients: tuple[RbdStore, RbdStore], ceph_cluster: ceph.Cluster
+) -> None:
+    """Requests of one batch submitted before and after another node took the image over:
+    the later ones fail Fenced and never land, the earlier ones end either way, and every
+    wait returns (each completion collected once, whatever the order)."""
+    first, second = two_clients
+    first.claim()
+    first.write(0, b"o" * 65536)
+    before = [first.submit_writev(index * 4096, [b"x" * 4096]) for index in range(4)]
+    second.claim(take_over=True)
+    after = [first.submit_writev(index * 4096, [b"y" * 4096]) for index in range(4, 8)]
+    for wait in after[::-1]:
+        with pytest.raises(Fenced, match="blocklisted"):
+            wait()
+    for wait in before:
+        with contextlib.suppress(Fenced):
+            wait()
+    landed = ceph_cluster.export(second.image_name)[:65536]
+    assert landed[4 * 4096 : 8 * 4096] == b"o" * 4 * 4096
+    assert all(landed[i * 4096 : (i + 1) * 4096] in (b"o" * 4096, b"x" * 4096) for i in range(4))
