@@ -42,9 +42,12 @@ class CryptTransformLike(Protocol):
     def decrypt_into(self, data: Buffer, sector: int, out: Buffer, /) -> None: ...
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class EngineRequest:
     """Encrypt or decrypt ``segments`` starting at target-relative ``sector``.
+
+    Not frozen, like ``EngineResult``: one of each is built per request, and a frozen
+    dataclass's ``__init__`` costs three times as much.
 
     ``bios`` are ``(sector, nr_sectors)`` of the bios merged into the request,
     in the same frame as ``sector``; bio mode makes one bulk call per bio.
@@ -98,7 +101,7 @@ class EngineRequest:
             position += view.nbytes >> SECTOR_SHIFT
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class EngineResult:
     """Outputs per input segment, the calls made, and the modelled time.
 

@@ -319,11 +319,16 @@ def simple_reply(handle: int, error: int = 0) -> bytes:
     return SIMPLE_REPLY.pack(SIMPLE_REPLY_MAGIC, error, handle)
 
 
+_DATA_CHUNK = struct.Struct(">IHHQIQ")
+"""A chunk header and the offset of its data: one pack per read reply."""
+_OFFSET_DATA = int(ChunkType.OFFSET_DATA)
+
+
 def read_chunk_header(handle: int, offset: int, length: int) -> bytes:
     """NBD_REPLY_TYPE_OFFSET_DATA, final: the header and offset before ``length`` data bytes."""
-    return CHUNK.pack(
-        STRUCTURED_REPLY_MAGIC, REPLY_FLAG_DONE, ChunkType.OFFSET_DATA, handle, 8 + length
-    ) + U64.pack(offset)
+    return _DATA_CHUNK.pack(
+        STRUCTURED_REPLY_MAGIC, REPLY_FLAG_DONE, _OFFSET_DATA, handle, 8 + length, offset
+    )
 
 
 def error_chunk(handle: int, error: int, message: str) -> bytes:

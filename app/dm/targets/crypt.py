@@ -90,7 +90,9 @@ class CryptTarget(Target):
             )
             # The ciphertext goes to a warm buffer of this thread's pool (dm-crypt's bio_out
             # pages), free again once the device has taken it.
-            with mempool.borrow(request.nr_sectors << SECTOR_SHIFT) as ciphertext:
+            nbytes = request.nr_sectors << SECTOR_SHIFT
+            pages = mempool.take(nbytes)
+            try:
                 done = self.engine.process(
                     EngineRequest(
                         "encrypt",
@@ -99,12 +101,14 @@ class CryptTarget(Target):
                         relative,
                         context.dispatch_mode,
                         bios=bios,
-                        into=_cut(ciphertext, segments),
+                        into=_cut(pages.data[:nbytes], segments),
                     )
                 )
                 if request.tracer is not None:
                     self._trace(request.tracer, request, done)
                 writing = self.device.submit_writev(position, done.outputs)
+            finally:
+                mempool.give(pages)
             return finish_io(self.device, request, writing, MapResult(done.calls, done.modelled_ns))
         if request.op == Op.DISCARD:
             if not self.params.allow_discards:
@@ -123,6 +127,8 @@ class CryptTarget(Target):
 
 def _cut(buffer: memoryview, segments: Sequence[memoryview]) -> list[memoryview]:
     """``buffer`` cut into one view per segment, of the same sizes."""
+    if len(segments) == 1:
+        return [buffer]
     views = []
     position = 0
     for segment in segments:
