@@ -50,7 +50,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 
-from app.blk.bio import DATA_OPS, WRITE_OPS, Bio, bio_split
+from app.blk.bio import DATA_OPS, WRITE_OPS, Bio, bio_endio, bio_split
 from app.blk.elevator import Elevator, make_elevator
 from app.blk.limits import QueueLimits
 from app.blk.merge import (
@@ -866,7 +866,8 @@ class BlockQueue:
                 if tracer is not None:
                     _trace_completions(tracer, batch, done, statuses)
                 for rq, status in zip(batch, statuses, strict=True):
-                    rq.complete(status)
+                    for bio in rq.bios:  # rq.complete(status), without a call per request
+                        bio_endio(bio, status)
                 lock.acquire()
                 self._dispatching -= len(batch)
                 pending = self._pending

@@ -215,12 +215,17 @@ class DataPath:
             for target in live.targets:
                 target.flush()
             return None
-        finish = live.target_at(request.sector).submit(request, context)
+        targets, sector = live.targets, request.sector  # a one-line table needs no search
+        target = targets[0] if len(targets) == 1 else None
+        if target is None or not target.start <= sector < target.start + target.length:
+            target = live.target_at(sector)
+        finish = target.submit(request, context)
+        stats = self.stats
 
         def wait() -> None:
-            result = finish()
-            if result.engine_calls:
-                self.stats.add_engine_calls(result.engine_calls)
+            calls = finish().engine_calls
+            if calls:
+                stats.add_engine_calls(calls)
 
         return wait
 
@@ -585,15 +590,21 @@ class DataPath:
         whole-block read or write, or (``wait=False``) where admission would wait
         (suspended, a range held exclusive)."""
         live = self.live
-        if live is None or not all(_whole_blocks(io, live.logical_block_size) for io in ios):
+        if live is None:
             return None
+        unit = live.logical_block_size
+        writes = False
+        for io in ios:
+            if not _whole_blocks(io, unit):
+                return None
+            writes |= io.op is Op.WRITE
         hold = ExitStack()
         try:
             hold.enter_context(self._io(wait=wait))
             admitted = self._in_range(ios)
             ranges = [(io.offset, io.offset + io.length) for io in admitted]
             hold.enter_context(self._ranges.hold_shared(ranges, wait=wait))
-            if any(io.op is Op.WRITE for io in admitted):
+            if writes and any(io.op is Op.WRITE for io in admitted):
                 # Counted once the ranges are held: a refused batch never moves the version.
                 hold.enter_context(self.versions.writing())
         except WouldBlock:

@@ -40,9 +40,6 @@ class CryptTarget(Target):
     def prompt(self) -> bool:
         return self.device.prompt and not self.engine.paced
 
-    def _device_offset(self, sector: int) -> int:
-        return (self.params.offset + sector - self.start) << SECTOR_SHIFT
-
     def _trace(self, tracer: Tracer, request: Request, done: EngineResult) -> None:
         """The request's engine calls as one blktrace message (app.blk.trace documents it)."""
         plan = done.plan
@@ -57,9 +54,10 @@ class CryptTarget(Target):
         return self.submit(request, context)()
 
     def submit(self, request: Request, context: MapContext) -> Callable[[], MapResult]:
-        relative = request.sector - self.start
-        position = self._device_offset(request.sector)
-        bios = [(bio.sector - self.start, bio.nr_sectors) for bio in request.bios]
+        start = self.start
+        relative = request.sector - start
+        position = (self.params.offset + relative) << SECTOR_SHIFT  # on the device, in bytes
+        bios = [(bio.sector - start, bio.nr_sectors) for bio in request.bios]
         if request.op == Op.READ:
             # The ciphertext lands in the bio's pages and is decrypted there, in place.
             reading = self.device.submit_readv(position, request.segments)
@@ -79,7 +77,7 @@ class CryptTarget(Target):
                 )
                 if request.tracer is not None:
                     self._trace(request.tracer, request, done)
-                return MapResult(done.calls, done.modelled_ns)
+                return MapResult(len(done.plan.calls), done.modelled_ns)
 
             return decrypt
         if request.op in (Op.WRITE, Op.WRITE_ZEROES):
@@ -109,7 +107,8 @@ class CryptTarget(Target):
                 writing = self.device.submit_writev(position, done.outputs)
             finally:
                 mempool.give(pages)
-            return finish_io(self.device, request, writing, MapResult(done.calls, done.modelled_ns))
+            result = MapResult(len(done.plan.calls), done.modelled_ns)
+            return finish_io(self.device, request, writing, result)
         if request.op == Op.DISCARD:
             if not self.params.allow_discards:
                 raise InvalidState("discard needs the allow_discards crypt option")
