@@ -216,7 +216,7 @@ class DataPath:
                 target.flush()
             return None
         targets, sector = live.targets, request.sector  # a one-line table needs no search
-        target = targets[0] if len(targets) == 1 else None
+        target: Target | None = targets[0] if len(targets) == 1 else None
         if target is None or not target.start <= sector < target.start + target.length:
             target = live.target_at(sector)
         finish = target.submit(request, context)
