@@ -216,10 +216,11 @@ class DataPath:
                 target.flush()
             return None
         targets, sector = live.targets, request.sector  # a one-line table needs no search
-        target: Target | None = targets[0] if len(targets) == 1 else None
-        if target is None or not target.start <= sector < target.start + target.length:
-            target = live.target_at(sector)
-        finish = target.submit(request, context)
+        only = targets[0] if len(targets) == 1 else None
+        if only is not None and only.start <= sector < only.start + only.length:
+            finish = only.submit(request, context)
+        else:
+            finish = live.target_at(sector).submit(request, context)
         stats = self.stats
 
         def wait() -> None:
