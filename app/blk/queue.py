@@ -72,6 +72,9 @@ from app.vocab import (
     DEFAULT_QUEUE_DEPTH,
     DISPATCH_MODES,
     MAX_QUEUE_DEPTH,
+    REQ_OP_FLUSH,
+    REQ_OP_READ,
+    REQ_OP_WRITE,
     SECTOR_SHIFT,
     DispatchMode,
     ElevatorName,
@@ -468,7 +471,7 @@ class BlockQueue:
                 bio.submit_time = now
             op, sector, nr_sectors, segments = bio.op, bio.sector, bio.nr_sectors, bio.segments
             if not (
-                (op is Op.READ or op is Op.WRITE)
+                (op is REQ_OP_READ or op is REQ_OP_WRITE)
                 and not (bio.fua or bio.preflush or bio.no_merge)
                 and len(segments) == 1
                 and segments[0].nbytes <= max_segment_size
@@ -491,7 +494,7 @@ class BlockQueue:
                 else:
                     bucket = overlap.get(first)
                     if bucket:
-                        writes = op is Op.WRITE
+                        writes = op is REQ_OP_WRITE
                         conflicts = [
                             rq
                             for rq in bucket
@@ -875,7 +878,7 @@ class BlockQueue:
                 for rq in batch:
                     rq.state = RqState.DONE
                     del pending[rq]
-                    if rq.op is not Op.FLUSH:
+                    if rq.op is not REQ_OP_FLUSH:
                         chunk = rq.sector >> _CHUNK_SHIFT
                         if chunk == (rq.sector + rq.nr_sectors - 1) >> _CHUNK_SHIFT:
                             bucket = overlap.get(chunk)

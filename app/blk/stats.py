@@ -19,7 +19,7 @@ from typing import Any
 
 from app.blk.bio import WRITE_OPS
 from app.blk.request import Request
-from app.vocab import SECTOR_SHIFT, Op
+from app.vocab import REQ_OP_FLUSH, SECTOR_SHIFT, Op
 
 _GROUPS = ("r", "w", "d", "f")
 
@@ -161,7 +161,7 @@ class QueueStats:
                 ios[group] += 1
                 nr_sectors = rq.nr_sectors
                 sectors[group] += nr_sectors
-                if op is not Op.FLUSH:
+                if op is not REQ_OP_FLUSH:
                     # The power-of-two KiB bucket holding the request (upper bound, >= 1).
                     kib = ((nr_sectors << SECTOR_SHIFT) + 1023) >> 10 or 1
                     bucket = 1 << (kib - 1).bit_length()

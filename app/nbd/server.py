@@ -57,6 +57,10 @@ from app.io.status import IoStatus, status_of
 from app.nbd import protocol
 from app.nbd.protocol import (
     COMMAND_NAMES,
+    NBD_CMD_DISC,
+    NBD_CMD_FLUSH,
+    NBD_CMD_READ,
+    NBD_CMD_WRITE,
     ClientFlag,
     Command,
     CommandFlag,
@@ -67,7 +71,7 @@ from app.nbd.protocol import (
     Reply,
     RequestHeader,
 )
-from app.vocab import Op
+from app.vocab import REQ_OP_READ, Op
 
 log = logging.getLogger("reqcrypt.nbd")
 T = TypeVar("T")
@@ -153,11 +157,11 @@ class NbdIo:
         """The request as the neutral op; a read gets its page-aligned reply buffer."""
         header = self.header
         command = header.command
-        if command == Command.READ:
+        if command == NBD_CMD_READ:
             buffer = mempool.page_aligned(header.length).data
-            self.io = Io(Op.READ, header.offset, header.length, buffer)
+            self.io = Io(REQ_OP_READ, header.offset, header.length, buffer)
         else:
-            fua = bool(header.flags & FUA) and command != Command.FLUSH
+            fua = bool(header.flags & FUA) and command != NBD_CMD_FLUSH
             self.io = Io(OPS[command], header.offset, header.length, self.payload, fua)
         return self.io
 
@@ -520,7 +524,7 @@ class NbdConnection(asyncio.BufferedProtocol):
                     break
                 header = protocol.parse_request(buffer, position)
                 body = protocol.REQUEST.size
-                if header.command == Command.WRITE and header.length <= protocol.MAX_PAYLOAD:
+                if header.command == NBD_CMD_WRITE and header.length <= protocol.MAX_PAYLOAD:
                     have = size - position - body
                     if have < header.length:
                         if header.length >= DIRECT_PAYLOAD:
@@ -533,7 +537,7 @@ class NbdConnection(asyncio.BufferedProtocol):
                 else:
                     payload = None
                 position += body + (header.length if payload is not None else 0)
-                if header.command == Command.DISC:
+                if header.command == NBD_CMD_DISC:
                     self.shutdown()
                     break
                 error, message = protocol.check_request(header, export)
@@ -556,7 +560,7 @@ class NbdConnection(asyncio.BufferedProtocol):
     def _queue(self, header: RequestHeader, payload: memoryview | None) -> None:
         self.pending.append(NbdIo(header, payload))
         self.in_flight += 1
-        if header.command <= Command.WRITE:
+        if header.command <= NBD_CMD_WRITE:
             self.in_flight_bytes += header.length
             self.pending_bytes += header.length
 

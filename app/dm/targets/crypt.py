@@ -15,7 +15,7 @@ from app.dm.table import CryptParams
 from app.dm.targets.base import BlockDevice, MapContext, MapResult, Target, finish_io
 from app.engine.base import Engine, EngineRequest, EngineResult
 from app.errors import InvalidInput, InvalidState
-from app.vocab import SECTOR_SHIFT, Op
+from app.vocab import REQ_OP_READ, REQ_OP_WRITE, REQ_OP_WRITE_ZEROES, SECTOR_SHIFT, Op
 
 _NOTHING = MapResult()
 
@@ -58,7 +58,7 @@ class CryptTarget(Target):
         relative = request.sector - start
         position = (self.params.offset + relative) << SECTOR_SHIFT  # on the device, in bytes
         bios = [(bio.sector - start, bio.nr_sectors) for bio in request.bios]
-        if request.op == Op.READ:
+        if request.op == REQ_OP_READ:
             # The ciphertext lands in the bio's pages and is decrypted there, in place.
             reading = self.device.submit_readv(position, request.segments)
 
@@ -80,10 +80,10 @@ class CryptTarget(Target):
                 return MapResult(len(done.plan.calls), done.modelled_ns)
 
             return decrypt
-        if request.op in (Op.WRITE, Op.WRITE_ZEROES):
+        if request.op in (REQ_OP_WRITE, REQ_OP_WRITE_ZEROES):
             segments = (
                 list(request.segments)
-                if request.op == Op.WRITE
+                if request.op == REQ_OP_WRITE
                 else [memoryview(bytes(request.nr_sectors << SECTOR_SHIFT))]
             )
             # The ciphertext goes to a warm buffer of this thread's pool (dm-crypt's bio_out
