@@ -784,9 +784,10 @@ class BlockQueue:
         tracer = self.tracer
         if tracer is not None:
             tracer.emit(now, "U", "N", 0, 0, str(len(requests)))
+        queued, insert = RqState.QUEUED, self._elevator.insert  # once, not per request
         for rq in requests:
-            rq.state = RqState.QUEUED
-            self._elevator.insert(rq, now)
+            rq.state = queued
+            insert(rq, now)
             if tracer is not None:
                 tracer.request(now, "I", rq.op, rq.sector, rq.nr_sectors, rq.fua, "")
         self._cond.notify_all()
@@ -875,8 +876,9 @@ class BlockQueue:
                 self._dispatching -= len(batch)
                 pending = self._pending
                 overlap = self._overlap
+                done_state = RqState.DONE
                 for rq in batch:
-                    rq.state = RqState.DONE
+                    rq.state = done_state
                     del pending[rq]
                     if rq.op is not REQ_OP_FLUSH:
                         chunk = rq.sector >> _CHUNK_SHIFT
@@ -908,8 +910,9 @@ class BlockQueue:
         if not batch:
             return batch
         by_end, by_start = self._by_end, self._by_start
+        dispatched = RqState.DISPATCHED
         for rq in batch:
-            rq.state = RqState.DISPATCHED
+            rq.state = dispatched
             key = (rq.op, rq.sector + rq.nr_sectors)
             if by_end.get(key) is rq:
                 del by_end[key]
