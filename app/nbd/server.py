@@ -650,7 +650,7 @@ class NbdConnection(asyncio.BufferedProtocol):
                 header = io.header
                 command = header.command
                 counts[COMMAND_NAMES[command]] += 1
-                if command <= Command.WRITE:
+                if command <= NBD_CMD_WRITE:
                     payload += header.length
                 error = failure
                 if error is None and io.io is not None:
@@ -662,7 +662,7 @@ class NbdConnection(asyncio.BufferedProtocol):
                     detail = error.detail if isinstance(error, ReqcryptError) else "I/O error"
                     errno = ERRNO[status_of(error)]
                     parts.append(self._error_reply(header.handle, errno, detail))
-                elif command == Command.READ:
+                elif command == NBD_CMD_READ:
                     assert io.io is not None
                     assert io.io.buffer is not None
                     read_bytes += header.length
@@ -674,7 +674,7 @@ class NbdConnection(asyncio.BufferedProtocol):
                         parts.append(pack(magic, 0, header.handle))
                     parts.append(io.io.buffer)
                 else:
-                    if command == Command.WRITE:
+                    if command == NBD_CMD_WRITE:
                         written_bytes += header.length
                     parts.append(pack(magic, 0, header.handle))
             stats.read_bytes += read_bytes
