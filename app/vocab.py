@@ -32,6 +32,12 @@ class Op(StrEnum):
     WRITE_ZEROES = "write_zeroes"
 
 
+# The members as plain names for per-I/O code: on Python 3.11 ``Op.READ`` goes through
+# ``EnumType.__getattr__``'s slow attribute hook, ten times the cost of a global.
+REQ_OP_READ, REQ_OP_WRITE, REQ_OP_FLUSH = Op.READ, Op.WRITE, Op.FLUSH
+REQ_OP_DISCARD, REQ_OP_WRITE_ZEROES = Op.DISCARD, Op.WRITE_ZEROES
+
+
 def align_down(value: int, unit: int) -> int:
     """``value`` rounded down to a multiple of ``unit`` (the kernel's ``round_down``)."""
     return value - value % unit

@@ -14,21 +14,60 @@ from types import TracebackType
 import numpy as np
 import numpy.typing as npt
 
+PAGE = 4096
+#: ``page_aligned`` carves buffers of up to SLAB_PIECE bytes out of a per-thread slab of
+#: SLAB bytes (a slab is freed with its last piece).
+SLAB = 1 << 20
+SLAB_PIECE = 64 << 10
+
 
 class _FreeList(threading.local):
     def __init__(self) -> None:
         self.buffers: list[npt.NDArray[np.uint8]] = []
+        self.slab: npt.NDArray[np.uint8] = np.empty(0, dtype=np.uint8)
+        self.used = SLAB
 
 
 _free = _FreeList()
-PAGE = 4096
 
 
-def page_aligned(size: int) -> npt.NDArray[np.uint8]:
-    """An uninitialized byte array of ``size`` bytes starting on a page boundary."""
+def _aligned(size: int) -> npt.NDArray[np.uint8]:
     raw = np.empty(size + PAGE, dtype=np.uint8)
     start = -raw.ctypes.data % PAGE
     return raw[start : start + size]
+
+
+def page_aligned(size: int) -> npt.NDArray[np.uint8]:
+    """An uninitialized byte array of ``size`` bytes starting on a page boundary.
+
+    A small one is the next pages of this thread's slab: asking numpy where a fresh array
+    starts (``ndarray.ctypes``) costs more than the system call that fills a 4 KiB read.
+    """
+    if size > SLAB_PIECE:
+        return _aligned(size)
+    local = _free
+    used = local.used
+    end = used + size
+    if end > SLAB:
+        local.slab = _aligned(SLAB)
+        used, end = 0, size
+    local.used = (end + PAGE - 1) & -PAGE
+    return local.slab[used:end]
+
+
+def take(size: int) -> npt.NDArray[np.uint8]:
+    """A page-aligned buffer of at least ``size`` bytes off this thread's free list, to be
+    handed back with ``give``: ``borrow`` without a ``with`` block, for once-per-request use."""
+    free = _free.buffers
+    buffer = free.pop() if free else _aligned(0)
+    if len(buffer) < size:
+        buffer = _aligned(size)
+    return buffer
+
+
+def give(buffer: npt.NDArray[np.uint8]) -> None:
+    """Return a buffer ``take`` gave to this thread's free list."""
+    _free.buffers.append(buffer)
 
 
 def borrow(size: int) -> _Borrowed:
@@ -49,11 +88,7 @@ class _Borrowed:
         self._size = size
 
     def __enter__(self) -> memoryview:
-        free = _free.buffers
-        buffer = free.pop() if free else page_aligned(0)
-        if len(buffer) < self._size:
-            buffer = page_aligned(self._size)
-        self._buffer = buffer
+        buffer = self._buffer = take(self._size)
         return buffer.data[: self._size]
 
     def __exit__(
@@ -62,4 +97,4 @@ class _Borrowed:
         error: BaseException | None,
         traceback: TracebackType | None,
     ) -> None:
-        _free.buffers.append(self._buffer)
+        give(self._buffer)

@@ -50,7 +50,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 
-from app.blk.bio import DATA_OPS, WRITE_OPS, Bio, bio_split
+from app.blk.bio import DATA_OPS, WRITE_OPS, Bio, bio_endio, bio_split
 from app.blk.elevator import Elevator, make_elevator
 from app.blk.limits import QueueLimits
 from app.blk.merge import (
@@ -72,6 +72,9 @@ from app.vocab import (
     DEFAULT_QUEUE_DEPTH,
     DISPATCH_MODES,
     MAX_QUEUE_DEPTH,
+    REQ_OP_FLUSH,
+    REQ_OP_READ,
+    REQ_OP_WRITE,
     SECTOR_SHIFT,
     DispatchMode,
     ElevatorName,
@@ -468,7 +471,7 @@ class BlockQueue:
                 bio.submit_time = now
             op, sector, nr_sectors, segments = bio.op, bio.sector, bio.nr_sectors, bio.segments
             if not (
-                (op is Op.READ or op is Op.WRITE)
+                (op is REQ_OP_READ or op is REQ_OP_WRITE)
                 and not (bio.fua or bio.preflush or bio.no_merge)
                 and len(segments) == 1
                 and segments[0].nbytes <= max_segment_size
@@ -491,7 +494,7 @@ class BlockQueue:
                 else:
                     bucket = overlap.get(first)
                     if bucket:
-                        writes = op is Op.WRITE
+                        writes = op is REQ_OP_WRITE
                         conflicts = [
                             rq
                             for rq in bucket
@@ -781,9 +784,10 @@ class BlockQueue:
         tracer = self.tracer
         if tracer is not None:
             tracer.emit(now, "U", "N", 0, 0, str(len(requests)))
+        queued, insert = RqState.QUEUED, self._elevator.insert  # once, not per request
         for rq in requests:
-            rq.state = RqState.QUEUED
-            self._elevator.insert(rq, now)
+            rq.state = queued
+            insert(rq, now)
             if tracer is not None:
                 tracer.request(now, "I", rq.op, rq.sector, rq.nr_sectors, rq.fua, "")
         self._cond.notify_all()
@@ -866,15 +870,17 @@ class BlockQueue:
                 if tracer is not None:
                     _trace_completions(tracer, batch, done, statuses)
                 for rq, status in zip(batch, statuses, strict=True):
-                    rq.complete(status)
+                    for bio in rq.bios:  # rq.complete(status), without a call per request
+                        bio_endio(bio, status)
                 lock.acquire()
                 self._dispatching -= len(batch)
                 pending = self._pending
                 overlap = self._overlap
+                done_state = RqState.DONE
                 for rq in batch:
-                    rq.state = RqState.DONE
+                    rq.state = done_state
                     del pending[rq]
-                    if rq.op is not Op.FLUSH:
+                    if rq.op is not REQ_OP_FLUSH:
                         chunk = rq.sector >> _CHUNK_SHIFT
                         if chunk == (rq.sector + rq.nr_sectors - 1) >> _CHUNK_SHIFT:
                             bucket = overlap.get(chunk)
@@ -904,8 +910,9 @@ class BlockQueue:
         if not batch:
             return batch
         by_end, by_start = self._by_end, self._by_start
+        dispatched = RqState.DISPATCHED
         for rq in batch:
-            rq.state = RqState.DISPATCHED
+            rq.state = dispatched
             key = (rq.op, rq.sector + rq.nr_sectors)
             if by_end.get(key) is rq:
                 del by_end[key]

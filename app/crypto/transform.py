@@ -176,7 +176,10 @@ class CryptTransform(ABC):
     def _run_into(self, data: Buffer, sector: int, out: Buffer, *, encrypt: bool) -> None:
         view = memoryview(data).cast("B")
         target = memoryview(out).cast("B")
-        self._check(len(view), sector)
+        size = self.sector_size
+        # The common valid shape, checked inline; ``_check`` names any fault.
+        if self._wiped or len(view) % size or sector < 0 or sector % (size >> SECTOR_SHIFT):
+            self._check(len(view), sector)
         if target.readonly or len(target) != len(view):
             raise ValueError("out must be a writable buffer of the same length as data")
         if len(view):
@@ -394,7 +397,7 @@ class BulkTransform(CryptTransform):
         differently from consecutive steps (iv_large_sectors at the top of sector_t)."""
         size = self.sector_size
         step = size >> SECTOR_SHIFT
-        first = self._cc_sector(sector, 0)
+        first = (sector + self.iv_offset) & _MASK64  # _cc_sector(sector, 0)
         if self.iv_large_sectors:
             if first + (len(view) >> SECTOR_SHIFT) > _MASK64:
                 return False

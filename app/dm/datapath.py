@@ -51,6 +51,9 @@ from app.errors import (
 from app.vocab import (
     DEFAULT_QUEUE_DEPTH,
     DISPATCH_MODES,
+    REQ_OP_FLUSH,
+    REQ_OP_READ,
+    REQ_OP_WRITE,
     SECTOR_SIZE,
     Op,
     VolumeState,
@@ -211,16 +214,22 @@ class DataPath:
         if live is None:
             raise InvalidState(f"volume {self.name} has no live table")
         context = _CONTEXTS[self.queue.dispatch_mode]
-        if request.op == Op.FLUSH:
+        if request.op == REQ_OP_FLUSH:
             for target in live.targets:
                 target.flush()
             return None
-        finish = live.target_at(request.sector).submit(request, context)
+        targets, sector = live.targets, request.sector  # a one-line table needs no search
+        only = targets[0] if len(targets) == 1 else None
+        if only is not None and only.start <= sector < only.start + only.length:
+            finish = only.submit(request, context)
+        else:
+            finish = live.target_at(sector).submit(request, context)
+        stats = self.stats
 
         def wait() -> None:
-            result = finish()
-            if result.engine_calls:
-                self.stats.add_engine_calls(result.engine_calls)
+            calls = finish().engine_calls
+            if calls:
+                stats.add_engine_calls(calls)
 
         return wait
 
@@ -585,15 +594,21 @@ class DataPath:
         whole-block read or write, or (``wait=False``) where admission would wait
         (suspended, a range held exclusive)."""
         live = self.live
-        if live is None or not all(_whole_blocks(io, live.logical_block_size) for io in ios):
+        if live is None:
             return None
+        unit = live.logical_block_size
+        writes = False
+        for io in ios:
+            if not _whole_blocks(io, unit):
+                return None
+            writes |= io.op is REQ_OP_WRITE
         hold = ExitStack()
         try:
             hold.enter_context(self._io(wait=wait))
             admitted = self._in_range(ios)
             ranges = [(io.offset, io.offset + io.length) for io in admitted]
             hold.enter_context(self._ranges.hold_shared(ranges, wait=wait))
-            if any(io.op is Op.WRITE for io in admitted):
+            if writes and any(io.op is REQ_OP_WRITE for io in admitted):
                 # Counted once the ranges are held: a refused batch never moves the version.
                 hold.enter_context(self.versions.writing())
         except WouldBlock:
@@ -647,7 +662,7 @@ def _bio(op: Op, offset: int, buffer: memoryview, fua: bool) -> Bio:
 def _whole_blocks(io: BlockIo, unit: int) -> bool:
     """A read or write of whole logical blocks: it goes to the queue as it is."""
     return (
-        (io.op is Op.READ or io.op is Op.WRITE)
+        (io.op is REQ_OP_READ or io.op is REQ_OP_WRITE)
         and io.length > 0
         and io.offset % unit == 0
         and io.length % unit == 0

@@ -20,7 +20,7 @@ static PyObject *EngineCall_type, *CallPlan_type, *InvalidInput_type, *builtin_s
 static PyObject *s_bulk, *s_offset, *s_nbytes, *s_sector, *s_nr_units, *s_first_segment,
     *s_nr_segments, *s_op, *s_dispatch_mode, *s_data_unit_size, *s_calls, *s_fallback_reason,
     *s_ready_ns, *s_start_ns, *s_end_ns, *s_busy_ns, *s_unsupported_reason,
-    *s_max_bytes_per_call, *s_max_segments_per_call;
+    *s_max_bytes_per_call, *s_max_segments_per_call, *s_bios;
 
 /* A frozen slotted dataclass from its field values (steals every value reference). */
 static PyObject *
@@ -266,6 +266,39 @@ call_plan(PyObject *op, PyObject *mode, long long unit, long long nbytes, PyObje
 
 #define LOCAL_ENDS 32
 
+/* plan_calls' usual call, three positional arguments and keywords it knows, taken without
+ * PyArg_ParseTupleAndKeywords (which builds a str per keyword it looks up: about a fifth of
+ * the planning). 0: not that shape, nothing set; PyArg_ParseTupleAndKeywords decides (and
+ * names any fault). Borrowed references, as PyArg_ParseTupleAndKeywords gives. */
+static int
+plan_arguments_fast(PyObject *args, PyObject *kwargs, PyObject **caps, PyObject **spec,
+                    PyObject **segments, PyObject **op, PyObject **unit, PyObject **mode,
+                    PyObject **sector, PyObject **bios)
+{
+    if (PyTuple_GET_SIZE(args) != 3 || kwargs == NULL || !PyDict_CheckExact(kwargs)) return 0;
+    PyObject *keys[5] = {s_op, s_data_unit_size, s_dispatch_mode, s_sector, s_bios};
+    PyObject *found[5];
+    Py_ssize_t matched = 0;
+    for (int i = 0; i < 5; i++) {
+        found[i] = PyDict_GetItemWithError(kwargs, keys[i]);
+        if (found[i] != NULL) matched++;
+        else if (PyErr_Occurred()) {
+            PyErr_Clear();
+            return 0;
+        }
+    }
+    if (matched != PyDict_GET_SIZE(kwargs)) return 0; /* an unknown keyword */
+    *caps = PyTuple_GET_ITEM(args, 0);
+    *spec = PyTuple_GET_ITEM(args, 1);
+    *segments = PyTuple_GET_ITEM(args, 2);
+    if (found[0] != NULL) *op = found[0];
+    if (found[1] != NULL) *unit = found[1];
+    if (found[2] != NULL) *mode = found[2];
+    if (found[3] != NULL) *sector = found[3];
+    if (found[4] != NULL) *bios = found[4];
+    return 1;
+}
+
 static PyObject *
 plan_calls(PyObject *self, PyObject *args, PyObject *kwargs)
 {
@@ -273,7 +306,9 @@ plan_calls(PyObject *self, PyObject *args, PyObject *kwargs)
                                "dispatch_mode", "sector", "bios", NULL};
     PyObject *caps, *spec, *segments, *op = NULL, *unit_obj = NULL, *mode = NULL, *sector_obj = NULL,
                                       *bios = Py_None;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OOO|$OOOOO", keywords, &caps, &spec, &segments,
+    if (!plan_arguments_fast(args, kwargs, &caps, &spec, &segments, &op, &unit_obj, &mode,
+                             &sector_obj, &bios) &&
+        !PyArg_ParseTupleAndKeywords(args, kwargs, "OOO|$OOOOO", keywords, &caps, &spec, &segments,
                                      &op, &unit_obj, &mode, &sector_obj, &bios))
         return NULL;
     if (op == NULL || unit_obj == NULL || mode == NULL) {
@@ -712,6 +747,7 @@ PyInit__model(void)
         {&s_unsupported_reason, "unsupported_reason"},
         {&s_max_bytes_per_call, "max_bytes_per_call"},
         {&s_max_segments_per_call, "max_segments_per_call"},
+        {&s_bios, "bios"},
     };
     for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
         if ((*names[i].slot = PyUnicode_InternFromString(names[i].text)) == NULL) return NULL;

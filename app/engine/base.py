@@ -42,9 +42,12 @@ class CryptTransformLike(Protocol):
     def decrypt_into(self, data: Buffer, sector: int, out: Buffer, /) -> None: ...
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class EngineRequest:
     """Encrypt or decrypt ``segments`` starting at target-relative ``sector``.
+
+    Not frozen, like ``EngineResult``: one of each is built per request, and a frozen
+    dataclass's ``__init__`` costs three times as much.
 
     ``bios`` are ``(sector, nr_sectors)`` of the bios merged into the request,
     in the same frame as ``sector``; bio mode makes one bulk call per bio.
@@ -63,8 +66,14 @@ class EngineRequest:
 
     def views(self) -> list[memoryview]:
         """The segments as byte views, checked against ``into``."""
-        views = [memoryview(segment).cast("B") for segment in self.segments]
-        if self.into is not None and [len(out) for out in self.into] != [v.nbytes for v in views]:
+        segments, into = self.segments, self.into
+        if len(segments) == 1:  # a lone bio's page: no comprehensions
+            view = memoryview(segments[0]).cast("B")
+            if into is not None and (len(into) != 1 or len(into[0]) != view.nbytes):
+                raise ValueError("output buffers must match the input segments")
+            return [view]
+        views = [memoryview(segment).cast("B") for segment in segments]
+        if into is not None and [len(out) for out in into] != [v.nbytes for v in views]:
             raise ValueError("output buffers must match the input segments")
         return views
 
@@ -73,7 +82,7 @@ class EngineRequest:
         return (plan_calls if accel.reference else _model.plan_calls)(
             capabilities,
             self.transform.spec,
-            [view.nbytes for view in views],
+            [views[0].nbytes] if len(views) == 1 else [view.nbytes for view in views],
             op=self.op,
             data_unit_size=self.transform.sector_size,
             dispatch_mode=self.dispatch_mode,
@@ -98,7 +107,7 @@ class EngineRequest:
             position += view.nbytes >> SECTOR_SHIFT
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class EngineResult:
     """Outputs per input segment, the calls made, and the modelled time.
 

@@ -119,7 +119,8 @@ class SimulatedEngine(Engine, Paced):
         # Software IVs are generated before the calls can be submitted.
         reservation = self.clock.reserve(durations, ready_ns=ready + int(cpu_ns))
         self._counters.count(plan, cpu_ns)
-        self._pace(reservation)
+        if self.pacing:
+            self._pace(reservation)
         return EngineResult(
             outputs=outputs,
             plan=plan,

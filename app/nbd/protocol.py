@@ -94,6 +94,11 @@ class Command(IntEnum):
     WRITE_ZEROES = 6
 
 
+# Plain ints for per-request code (``Command.READ`` is an ``EnumType.__getattr__`` lookup).
+NBD_CMD_READ, NBD_CMD_WRITE, NBD_CMD_DISC = int(Command.READ), int(Command.WRITE), int(Command.DISC)
+NBD_CMD_FLUSH, NBD_CMD_TRIM = int(Command.FLUSH), int(Command.TRIM)
+
+
 class CommandFlag(IntFlag):
     FUA = 1 << 0
     NO_HOLE = 1 << 1
@@ -286,6 +291,9 @@ def pack_request(header: RequestHeader) -> bytes:
     )
 
 
+_ACCEPTED = (Errno.OK, "")
+
+
 def check_request(header: RequestHeader, export: Export) -> tuple[Errno, str]:
     """The error a request gets before any I/O (Errno.OK: none), with a message.
 
@@ -299,31 +307,36 @@ def check_request(header: RequestHeader, export: Export) -> tuple[Errno, str]:
         return Errno.EINVAL, f"unknown command {command}"
     if header.flags & ~allowed:
         return Errno.EINVAL, f"flags {header.flags:#x} are not valid for {COMMAND_NAMES[command]}"
-    if command == Command.FLUSH or command == Command.DISC:
+    if command in (NBD_CMD_FLUSH, NBD_CMD_DISC):
         if header.offset or header.length:
             return Errno.EINVAL, f"{COMMAND_NAMES[command]} carries no offset or length"
-        return Errno.OK, ""
-    if command != Command.READ and export.flags & _READ_ONLY:
+        return _ACCEPTED
+    if command != NBD_CMD_READ and export.flags & _READ_ONLY:
         return Errno.EPERM, "the export is read-only"
-    if command == Command.TRIM and not export.flags & _SEND_TRIM:
+    if command == NBD_CMD_TRIM and not export.flags & _SEND_TRIM:
         return Errno.EINVAL, "trim needs the allow_discards crypt option"
-    if command <= Command.WRITE and header.length > MAX_PAYLOAD:
+    if command <= NBD_CMD_WRITE and header.length > MAX_PAYLOAD:
         return Errno.EINVAL, f"{header.length} bytes exceed the {MAX_PAYLOAD}-byte maximum"
     if header.offset + header.length > export.size:
-        error = Errno.ENOSPC if command == Command.WRITE else Errno.EINVAL
+        error = Errno.ENOSPC if command == NBD_CMD_WRITE else Errno.EINVAL
         return error, f"range {header.offset}+{header.length} is past the end ({export.size})"
-    return Errno.OK, ""
+    return _ACCEPTED
 
 
 def simple_reply(handle: int, error: int = 0) -> bytes:
     return SIMPLE_REPLY.pack(SIMPLE_REPLY_MAGIC, error, handle)
 
 
+_DATA_CHUNK = struct.Struct(">IHHQIQ")
+"""A chunk header and the offset of its data: one pack per read reply."""
+_OFFSET_DATA = int(ChunkType.OFFSET_DATA)
+
+
 def read_chunk_header(handle: int, offset: int, length: int) -> bytes:
     """NBD_REPLY_TYPE_OFFSET_DATA, final: the header and offset before ``length`` data bytes."""
-    return CHUNK.pack(
-        STRUCTURED_REPLY_MAGIC, REPLY_FLAG_DONE, ChunkType.OFFSET_DATA, handle, 8 + length
-    ) + U64.pack(offset)
+    return _DATA_CHUNK.pack(
+        STRUCTURED_REPLY_MAGIC, REPLY_FLAG_DONE, _OFFSET_DATA, handle, 8 + length, offset
+    )
 
 
 def error_chunk(handle: int, error: int, message: str) -> bytes:

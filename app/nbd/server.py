@@ -67,6 +67,10 @@ from app.io.status import IoStatus, status_of
 from app.nbd import protocol
 from app.nbd.protocol import (
     COMMAND_NAMES,
+    NBD_CMD_DISC,
+    NBD_CMD_FLUSH,
+    NBD_CMD_READ,
+    NBD_CMD_WRITE,
     ClientFlag,
     Command,
     CommandFlag,
@@ -77,7 +81,7 @@ from app.nbd.protocol import (
     Reply,
     RequestHeader,
 )
-from app.vocab import Op
+from app.vocab import REQ_OP_READ, Op
 
 log = logging.getLogger("reqcrypt.nbd")
 T = TypeVar("T")
@@ -166,11 +170,11 @@ class NbdIo:
         """The request as the neutral op; a read gets its page-aligned reply buffer."""
         header = self.header
         command = header.command
-        if command == Command.READ:
+        if command == NBD_CMD_READ:
             buffer = mempool.page_aligned(header.length).data
-            self.io = Io(Op.READ, header.offset, header.length, buffer)
+            self.io = Io(REQ_OP_READ, header.offset, header.length, buffer)
         else:
-            fua = bool(header.flags & FUA) and command != Command.FLUSH
+            fua = bool(header.flags & FUA) and command != NBD_CMD_FLUSH
             self.io = Io(OPS[command], header.offset, header.length, self.payload, fua)
         return self.io
 
@@ -538,7 +542,7 @@ class NbdConnection(asyncio.BufferedProtocol):
                     break
                 header = protocol.parse_request(buffer, position)
                 body = protocol.REQUEST.size
-                if header.command == Command.WRITE and header.length <= protocol.MAX_PAYLOAD:
+                if header.command == NBD_CMD_WRITE and header.length <= protocol.MAX_PAYLOAD:
                     have = size - position - body
                     if have < header.length:
                         if header.length >= DIRECT_PAYLOAD:
@@ -551,7 +555,7 @@ class NbdConnection(asyncio.BufferedProtocol):
                 else:
                     payload = None
                 position += body + (header.length if payload is not None else 0)
-                if header.command == Command.DISC:
+                if header.command == NBD_CMD_DISC:
                     self.shutdown()
                     break
                 error, message = protocol.check_request(header, export)
@@ -576,7 +580,7 @@ class NbdConnection(asyncio.BufferedProtocol):
         self.in_flight += 1
         if self._answered:
             self._answered -= 1
-        if header.command <= Command.WRITE:
+        if header.command <= NBD_CMD_WRITE:
             self.in_flight_bytes += header.length
             self.pending_bytes += header.length
 
@@ -689,7 +693,7 @@ class NbdConnection(asyncio.BufferedProtocol):
                 header = io.header
                 command = header.command
                 counts[COMMAND_NAMES[command]] += 1
-                if command <= Command.WRITE:
+                if command <= NBD_CMD_WRITE:
                     payload += header.length
                 error = failure
                 if error is None and io.io is not None:
@@ -701,7 +705,7 @@ class NbdConnection(asyncio.BufferedProtocol):
                     detail = error.detail if isinstance(error, ReqcryptError) else "I/O error"
                     errno = ERRNO[status_of(error)]
                     parts.append(self._error_reply(header.handle, errno, detail))
-                elif command == Command.READ:
+                elif command == NBD_CMD_READ:
                     assert io.io is not None
                     assert io.io.buffer is not None
                     read_bytes += header.length
@@ -713,7 +717,7 @@ class NbdConnection(asyncio.BufferedProtocol):
                         parts.append(pack(magic, 0, header.handle))
                     parts.append(io.io.buffer)
                 else:
-                    if command == Command.WRITE:
+                    if command == NBD_CMD_WRITE:
                         written_bytes += header.length
                     parts.append(pack(magic, 0, header.handle))
             stats.read_bytes += read_bytes

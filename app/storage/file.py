@@ -74,7 +74,8 @@ class FileStore(BackingStore):
         return self._size
 
     def read_into(self, offset: int, buffer: memoryview) -> None:
-        self.check_range(offset, len(buffer))
+        if offset < 0 or offset + len(buffer) > self._size:
+            self.check_range(offset, len(buffer))
         done = 0
         while done < len(buffer):
             count = os.preadv(self._fd, [buffer[done:]], offset + done)
@@ -85,7 +86,8 @@ class FileStore(BackingStore):
 
     def write(self, offset: int, data: Buffer) -> None:
         view = memoryview(data).cast("B")
-        self.check_range(offset, len(view))
+        if offset < 0 or offset + len(view) > self._size:
+            self.check_range(offset, len(view))
         _native.pwrite_chunks(self._fd, view, offset, WRITE_CHUNK)
 
     def readv_into(self, offset: int, buffers: Sequence[memoryview]) -> None:

@@ -54,8 +54,10 @@ class MapContext:
     dispatch_mode: DispatchMode
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class MapResult:
+    """A request's engine calls and modelled time (not frozen: one is built per request)."""
+
     engine_calls: int = 0
     modelled_ns: int = 0
 

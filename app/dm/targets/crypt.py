@@ -15,7 +15,7 @@ from app.dm.table import CryptParams
 from app.dm.targets.base import BlockDevice, MapContext, MapResult, Target, finish_io
 from app.engine.base import Engine, EngineRequest, EngineResult
 from app.errors import InvalidInput, InvalidState
-from app.vocab import SECTOR_SHIFT, Op
+from app.vocab import REQ_OP_READ, REQ_OP_WRITE, REQ_OP_WRITE_ZEROES, SECTOR_SHIFT, Op
 
 _NOTHING = MapResult()
 
@@ -40,9 +40,6 @@ class CryptTarget(Target):
     def prompt(self) -> bool:
         return self.device.prompt and not self.engine.paced
 
-    def _device_offset(self, sector: int) -> int:
-        return (self.params.offset + sector - self.start) << SECTOR_SHIFT
-
     def _trace(self, tracer: Tracer, request: Request, done: EngineResult) -> None:
         """The request's engine calls as one blktrace message (app.blk.trace documents it)."""
         plan = done.plan
@@ -57,10 +54,11 @@ class CryptTarget(Target):
         return self.submit(request, context)()
 
     def submit(self, request: Request, context: MapContext) -> Callable[[], MapResult]:
-        relative = request.sector - self.start
-        position = self._device_offset(request.sector)
-        bios = [(bio.sector - self.start, bio.nr_sectors) for bio in request.bios]
-        if request.op == Op.READ:
+        start = self.start
+        relative = request.sector - start
+        position = (self.params.offset + relative) << SECTOR_SHIFT  # on the device, in bytes
+        bios = [(bio.sector - start, bio.nr_sectors) for bio in request.bios]
+        if request.op == REQ_OP_READ:
             # The ciphertext lands in the bio's pages and is decrypted there, in place.
             reading = self.device.submit_readv(position, request.segments)
 
@@ -79,18 +77,20 @@ class CryptTarget(Target):
                 )
                 if request.tracer is not None:
                     self._trace(request.tracer, request, done)
-                return MapResult(done.calls, done.modelled_ns)
+                return MapResult(len(done.plan.calls), done.modelled_ns)
 
             return decrypt
-        if request.op in (Op.WRITE, Op.WRITE_ZEROES):
+        if request.op in (REQ_OP_WRITE, REQ_OP_WRITE_ZEROES):
             segments = (
                 list(request.segments)
-                if request.op == Op.WRITE
+                if request.op == REQ_OP_WRITE
                 else [memoryview(bytes(request.nr_sectors << SECTOR_SHIFT))]
             )
             # The ciphertext goes to a warm buffer of this thread's pool (dm-crypt's bio_out
             # pages), free again once the device has taken it.
-            with mempool.borrow(request.nr_sectors << SECTOR_SHIFT) as ciphertext:
+            nbytes = request.nr_sectors << SECTOR_SHIFT
+            pages = mempool.take(nbytes)
+            try:
                 done = self.engine.process(
                     EngineRequest(
                         "encrypt",
@@ -99,13 +99,16 @@ class CryptTarget(Target):
                         relative,
                         context.dispatch_mode,
                         bios=bios,
-                        into=_cut(ciphertext, segments),
+                        into=_cut(pages.data[:nbytes], segments),
                     )
                 )
                 if request.tracer is not None:
                     self._trace(request.tracer, request, done)
                 writing = self.device.submit_writev(position, done.outputs)
-            return finish_io(self.device, request, writing, MapResult(done.calls, done.modelled_ns))
+            finally:
+                mempool.give(pages)
+            result = MapResult(len(done.plan.calls), done.modelled_ns)
+            return finish_io(self.device, request, writing, result)
         if request.op == Op.DISCARD:
             if not self.params.allow_discards:
                 raise InvalidState("discard needs the allow_discards crypt option")
@@ -123,6 +126,8 @@ class CryptTarget(Target):
 
 def _cut(buffer: memoryview, segments: Sequence[memoryview]) -> list[memoryview]:
     """``buffer`` cut into one view per segment, of the same sizes."""
+    if len(segments) == 1:
+        return [buffer]
     views = []
     position = 0
     for segment in segments:

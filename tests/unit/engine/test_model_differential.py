@@ -131,6 +131,38 @@ def test_plans_are_the_same_call_for_call_on_random_requests(seed: int) -> None:
     assert min(kinds.values()) > 100, kinds
 
 
+@pytest.mark.parametrize("seed", range(2))
+def test_plans_are_the_same_with_segments_positional_as_the_engine_calls_it(seed: int) -> None:
+    """The C planner reads its usual call shape (three positional arguments, known keywords)
+    without the generic argument parser; the plans and errors stay the reference's."""
+    rng = random.Random(100 + seed)
+    for _ in range(1000):
+        capabilities, spec = random_capabilities(rng), random_spec(rng)
+        request = random_request(rng)
+        segments = request.pop("segments")
+        for dropped in (None, "sector", "bios"):
+            kwargs = {key: value for key, value in request.items() if key != dropped}
+            reference = outcome(plan_calls, capabilities, spec, segments, **kwargs)
+            native = outcome(_model.plan_calls, capabilities, spec, segments, **kwargs)
+            assert native == reference, (capabilities, spec, segments, kwargs)
+
+
+def test_the_c_planner_refuses_the_argument_shapes_python_refuses() -> None:
+    capabilities, spec = (
+        Capabilities(bulk_ivmodes=frozenset({"plain64"})),
+        ModelSpec(ivmode="plain64"),
+    )
+    good = {"op": "encrypt", "data_unit_size": 512, "dispatch_mode": "request"}
+    with pytest.raises(TypeError):
+        _model.plan_calls(capabilities, spec, [512], **good, colour="blue")
+    with pytest.raises(TypeError):
+        _model.plan_calls(capabilities, spec, [512], "encrypt", 512, "request")
+    with pytest.raises(TypeError):
+        _model.plan_calls(capabilities, spec, [512], op="encrypt", data_unit_size=512)
+    keyworded = _model.plan_calls(capabilities, spec, segments=[512], **good)
+    assert keyworded == _model.plan_calls(capabilities, spec, [512], **good)
+
+
 def test_a_plan_follows_new_capabilities_and_specs_not_a_stale_decision() -> None:
     spec = ModelSpec(ivmode="plain64")
     plans = []
