@@ -7,7 +7,6 @@ import ctypes.util
 import fcntl
 import os
 from collections.abc import Sequence
-from itertools import islice
 from pathlib import Path
 
 from typing_extensions import Buffer
@@ -22,7 +21,6 @@ _libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True
 _libc.fallocate.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64]
 
 
-_IOV_MAX = os.sysconf("SC_IOV_MAX") if "SC_IOV_MAX" in os.sysconf_names else 1024
 #: The most bytes one ``pwrite``/``pwritev`` writes. Linux sizes a file's page-cache folios
 #: by the length of the write that creates them (ext4 from 6.16 on): a 1 MiB write leaves a
 #: 1 MiB folio, allocating it needs high-order pages, and every later 4 KiB write into it
@@ -30,30 +28,6 @@ _IOV_MAX = os.sysconf("SC_IOV_MAX") if "SC_IOV_MAX" in os.sysconf_names else 102
 #: share of a random 4 KiB write. Pieces of 128 KiB keep folios small for 8 system calls
 #: per MiB instead of one, made in one native call (one GIL round trip, not 8).
 WRITE_CHUNK = 128 << 10
-
-
-def _head(views: list[memoryview], limit: int) -> list[memoryview]:
-    """The first ``limit`` bytes of ``views`` (at most _IOV_MAX of them), as one iovec list."""
-    head = []
-    for view in islice(views, _IOV_MAX):
-        if len(view) >= limit:
-            head.append(view[:limit])
-            break
-        head.append(view)
-        limit -= len(view)
-    return head
-
-
-def _advance(views: list[memoryview], count: int) -> list[memoryview]:
-    """Drop ``count`` bytes from the front of ``views`` (after a short preadv/pwritev)."""
-    index = 0
-    while index < len(views) and count >= len(views[index]):
-        count -= len(views[index])
-        index += 1
-    rest = views[index:]
-    if rest and count:
-        rest[0] = rest[0][count:]
-    return rest
 
 
 class FileStore(BackingStore):
@@ -91,31 +65,10 @@ class FileStore(BackingStore):
         _native.pwrite_chunks(self._fd, view, offset, WRITE_CHUNK)
 
     def readv_into(self, offset: int, buffers: Sequence[memoryview]) -> None:
-        if len(buffers) == 1:  # a lone small request: no iovec bookkeeping
-            self.read_into(offset, memoryview(buffers[0]).cast("B"))
-            return
-        views = [memoryview(buffer).cast("B") for buffer in buffers]
-        self.check_range(offset, sum(len(view) for view in views))
-        while views:
-            batch = views[:_IOV_MAX]
-            count = os.preadv(self._fd, batch, offset)
-            if count == 0:
-                for view in views:
-                    view[:] = bytes(len(view))
-                return
-            offset += count
-            views = _advance(views, count)
+        _native.preadv_into(self._fd, buffers, offset, self._size)
 
     def writev(self, offset: int, buffers: Sequence[Buffer]) -> None:
-        if len(buffers) == 1:
-            self.write(offset, buffers[0])
-            return
-        views = [memoryview(buffer).cast("B") for buffer in buffers]
-        self.check_range(offset, sum(len(view) for view in views))
-        while views:
-            count = os.pwritev(self._fd, _head(views, WRITE_CHUNK), offset)
-            offset += count
-            views = _advance(views, count)
+        _native.pwritev_chunks(self._fd, buffers, offset, WRITE_CHUNK, self._size)
 
     def flush(self) -> None:
         os.fsync(self._fd)

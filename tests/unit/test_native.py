@@ -7,7 +7,9 @@ import ctypes
 import errno
 import mmap
 import os
+import resource
 from collections.abc import Callable, Iterator
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -482,3 +484,97 @@ def test_pwrite_chunks_raises_the_failed_calls_oserror(tmp_path: Path) -> None:
             _native.pwrite_chunks(fd, b"x", 0, 0)
     finally:
         os.close(fd)
+
+
+def segments_of(data: bytes, rng: np.random.Generator) -> list[memoryview]:
+    """``data`` cut at random points, each piece either a slice of one shared buffer (adjacent
+    to its neighbour in memory) or a copy of its own; some pieces empty."""
+    cuts = np.sort(rng.integers(0, len(data) + 1, size=rng.integers(0, 12)))
+    bounds = [0, *cuts.tolist(), len(data)]
+    shared = memoryview(bytearray(data))
+    return [
+        shared[a:b] if rng.random() < 0.6 else memoryview(bytearray(data[a:b]))
+        for a, b in pairwise(bounds)
+    ]
+
+
+def test_pwritev_chunks_matches_one_write_of_the_joined_segments_in_chunk_sized_calls(
+    tmp_path: Path,
+) -> None:
+    """Randomized: the bytes land as the segments joined would, in ceil(total / chunk) calls
+    whatever the segments' layout in memory."""
+    rng = np.random.default_rng(7)
+    path = tmp_path / "file"
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        for _ in range(300):
+            model = bytearray(os.urandom(512))
+            os.pwrite(fd, model, 0)
+            data = os.urandom(int(rng.integers(0, 300)))
+            offset, chunk = int(rng.integers(0, 200)), int(rng.integers(1, 90))
+            before = thread_write_calls()
+            _native.pwritev_chunks(fd, segments_of(data, rng), offset, chunk, 512)
+            assert thread_write_calls() - before == -(-len(data) // chunk)
+            model[offset : offset + len(data)] = data
+            assert os.pread(fd, 512, 0) == model
+    finally:
+        os.close(fd)
+
+
+def test_preadv_into_fills_the_segments_in_order_and_zeros_past_the_end_of_file(
+    tmp_path: Path,
+) -> None:
+    rng = np.random.default_rng(11)
+    path = tmp_path / "file"
+    content = os.urandom(400)
+    path.write_bytes(content)
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        for _ in range(300):
+            length, offset = int(rng.integers(0, 300)), int(rng.integers(0, 300))
+            segments = segments_of(b"?" * length, rng)
+            _native.preadv_into(fd, segments, offset, 1 << 20)
+            expected = content[offset : offset + length]
+            assert b"".join(segments) == expected + bytes(length - len(expected))
+    finally:
+        os.close(fd)
+
+
+def test_vectored_calls_refuse_a_range_past_end_before_any_io(tmp_path: Path) -> None:
+    path = tmp_path / "file"
+    path.write_bytes(bytes(16))
+    fd = os.open(path, os.O_RDWR)
+    try:
+        with pytest.raises(ValueError, match=r"range 8\+12 is outside the device \(16 bytes\)"):
+            _native.pwritev_chunks(fd, [b"x" * 4, b"y" * 8], 8, 4, 16)
+        into = bytearray(b"?" * 8)
+        with pytest.raises(ValueError, match="outside the device"):
+            _native.preadv_into(fd, [into], -1, 16)
+        with pytest.raises(ValueError, match="chunk must be positive"):
+            _native.pwritev_chunks(fd, [b"x"], 0, 0, 16)
+        with pytest.raises(BufferError):
+            _native.preadv_into(fd, [into, b"read-only"], 0, 16)
+    finally:
+        os.close(fd)
+    assert path.read_bytes() == bytes(16)
+    assert into == b"?" * 8
+
+
+def test_pwritev_chunks_carries_on_after_a_short_write_and_raises_the_error_that_stops_it(
+    tmp_path: Path,
+) -> None:
+    """RLIMIT_FSIZE cuts a write short at the limit, then fails the next with EFBIG (Python
+    ignores SIGXFSZ): everything before the limit lands, then OSError."""
+    path = tmp_path / "file"
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    data = os.urandom(3000)
+    try:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (1000, hard))
+        with pytest.raises(OSError, match="too large") as raised:
+            _native.pwritev_chunks(fd, [data[:700], data[700:]], 0, 2048, 1 << 20)
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+        os.close(fd)
+    assert raised.value.errno == errno.EFBIG
+    assert path.read_bytes() == data[:1000]

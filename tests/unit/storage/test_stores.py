@@ -6,14 +6,13 @@ import errno
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from itertools import pairwise
 from pathlib import Path
 
 import pytest
 
 from app.errors import DeviceClaimed
-from app.storage import file as file_module
 from app.storage.file import WRITE_CHUNK, FileStore
 from app.storage.memory import MemoryStore
 from tests.support.conformance import SIZE, BlockDeviceTests
@@ -38,29 +37,72 @@ class TestFileStore(BlockDeviceTests[FileStore]):
         assert device.allocated_bytes() < before
 
     def test_big_writes_reach_the_file_in_pieces_of_at_most_write_chunk(
-        self, device: FileStore, monkeypatch: pytest.MonkeyPatch
+        self, device: FileStore
     ) -> None:
         """No system call writes more than WRITE_CHUNK (the kernel sizes page-cache folios by
-        it), and the pieces land whole and in order, from one buffer or several."""
+        it), and the pieces land whole and in order, from one buffer or several: a piece
+        spans segments (one per segment would make 6 calls here, not 4)."""
         data = os.urandom(3 * WRITE_CHUNK + 4096)
         before = write_calls()
         device.write(8192, data)
         assert write_calls() - before == 4  # 3 whole chunks and the rest, each its own call
         assert device.read(8192, len(data)) == data
 
-        lengths: list[int] = []
-        real_pwritev = os.pwritev
-
-        def pwritev(fd: int, views: list[memoryview], offset: int) -> int:
-            lengths.append(sum(len(view) for view in views))
-            return real_pwritev(fd, views, offset)
-
-        monkeypatch.setattr(file_module.os, "pwritev", pwritev)
         cuts = [0, 5000, 5000 + WRITE_CHUNK + 1, 2 * WRITE_CHUNK + 7000, len(data)]
         reversed_data = data[::-1]
-        device.writev(0, [reversed_data[a:b] for a, b in pairwise(cuts)])
+        scattered = [reversed_data[a:b] for a, b in pairwise(cuts)]  # separate bytes objects
+        before = write_calls()
+        device.writev(0, scattered)
+        assert write_calls() - before == 4
         assert device.read(0, len(data)) == reversed_data
-        assert lengths == [WRITE_CHUNK] * 3 + [4096]
+
+        adjacent = [memoryview(data)[a:b] for a, b in pairwise(cuts)]  # slices of one buffer
+        before = write_calls()
+        device.writev(4096, adjacent)
+        assert write_calls() - before == 4
+        assert device.read(4096, len(data)) == data
+
+    def test_writev_joins_segments_adjacent_in_memory_into_one_iovec_entry(
+        self, device: FileStore
+    ) -> None:
+        """Crypt's outputs are slices of one buffer: 2048 of them are one entry, one call;
+        2048 scattered ones pass IOV_MAX (1024 entries) and take two."""
+        data = os.urandom(2 * 2048 * 16)
+        adjacent = [memoryview(data)[i : i + 16] for i in range(0, 2048 * 16, 16)]
+        scattered = [memoryview(data)[i : i + 16] for i in range(0, len(data), 32)]
+        before = write_calls()
+        device.writev(0, adjacent)
+        assert write_calls() - before == 1
+        assert device.read(0, 2048 * 16) == data[: 2048 * 16]
+        before = write_calls()
+        device.writev(0, scattered)
+        assert write_calls() - before == 2
+        assert device.read(0, 2048 * 16) == b"".join(scattered)
+
+    def test_readv_into_is_one_read_for_adjacent_segments_and_iov_max_per_call(
+        self, device: FileStore
+    ) -> None:
+        data = os.urandom(2048 * 16)
+        device.write(0, data)
+        into = bytearray(2 * len(data))
+        adjacent = [memoryview(into)[i : i + 16] for i in range(0, len(data), 16)]
+        assert reads_by(lambda: device.readv_into(0, adjacent)) == 1
+        assert into[: len(data)] == data
+        into = bytearray(2 * len(data))
+        scattered = [memoryview(into)[i : i + 16] for i in range(0, len(into), 32)]
+        assert reads_by(lambda: device.readv_into(0, scattered)) == 2
+        assert b"".join(scattered) == data
+
+    def test_vectored_io_beyond_the_end_says_so_and_touches_nothing(
+        self, device: FileStore
+    ) -> None:
+        with pytest.raises(ValueError, match=rf"range {SIZE - 512}\+1024 is outside the device"):
+            device.writev(SIZE - 512, [b"x" * 512, b"y" * 512])
+        assert device.read(SIZE - 512, 512) == bytes(512)
+        into = bytearray(b"?" * 1024)
+        with pytest.raises(ValueError, match="outside the device"):
+            device.readv_into(SIZE, [memoryview(into)[:512], memoryview(into)[512:]])
+        assert into == b"?" * 1024
 
     def test_a_failed_write_raises_oserror(self, device: FileStore) -> None:
         read_only = os.open(device.path, os.O_RDONLY)
@@ -69,14 +111,37 @@ class TestFileStore(BlockDeviceTests[FileStore]):
         with pytest.raises(OSError, match="Bad file descriptor") as raised:
             device.write(0, b"x" * 4096)
         assert raised.value.errno == errno.EBADF
+        with pytest.raises(OSError, match="Bad file descriptor") as raised:
+            device.writev(0, [b"x" * 4096, b"y" * 4096])
+        assert raised.value.errno == errno.EBADF
+
+    def test_a_failed_read_raises_oserror(self, device: FileStore) -> None:
+        write_only = os.open(device.path, os.O_WRONLY)
+        os.dup2(write_only, device._fd)
+        os.close(write_only)
+        with pytest.raises(OSError, match="Bad file descriptor") as raised:
+            device.readv_into(0, [memoryview(bytearray(512)), memoryview(bytearray(512))])
+        assert raised.value.errno == errno.EBADF
 
 
 def write_calls() -> int:
     """Write system calls this thread has made (the kernel's I/O accounting)."""
+    return thread_io("syscw")
+
+
+def reads_by(action: Callable[[], object]) -> int:
+    """Read system calls ``action`` makes, less those reading the count itself takes."""
+    first = thread_io("syscr")
+    second = thread_io("syscr")
+    action()
+    return thread_io("syscr") - 2 * second + first
+
+
+def thread_io(field: str) -> int:
     for line in Path("/proc/thread-self/io").read_text().splitlines():
-        if line.startswith("syscw:"):
+        if line.startswith(f"{field}:"):
             return int(line.split()[1])
-    raise AssertionError("no syscw in /proc/thread-self/io")
+    raise AssertionError(f"no {field} in /proc/thread-self/io")
 
 
 class TestFileStoreClaim:
