@@ -28,6 +28,17 @@ def xts_plain64(
 def cbc_encrypt(dst: _Bytes, src: _Bytes, ivs: _Bytes, key: Buffer, unit_bytes: int, /) -> None: ...
 def cbc_decrypt(dst: _Bytes, src: _Bytes, ivs: _Bytes, key: Buffer, unit_bytes: int, /) -> None: ...
 def essiv(dst: _Bytes, sectors: _Bytes, salt: Buffer, /) -> None: ...
+def cbc_essiv(
+    dst: _Bytes,
+    src: _Bytes,
+    iv_sector: int,
+    iv_step: int,
+    key: Buffer,
+    salt: Buffer,
+    unit_bytes: int,
+    encrypt: bool,
+    /,
+) -> None: ...
 def pwrite_chunks(fd: int, src: _Bytes, offset: int, chunk: int, /) -> None: ...
 def pwritev_chunks(
     fd: int, buffers: Sequence[Buffer], offset: int, chunk: int, end: int, /

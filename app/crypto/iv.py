@@ -186,12 +186,19 @@ class EssivIv(IvGenerator):
         plain = self._plain64.generate(iv_sector)
         return self._salt_ciphers[key_index].update(plain)
 
+    def aes_salt(self, key_index: int = 0) -> bytearray | None:
+        """Tfm ``key_index``'s salt where the IVs are AES under it (an AES key's size), else
+        None; the salt itself, so ``wipe`` zeroes what callers hold."""
+        salt = self._salts[key_index]
+        return salt if self.spec.cipher == "aes" and len(salt) in (16, 24, 32) else None
+
     def generate_many(self, iv_sectors: U64, key_index: int = 0) -> U8:
-        if self.spec.cipher == "aes" and len(self._salts[key_index]) in (16, 24, 32):
+        salt = self.aes_salt(key_index)
+        if salt is not None:
             # One native pass instead of numpy's plain64 blocks and a copy each side of ECB.
             out = np.empty((len(iv_sectors), self.iv_size), dtype=np.uint8)
             sectors = np.ascontiguousarray(iv_sectors, dtype=np.uint64)
-            _native.essiv(out, sectors, self._salts[key_index])
+            _native.essiv(out, sectors, salt)
             return out
         plain = self._plain64.generate_many(iv_sectors)
         sealed = self._salt_ciphers[key_index].update(plain.tobytes())

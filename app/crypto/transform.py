@@ -12,7 +12,8 @@ request around a few OpenSSL ECB calls per chunk (ADR 0001): XTS whitening in
 one C pass per direction (``app/_native.c``, GIL released), AES-XTS and AES-CBC in one
 native call on the CPU's AES instructions (CBC in parallel lanes of data units; other
 ciphers, or a CPU without AES instructions: ECB plus numpy, CBC encryption one block
-column of all units at a time), CTR counters built with numpy.
+column of all units at a time), CTR counters built with numpy. aes-xts-plain64 and
+aes-cbc-essiv with one key make their IVs in that native call: one call per request.
 
 XTS with equal key halves, and XTS with 2x192-bit keys, are accepted like the
 kernel outside FIPS mode; OpenSSL refuses both, so those keys go through the
@@ -33,7 +34,7 @@ from typing_extensions import Buffer, Unpack
 
 from app import _native
 from app.crypto import _ciphers
-from app.crypto.iv import IvGenerator, make_iv_generator
+from app.crypto.iv import EssivIv, IvGenerator, make_iv_generator
 from app.crypto.keys import KeyMaterial, zero
 from app.crypto.spec import CipherSpec
 from app.errors import CipherSpecError, KeyNotSet
@@ -310,6 +311,12 @@ class BulkTransform(CryptTransform):
             and spec.ivmode == "plain64"
             and spec.keycount == 1
         )
+        # aes-cbc-essiv (LUKS1's default): the ESSIV IVs made inside the native CBC call.
+        self._cbc_essiv_salt = (
+            self._ivgen.aes_salt()
+            if self._aes_cbc and isinstance(self._ivgen, EssivIv) and spec.keycount == 1
+            else None
+        )
 
     def wipe(self) -> None:
         self._reference.wipe()
@@ -382,7 +389,7 @@ class BulkTransform(CryptTransform):
     def _convert_into(
         self, view: memoryview, sector: int, encrypt: bool, target: memoryview
     ) -> None:
-        if self._xts_plain64 and self._native_xts(view, sector, encrypt, target):
+        if self._one_call(view, sector, encrypt, target):
             return
         units = len(view) // self.sector_size
         if self._prefers_reference(units, encrypt):
@@ -390,11 +397,13 @@ class BulkTransform(CryptTransform):
             return
         self._bulk(view, sector, encrypt, np.frombuffer(target, dtype=np.uint8))
 
-    def _native_xts(
-        self, view: memoryview, sector: int, encrypt: bool, target: Buffer | U8
-    ) -> bool:
-        """aes-xts-plain64 in one native call; False where the IV sectors would wrap
-        differently from consecutive steps (iv_large_sectors at the top of sector_t)."""
+    def _one_call(self, view: memoryview, sector: int, encrypt: bool, target: Buffer | U8) -> bool:
+        """aes-xts-plain64, or aes-cbc-essiv on a lane path, in one native call that makes the
+        IVs; False for other specs, or where the IV sectors would wrap differently from
+        consecutive steps (iv_large_sectors at the top of sector_t)."""
+        salt = self._cbc_essiv_salt
+        if not self._xts_plain64 and (salt is None or not self._cbc_lanes()):
+            return False
         size = self.sector_size
         step = size >> SECTOR_SHIFT
         first = (sector + self.iv_offset) & _MASK64  # _cc_sector(sector, 0)
@@ -402,11 +411,14 @@ class BulkTransform(CryptTransform):
             if first + (len(view) >> SECTOR_SHIFT) > _MASK64:
                 return False
             first, step = first >> self.sector_shift, 1
-        _native.xts_plain64(target, view, first, step, self._subkeys[0], size, encrypt)
+        if salt is None:
+            _native.xts_plain64(target, view, first, step, self._subkeys[0], size, encrypt)
+        else:
+            _native.cbc_essiv(target, view, first, step, self._subkeys[0], salt, size, encrypt)
         return True
 
     def _bulk(self, view: memoryview, sector: int, encrypt: bool, flat_out: U8) -> None:
-        if self._xts_plain64 and self._native_xts(view, sector, encrypt, flat_out):
+        if self._one_call(view, sector, encrypt, flat_out):
             return
         size = self.sector_size
         units = len(view) // size

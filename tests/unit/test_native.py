@@ -421,6 +421,96 @@ def test_xts_plain64_refuses_a_bad_key_or_unit_size() -> None:
     assert out == bytes(1024)
 
 
+def essiv_ivs_by_pyca(salt: bytes, first: int, step: int, units: int) -> bytes:
+    """dm-crypt's essiv IVs: AES under the salt of each zero-padded le64 sector."""
+    plain = b"".join(
+        ((first + unit * step) % 2**64).to_bytes(8, "little") + bytes(8) for unit in range(units)
+    )
+    encryptor = Cipher(algorithms.AES(salt), modes.ECB()).encryptor()
+    return encryptor.update(plain) + encryptor.finalize()
+
+
+@pytest.mark.parametrize(("key_bytes", "salt_bytes"), [(16, 16), (24, 32), (32, 32), (32, 24)])
+@pytest.mark.parametrize(
+    ("unit_bytes", "units", "first", "step"),
+    [
+        (512, 1, 0, 1),
+        (512, 7, 12345, 1),
+        (512, 37, 2**64 - 3, 1),
+        (512, 256, 99, 1),
+        (512, 600, 2**64 - 300, 1),
+        (4096, 9, 2**64 - 16, 8),
+        (4096, 5, 77, 1),
+        (48, 17, 5, 1),
+        (272, 37, 3, 2),
+    ],
+)
+@pytest.mark.parametrize("in_place", [False, True], ids=["out-of-place", "in-place"])
+@pytest.mark.parametrize("encrypt", [True, False], ids=["encrypt", "decrypt"])
+def test_cbc_essiv_equals_pyca_cbc_with_essiv_ivs_unit_by_unit(
+    lane_path: str,
+    key_bytes: int,
+    salt_bytes: int,
+    unit_bytes: int,
+    units: int,
+    first: int,
+    step: int,
+    in_place: bool,
+    encrypt: bool,
+) -> None:
+    """Unit counts short of one 8-block IV step (1, 7), of a group of lanes, exactly one
+    256-unit chunk of IVs and across chunks (600); sectors that wrap at 2^64 like sector_t;
+    steps of 8 (4096-byte units, 512-byte sectors) and 2; AES-192 salts."""
+    data, key, salt = os.urandom(units * unit_bytes), os.urandom(key_bytes), os.urandom(salt_bytes)
+    out = bytearray(data) if in_place else bytearray(len(data))
+    _native.cbc_essiv(out, out if in_place else data, first, step, key, salt, unit_bytes, encrypt)
+    ivs = essiv_ivs_by_pyca(salt, first, step, units)
+    assert bytes(out) == cbc_by_pyca(data, ivs, key, unit_bytes, encrypt)
+
+
+@pytest.mark.parametrize("offset", [1, 8, 17])
+@pytest.mark.parametrize("encrypt", [True, False], ids=["encrypt", "decrypt"])
+def test_cbc_essiv_reads_and_writes_misaligned_buffers(
+    lane_path: str, offset: int, encrypt: bool
+) -> None:
+    data, key, salt = os.urandom(19 * 512), os.urandom(32), os.urandom(32)
+    out = misaligned(bytes(len(data)), offset)
+    _native.cbc_essiv(out, misaligned(data, 64 - offset), 8, 1, key, salt, 512, encrypt)
+    ivs = essiv_ivs_by_pyca(salt, 8, 1, 19)
+    assert bytes(out) == cbc_by_pyca(data, ivs, key, 512, encrypt)
+
+
+@pytest.mark.parametrize("encrypt", [True, False], ids=["encrypt", "decrypt"])
+def test_cbc_essiv_refuses_the_openssl_path(encrypt: bool) -> None:
+    before = _native.path()
+    out = bytearray(512)
+    _native.set_path("openssl")
+    try:
+        with pytest.raises(RuntimeError, match="current path is openssl"):
+            _native.cbc_essiv(out, bytes(512), 0, 1, bytes(32), bytes(32), 512, encrypt)
+    finally:
+        _native.set_path(before)
+    assert out == bytes(512)
+
+
+@pytest.mark.parametrize(
+    ("size", "key", "salt", "unit_bytes", "message"),
+    [
+        (512, 20, 32, 512, "key must be 16, 24 or 32 bytes"),
+        (512, 32, 20, 512, "salt must be 16, 24 or 32 bytes"),
+        (512, 32, 32, 24, "positive multiple of 16"),
+        (768, 32, 32, 512, "same whole number of units"),
+    ],
+)
+def test_cbc_essiv_refuses_inconsistent_arguments(
+    size: int, key: int, salt: int, unit_bytes: int, message: str
+) -> None:
+    out = bytearray(size)
+    with pytest.raises(ValueError, match=message):
+        _native.cbc_essiv(out, bytes(size), 0, 1, bytes(key), bytes(salt), unit_bytes, True)
+    assert out == bytes(size)
+
+
 @pytest.mark.parametrize("salt_bytes", [16, 24, 32])
 @pytest.mark.parametrize("units", [0, 1, 37])
 def test_essiv_is_aes_ecb_of_le64_sectors_by_pyca(salt_bytes: int, units: int) -> None:

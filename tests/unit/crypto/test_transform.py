@@ -12,6 +12,7 @@ from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from app import _native
 from app.crypto.keys import KeyMaterial
 from app.crypto.spec import parse_cipher_spec
 from app.crypto.transform import BulkTransform, ReferenceTransform, make_transform
@@ -156,6 +157,65 @@ def test_xts_plain64_into_wraps_at_the_top_of_sector_t_like_reference(large):
     out = bytearray(len(data))
     bulk.encrypt_into(data, 0, out)
     assert out == reference.encrypt(data, 0)
+
+
+@settings(FAST, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(
+    geometries(
+        [
+            "aes-cbc-essiv:sha256",
+            "capi:cbc(aes)-essiv:sha256",
+            "aes-cbc-essiv:md5",
+            "aes:2-cbc-essiv:sha256",
+        ]
+    ),
+    st.integers(0, 2**32),
+)
+def test_cbc_essiv_into_equals_reference_for_any_geometry(aes_path, case, seed):
+    """encrypt_into/decrypt_into take the one-call native path with one key on a lane path,
+    and the chunked route otherwise (keycount 2, the openssl path)."""
+    spec, key, sector_size, iv_offset, large, sector, units = case
+    reference, bulk = _pair(spec, key, sector_size, iv_offset, large)
+    data = random.Random(seed).randbytes(units * sector_size)
+    ciphertext = reference.encrypt(data, sector)
+    out = bytearray(len(data))
+    bulk.encrypt_into(data, sector, out)
+    assert out == ciphertext
+    back = bytearray(len(data))
+    bulk.decrypt_into(ciphertext, sector, back)
+    assert back == data
+
+
+@pytest.mark.parametrize("large", [False, True])
+@pytest.mark.parametrize("encrypt", [True, False])
+def test_cbc_essiv_wraps_at_the_top_of_sector_t_like_reference(aes_path, large, encrypt):
+    spec, key = parse_cipher_spec("aes-cbc-essiv:sha256"), KeyMaterial(os.urandom(32))
+    reference, bulk = _pair(spec, key, 4096, 2**64 - 8, large)
+    data = os.urandom(3 * 4096)
+    out = bytearray(len(data))
+    (bulk.encrypt_into if encrypt else bulk.decrypt_into)(data, 0, out)
+    assert out == (reference.encrypt if encrypt else reference.decrypt)(data, 0)
+
+
+@pytest.mark.parametrize("encrypt", [True, False])
+def test_cbc_essiv_is_one_native_call_per_request_on_a_lane_path(lane_path, monkeypatch, encrypt):
+    """No separate IV pass and no per-chunk call: the chunked route's natives are not reached,
+    even for a request of several 2 MiB chunks."""
+    spec, key = parse_cipher_spec("aes-cbc-essiv:sha256"), KeyMaterial(os.urandom(32))
+    reference = ReferenceTransform(spec, key)
+    bulk = BulkTransform(spec, key)
+    data = os.urandom(5 << 20)
+    expected = (reference.encrypt if encrypt else reference.decrypt)(data, 8)
+    calls = []
+    real = _native.cbc_essiv
+    monkeypatch.setattr(_native, "cbc_essiv", lambda *args: calls.append(1) or real(*args))
+    for name in ("essiv", "cbc_encrypt", "cbc_decrypt"):
+        monkeypatch.setattr(_native, name, None)
+    out = bytearray(len(data))
+    (bulk.encrypt_into if encrypt else bulk.decrypt_into)(data, 8, out)
+    assert out == expected
+    assert (bulk.encrypt if encrypt else bulk.decrypt)(data, 8) == expected
+    assert len(calls) == 2
 
 
 # -- independent per-unit models (cryptography's own XTS / CBC, no app code) -----------
