@@ -1362,6 +1362,20 @@ static PyObject *native_cbc_essiv(PyObject *module, PyObject *args)
     return result;
 }
 
+/* After a transfer loop ran without the GIL: 1 to retry (EINTR, once signal handlers have
+ * run), -1 with OSError set (or a handler's exception), 0 when done. */
+static int after_transfer(int error)
+{
+    if (error == EINTR)
+        return PyErr_CheckSignals() < 0 ? -1 : 1;
+    if (error) {
+        errno = error;
+        PyErr_SetFromErrno(PyExc_OSError);
+        return -1;
+    }
+    return 0;
+}
+
 PyDoc_STRVAR(pwrite_chunks_doc,
              "pwrite_chunks(fd, src, offset, chunk)\n--\n\n"
              "Write all of src to fd at offset, at most chunk bytes per pwrite(2), retrying short\n"
@@ -1396,16 +1410,11 @@ static PyObject *native_pwrite_chunks(PyObject *module, PyObject *args)
             written += count;
         }
         Py_END_ALLOW_THREADS
-        if (error == EINTR) {
-            if (PyErr_CheckSignals() < 0)
-                goto done;
-            continue;
-        }
-        if (error) {
-            errno = error;
-            PyErr_SetFromErrno(PyExc_OSError);
+        int next = after_transfer(error);
+        if (next < 0)
             goto done;
-        }
+        if (next)
+            continue;
     }
     result = Py_NewRef(Py_None);
 done:
@@ -1546,16 +1555,11 @@ static PyObject *vector_call(int fd, PyObject *buffers, long long offset, long l
             error = 0;
         }
         Py_END_ALLOW_THREADS
-        if (error == EINTR) {
-            if (PyErr_CheckSignals() < 0)
-                goto done;
-            continue;
-        }
-        if (error) {
-            errno = error;
-            PyErr_SetFromErrno(PyExc_OSError);
+        int next = after_transfer(error);
+        if (next < 0)
             goto done;
-        }
+        if (next)
+            continue;
     }
     result = Py_NewRef(Py_None);
 done:

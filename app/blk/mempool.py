@@ -9,7 +9,6 @@ malloc's large blocks, which start 16 bytes past a page.
 from __future__ import annotations
 
 import threading
-from types import TracebackType
 
 import numpy as np
 import numpy.typing as npt
@@ -91,10 +90,5 @@ class _Borrowed:
         buffer = self._buffer = take(self._size)
         return buffer.data[: self._size]
 
-    def __exit__(
-        self,
-        kind: type[BaseException] | None,
-        error: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *_: object) -> None:
         give(self._buffer)

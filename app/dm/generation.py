@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from types import TracebackType
 
 from app.errors import PreconditionFailed
 
@@ -81,12 +80,7 @@ class _Writing:
         self._generation._start()
         return self._made
 
-    def __exit__(
-        self,
-        kind: type[BaseException] | None,
-        error: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *_: object) -> None:
         self._made.append(self._generation._end())
 
 
@@ -111,11 +105,6 @@ class _Conditional:
             generation._conditional.release()
             raise PreconditionFailed("If-Match does not match the volume's current ETag")
 
-    def __exit__(
-        self,
-        kind: type[BaseException] | None,
-        error: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *_: object) -> None:
         if self._precondition is not None:
             self._generation._conditional.release()

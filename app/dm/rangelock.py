@@ -8,7 +8,6 @@ read and the write (Ceph RBD's rule for unaligned writes).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from types import TracebackType
 
 from app.blk.wait import WaitQueue, WouldBlock
 
@@ -64,10 +63,5 @@ class _Hold:
     def __enter__(self) -> None:
         self._lock._take(self._entries, self._wait)
 
-    def __exit__(
-        self,
-        kind: type[BaseException] | None,
-        error: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *_: object) -> None:
         self._lock._give_back(self._entries)

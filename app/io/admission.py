@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterable, AsyncIterator, Callable
-from types import TracebackType
 from typing import Protocol, TypeVar
 
 from app.errors import Unavailable
@@ -101,10 +100,5 @@ class _Slot:
     def __enter__(self) -> None:
         self._admission.enter(self._volume)
 
-    def __exit__(
-        self,
-        kind: type[BaseException] | None,
-        error: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *_: object) -> None:
         self._admission.leave(self._volume)
