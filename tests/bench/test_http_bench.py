@@ -332,6 +332,8 @@ def test_http_writes_against_qemu_img_encrypting_into_luks(tmp_path: Path) -> No
     ceiling: list[float] = []
     ceiling_cpu: list[float] = []
     cores: dict[str, list[float]] = {name: [] for name in [*PEERS, "null"]}
+    waits: dict[str, list[float]] = {name: [] for name in [*PEERS, "null"]}
+    """The share of each run the server's loop waited for its core (``runqueue_seconds``)."""
     try:
         with httpx.Client(
             base_url=server.base, headers={"Authorization": f"Bearer {ADMIN_TOKEN}"}
@@ -343,22 +345,25 @@ def test_http_writes_against_qemu_img_encrypting_into_luks(tmp_path: Path) -> No
                 client.post("/v1/volumes", json={"name": f"v{index}", "table": table})
                 prefill(client, f"/v1/volumes/v{index}/data")
         assert server.process is not None
+        pid = server.process.pid
         for _ in range(PEER_ROUNDS):
             for index, name in enumerate(PEERS):
                 convert = qemu_img_convert(source, images[name])
                 unlock = qemu_img_convert(small, images[name])
                 qemu[name].append((SIZE - MIB) / (convert[0] - unlock[0]) / 1e6)
                 qemu_cpu[name].append((convert[1] - unlock[1]) / (SIZE // MIB - 1) * 1e3)
-                before = cpu_seconds(server.process.pid)
+                before, waited = cpu_seconds(pid), runqueue_seconds(pid)
                 run = Wrk(f"{server.base}/v1/volumes/v{index}/data", "PUT", MIB, "seq", 4)
-                after = cpu_seconds(server.process.pid)
+                after = cpu_seconds(pid)
+                waits[name].append((runqueue_seconds(pid) - waited) / DURATION_S)
                 reqcrypt[name].append(run.rate * MIB / 1e6)
                 server_cpu = sum(after) - sum(before)
                 reqcrypt_cpu[name].append(server_cpu / (run.rate * DURATION_S) * 1e3)
                 cores[name].append(run.client_cores)
-            before = cpu_seconds(server.process.pid)
+            before, waited = cpu_seconds(pid), runqueue_seconds(pid)
             run = Wrk(f"{server.base}/v1/null/data", "PUT", MIB, "seq", 4)
-            after = cpu_seconds(server.process.pid)
+            after = cpu_seconds(pid)
+            waits["null"].append((runqueue_seconds(pid) - waited) / DURATION_S)
             ceiling.append(run.rate * MIB / 1e6)
             ceiling_cpu.append((sum(after) - sum(before)) / (run.rate * DURATION_S) * 1e3)
             cores["null"].append(run.client_cores)
@@ -390,5 +395,7 @@ def test_http_writes_against_qemu_img_encrypting_into_luks(tmp_path: Path) -> No
         f"(at most {max(cores['null']):.2f})"
     )
     for warning in busy_clients(cores):
+        print(warning)
+    for warning in crowded_loops(waits):
         print(warning)
     assert misses == []
