@@ -27,6 +27,9 @@ CLIENT_CORE = CORES[-1]
 CLIENT_BUSY = 0.8
 """Client CPU per second of its run past which the run is flagged: a saturated client (1.0
 for wrk -t1 or one fio job) bounds the rate, not the server."""
+LOOP_CROWDED = 0.1
+"""Share of a run the server's event loop spent runnable but waiting for its core past which
+the run is flagged: other processes on the core, not the server, set its latency then."""
 
 
 def cpu_seconds(pid: int) -> tuple[float, float]:
@@ -43,6 +46,13 @@ def cpu_seconds(pid: int) -> tuple[float, float]:
         else:
             others += seconds
     return main, others
+
+
+def runqueue_seconds(pid: int) -> float:
+    """Seconds the main thread (the event loop) of ``pid`` has been runnable but not running
+    (``/proc/<pid>/task/<pid>/schedstat``): a stalled request with this growing is the
+    machine's, not a wait on the network."""
+    return int(Path(f"/proc/{pid}/task/{pid}/schedstat").read_text().split()[1]) / 1e9
 
 
 def pin(pid: int, core: int = SERVER_CORE) -> None:
@@ -104,4 +114,15 @@ def busy_clients(cores: dict[str, list[float]]) -> list[str]:
         "the figure may be the client's"
         for name, values in cores.items()
         if values and max(values) >= CLIENT_BUSY
+    ]
+
+
+def crowded_loops(waits: dict[str, list[float]]) -> list[str]:
+    """Warnings for the figures whose server loop waited for its core (``runqueue_seconds``
+    per second of run) past ``LOOP_CROWDED`` in some round."""
+    return [
+        f"WARNING: {name}: the server's loop waited for its core up to {max(values):.0%} of "
+        "the run; the figure may be the machine's load"
+        for name, values in waits.items()
+        if values and max(values) >= LOOP_CROWDED
     ]

@@ -29,7 +29,15 @@ import httpx
 import pytest
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 
-from tests.bench.cores import SERVER_CORE, busy_clients, cpu_seconds, pin, run_client
+from tests.bench.cores import (
+    SERVER_CORE,
+    busy_clients,
+    cpu_seconds,
+    crowded_loops,
+    pin,
+    run_client,
+    runqueue_seconds,
+)
 from tests.support.app import ADMIN_TOKEN
 from tests.support.servers import Server
 
@@ -104,11 +112,14 @@ class Cell:
         self.loop_ms: list[float] = []
         self.workers_ms: list[float] = []
         self.client_cores: list[float] = []
+        self.loop_waits: list[float] = []
+        """The share of each run the server's loop waited for its core (``runqueue_seconds``)."""
 
     def measure(self, pid: int, url: str, method: str, size: int, pattern: str, conns: int) -> None:
-        before = cpu_seconds(pid)
+        before, waited = cpu_seconds(pid), runqueue_seconds(pid)
         run = Wrk(url, method, size, pattern, conns)
         after = cpu_seconds(pid)
+        self.loop_waits.append((runqueue_seconds(pid) - waited) / DURATION_S)
         requests = run.rate * DURATION_S
         self.rates.append(run.rate)
         self.client_cores.append(run.client_cores)
@@ -189,7 +200,7 @@ def test_http_data_path_against_the_http_ceiling(tmp_path: Path) -> None:
     print(
         f"{'workload':18} {'target':11} {'ops/s':>9} {'MB/s':>8} {'vs ceiling':>16} "
         f"{'loop ms/op':>10} {'workers ms/op':>13} {'µs/IO':>8} {'ms/MiB':>7} "
-        f"{'wrk cores (max)':>15}"
+        f"{'wrk cores (max)':>15} {'loop waited':>11}"
     )
     misses, checks = [], []
     for (workload, target), cell in cells.items():
@@ -205,7 +216,8 @@ def test_http_data_path_against_the_http_ceiling(tmp_path: Path) -> None:
             f"{median(ratios):6.0%} ({ratios[0]:.0%}-{ratios[-1]:.0%}) "
             f"{median(cell.loop_ms):10.3f} {median(cell.workers_ms):13.3f} "
             f"{per_io_ms * 1e3:8.0f} {per_io_ms * MIB / size:7.2f} "
-            f"{median(cell.client_cores):8.2f} ({max(cell.client_cores):.2f})"
+            f"{median(cell.client_cores):8.2f} ({max(cell.client_cores):.2f}) "
+            f"{median(cell.loop_waits):11.0%}"
         )
         if target == "xts" and bounded:
             null = cells[(workload, "null")]
@@ -228,6 +240,10 @@ def test_http_data_path_against_the_http_ceiling(tmp_path: Path) -> None:
     print("\n".join(checks))
     for warning in busy_clients(
         {f"{workload} on {target}": cell.client_cores for (workload, target), cell in cells.items()}
+    ):
+        print(warning)
+    for warning in crowded_loops(
+        {f"{workload} on {target}": cell.loop_waits for (workload, target), cell in cells.items()}
     ):
         print(warning)
     assert misses == []
@@ -316,6 +332,8 @@ def test_http_writes_against_qemu_img_encrypting_into_luks(tmp_path: Path) -> No
     ceiling: list[float] = []
     ceiling_cpu: list[float] = []
     cores: dict[str, list[float]] = {name: [] for name in [*PEERS, "null"]}
+    waits: dict[str, list[float]] = {name: [] for name in [*PEERS, "null"]}
+    """The share of each run the server's loop waited for its core (``runqueue_seconds``)."""
     try:
         with httpx.Client(
             base_url=server.base, headers={"Authorization": f"Bearer {ADMIN_TOKEN}"}
@@ -327,22 +345,25 @@ def test_http_writes_against_qemu_img_encrypting_into_luks(tmp_path: Path) -> No
                 client.post("/v1/volumes", json={"name": f"v{index}", "table": table})
                 prefill(client, f"/v1/volumes/v{index}/data")
         assert server.process is not None
+        pid = server.process.pid
         for _ in range(PEER_ROUNDS):
             for index, name in enumerate(PEERS):
                 convert = qemu_img_convert(source, images[name])
                 unlock = qemu_img_convert(small, images[name])
                 qemu[name].append((SIZE - MIB) / (convert[0] - unlock[0]) / 1e6)
                 qemu_cpu[name].append((convert[1] - unlock[1]) / (SIZE // MIB - 1) * 1e3)
-                before = cpu_seconds(server.process.pid)
+                before, waited = cpu_seconds(pid), runqueue_seconds(pid)
                 run = Wrk(f"{server.base}/v1/volumes/v{index}/data", "PUT", MIB, "seq", 4)
-                after = cpu_seconds(server.process.pid)
+                after = cpu_seconds(pid)
+                waits[name].append((runqueue_seconds(pid) - waited) / DURATION_S)
                 reqcrypt[name].append(run.rate * MIB / 1e6)
                 server_cpu = sum(after) - sum(before)
                 reqcrypt_cpu[name].append(server_cpu / (run.rate * DURATION_S) * 1e3)
                 cores[name].append(run.client_cores)
-            before = cpu_seconds(server.process.pid)
+            before, waited = cpu_seconds(pid), runqueue_seconds(pid)
             run = Wrk(f"{server.base}/v1/null/data", "PUT", MIB, "seq", 4)
-            after = cpu_seconds(server.process.pid)
+            after = cpu_seconds(pid)
+            waits["null"].append((runqueue_seconds(pid) - waited) / DURATION_S)
             ceiling.append(run.rate * MIB / 1e6)
             ceiling_cpu.append((sum(after) - sum(before)) / (run.rate * DURATION_S) * 1e3)
             cores["null"].append(run.client_cores)
@@ -374,5 +395,7 @@ def test_http_writes_against_qemu_img_encrypting_into_luks(tmp_path: Path) -> No
         f"(at most {max(cores['null']):.2f})"
     )
     for warning in busy_clients(cores):
+        print(warning)
+    for warning in crowded_loops(waits):
         print(warning)
     assert misses == []
