@@ -7,6 +7,7 @@ ceph-mon, ceph-osd, ceph-common, librbd1 and librados2); nothing skips.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import ctypes.util
 import os
@@ -175,6 +176,7 @@ class Cluster:
         """The OSD stopped (SIGSTOP): ops sent to it wait, without failing, until it resumes."""
         (osd,) = [process for process in self.processes if process.args[0] == "ceph-osd"]
         osd.send_signal(signal.SIGSTOP)
+        _wait_stopped(osd.pid)
         try:
             yield
         finally:
@@ -191,6 +193,22 @@ class Cluster:
         data = out.read_bytes()
         out.unlink()
         return data
+
+
+def _wait_stopped(pid: int, timeout: float = 10) -> None:
+    """kill(2) returns before every thread of the process has stopped; an op sent meanwhile
+    could still be served. Wait until each thread is in the stopped state."""
+    deadline = time.monotonic() + timeout
+    tasks = Path(f"/proc/{pid}/task")
+    while time.monotonic() < deadline:
+        states = []
+        for task in tasks.iterdir():
+            with contextlib.suppress(FileNotFoundError):
+                states.append((task / "stat").read_text().rsplit(")", 1)[1].split()[0])
+        if states and all(state in "tT" for state in states):
+            return
+        time.sleep(0.001)
+    raise TimeoutError(f"process {pid} did not stop")
 
 
 def start(root: Path) -> Cluster:
