@@ -25,11 +25,10 @@
  * cbc_essiv: either of them with dm-crypt's essiv IVs made in C chunk by chunk, one call per
  * request instead of an IV pass through OpenSSL and Python per 2 MiB chunk.
  *
- * pwrite_chunks: a file write cut into pieces of a given size, one pwrite each, all under
- * one release of the GIL instead of one GIL round trip (and Python slice) per piece.
- * pwritev_chunks, preadv_into: the same for a request's segments, neighbours in memory
- * merged into one iovec entry (crypt's outputs are slices of one buffer), instead of
- * Python building and advancing iovec lists around each os.pwritev/os.preadv.
+ * pwritev_chunks, preadv_into: a request's segments written in pieces of a given size (or
+ * read) under one release of the GIL, neighbours in memory merged into one iovec entry
+ * (crypt's outputs are slices of one buffer), instead of Python building and advancing
+ * iovec lists, and one GIL round trip per piece, around each os.pwritev/os.preadv.
  *
  * Below RELEASE_BYTES the work keeps the GIL. Releasing it costs more than it
  * frees when the work takes a few microseconds: the event loop takes the GIL at
@@ -1376,52 +1375,6 @@ static int after_transfer(int error)
     return 0;
 }
 
-PyDoc_STRVAR(pwrite_chunks_doc,
-             "pwrite_chunks(fd, src, offset, chunk)\n--\n\n"
-             "Write all of src to fd at offset, at most chunk bytes per pwrite(2), retrying short\n"
-             "writes and EINTR (after running signal handlers, as os.pwrite does); OSError on a\n"
-             "failed write. The GIL is released for the whole loop.");
-
-static PyObject *native_pwrite_chunks(PyObject *module, PyObject *args)
-{
-    int fd;
-    Py_buffer src;
-    long long offset;
-    Py_ssize_t chunk;
-    if (!PyArg_ParseTuple(args, "iy*Ln:pwrite_chunks", &fd, &src, &offset, &chunk))
-        return NULL;
-    PyObject *result = NULL;
-    if (chunk <= 0 || offset < 0) {
-        PyErr_SetString(PyExc_ValueError, "chunk must be positive and offset not negative");
-        goto done;
-    }
-    const char *buf = src.buf;
-    Py_ssize_t written = 0;
-    while (written < src.len) {
-        int error = 0;
-        Py_BEGIN_ALLOW_THREADS
-        while (written < src.len) {
-            Py_ssize_t size = src.len - written < chunk ? src.len - written : chunk;
-            ssize_t count = pwrite(fd, buf + written, (size_t)size, (off_t)(offset + written));
-            if (count <= 0) {
-                error = count < 0 ? errno : EIO;
-                break;
-            }
-            written += count;
-        }
-        Py_END_ALLOW_THREADS
-        int next = after_transfer(error);
-        if (next < 0)
-            goto done;
-        if (next)
-            continue;
-    }
-    result = Py_NewRef(Py_None);
-done:
-    PyBuffer_Release(&src);
-    return result;
-}
-
 /* A request's segments as an iovec array, neighbours in memory merged and empty ones
    dropped; the buffers stay held (views) until release_segments. */
 typedef struct {
@@ -1569,8 +1522,8 @@ done:
 
 PyDoc_STRVAR(pwritev_chunks_doc,
              "pwritev_chunks(fd, buffers, offset, chunk, end)\n--\n\n"
-             "Write the buffers one after another to fd from offset, as pwrite_chunks does one\n"
-             "buffer: at most chunk bytes per system call (pieces span buffers, pwritev(2)),\n"
+             "Write the buffers one after another to fd from offset, at most chunk bytes per\n"
+             "system call (pieces span buffers; pwrite(2) for a piece of one, else pwritev(2)),\n"
              "buffers adjacent in memory written as one. ValueError, writing nothing, if the\n"
              "range passes end.");
 
@@ -1646,7 +1599,6 @@ static PyMethodDef methods[] = {
     {"cbc_decrypt", native_cbc_decrypt, METH_VARARGS, cbc_decrypt_doc},
     {"essiv", native_essiv, METH_VARARGS, essiv_doc},
     {"cbc_essiv", native_cbc_essiv, METH_VARARGS, cbc_essiv_doc},
-    {"pwrite_chunks", native_pwrite_chunks, METH_VARARGS, pwrite_chunks_doc},
     {"pwritev_chunks", native_pwritev_chunks, METH_VARARGS, pwritev_chunks_doc},
     {"preadv_into", native_preadv_into, METH_VARARGS, preadv_into_doc},
     {"path", native_path, METH_NOARGS, path_doc},

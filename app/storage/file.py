@@ -59,10 +59,7 @@ class FileStore(BackingStore):
             done += count
 
     def write(self, offset: int, data: Buffer) -> None:
-        view = memoryview(data).cast("B")
-        if offset < 0 or offset + len(view) > self._size:
-            self.check_range(offset, len(view))
-        _native.pwrite_chunks(self._fd, view, offset, WRITE_CHUNK)
+        _native.pwritev_chunks(self._fd, (data,), offset, WRITE_CHUNK, self._size)
 
     def readv_into(self, offset: int, buffers: Sequence[memoryview]) -> None:
         _native.preadv_into(self._fd, buffers, offset, self._size)

@@ -546,7 +546,7 @@ def thread_write_calls() -> int:
 @pytest.mark.parametrize(
     ("length", "chunk", "calls"), [(10, 3, 4), (12, 3, 4), (5, 8, 1), (0, 4, 0)]
 )
-def test_pwrite_chunks_writes_everything_at_the_offset_one_call_per_chunk(
+def test_pwritev_chunks_writes_one_buffer_at_the_offset_one_call_per_chunk(
     tmp_path: Path, length: int, chunk: int, calls: int
 ) -> None:
     path = tmp_path / "file"
@@ -555,23 +555,23 @@ def test_pwrite_chunks_writes_everything_at_the_offset_one_call_per_chunk(
     fd = os.open(path, os.O_RDWR)
     try:
         before = thread_write_calls()
-        _native.pwrite_chunks(fd, memoryview(data), 7, chunk)
+        _native.pwritev_chunks(fd, [memoryview(data)], 7, chunk, 32)
         assert thread_write_calls() - before == calls
     finally:
         os.close(fd)
     assert path.read_bytes() == b"." * 7 + data + b"." * (25 - length)
 
 
-def test_pwrite_chunks_raises_the_failed_calls_oserror(tmp_path: Path) -> None:
+def test_pwritev_chunks_of_one_buffer_raises_the_failed_calls_oserror(tmp_path: Path) -> None:
     path = tmp_path / "file"
     path.write_bytes(bytes(16))
     fd = os.open(path, os.O_RDONLY)
     try:
         with pytest.raises(OSError, match="Bad file descriptor") as raised:
-            _native.pwrite_chunks(fd, b"x" * 8, 0, 4)
+            _native.pwritev_chunks(fd, [b"x" * 8], 0, 4, 16)
         assert raised.value.errno == errno.EBADF
         with pytest.raises(ValueError, match="chunk must be positive"):
-            _native.pwrite_chunks(fd, b"x", 0, 0)
+            _native.pwritev_chunks(fd, [b"x"], 0, 0, 16)
     finally:
         os.close(fd)
 
