@@ -2,11 +2,12 @@
 
 The server (and a peer server, in turn) runs on one core, the load generator on the other
 (``taskset``, util-linux): without that, wrk or fio take CPU the server would have used and
-the figure is theirs. Each client run is measured from ``/proc/<pid>/stat`` (its CPU over its
-wall time, the process as a whole with the children it waited for) and printed beside the
-figure; a client that comes near a core makes the run suspect, which is printed as a warning
-rather than failing it (the machine is shared, and the figures are still the best this run
-has).
+the figure is theirs. A peer that is server and client in one process (qemu-img convert,
+fio's rbd engine) runs on the server core: it is held to the one core the server has. Each
+client run is measured from ``/proc/<pid>/stat`` (its CPU over its wall time, the process as
+a whole with the children it waited for) and printed beside the figure; a client that comes
+near a core makes the run suspect, which is printed as a warning rather than failing it (the
+machine is shared, and the figures are still the best this run has).
 """
 
 from __future__ import annotations
@@ -64,9 +65,9 @@ def pin(pid: int, core: int = SERVER_CORE) -> None:
             continue
 
 
-def on_client_core(command: list[str]) -> list[str]:
+def on_core(command: list[str], core: int = CLIENT_CORE) -> list[str]:
     assert shutil.which("taskset"), "pinning needs taskset: apt-get install util-linux"
-    return ["taskset", "-c", str(CLIENT_CORE), *command]
+    return ["taskset", "-c", str(core), *command]
 
 
 @dataclass(frozen=True)
@@ -83,15 +84,17 @@ class ClientRun:
         return self.cpu_s / self.wall_s
 
 
-def run_client(command: list[str], env: dict[str, str] | None = None) -> ClientRun:
-    """Run a load generator on the client core; its CPU is read from ``/proc/<pid>/stat``
-    once it has exited and before it is reaped (``waitid(WNOWAIT)``), so it covers the whole
-    process, every thread, and the children it waited for (fio runs its jobs in forked
-    processes: utime + stime + cutime + cstime). Output goes through files: a pipe left
-    unread could stall it."""
+def run_client(
+    command: list[str], env: dict[str, str] | None = None, core: int = CLIENT_CORE
+) -> ClientRun:
+    """Run a load generator on ``core`` (the client core; the server core for a peer that is
+    server and client in one); its CPU is read from ``/proc/<pid>/stat`` once it has exited
+    and before it is reaped (``waitid(WNOWAIT)``), so it covers the whole process, every
+    thread, and the children it waited for (fio runs its jobs in forked processes: utime +
+    stime + cutime + cstime). Output goes through files: a pipe left unread could stall it."""
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
         start = time.perf_counter()
-        process = subprocess.Popen(on_client_core(command), stdout=out, stderr=err, env=env)
+        process = subprocess.Popen(on_core(command, core), stdout=out, stderr=err, env=env)
         os.waitid(os.P_PID, process.pid, os.WEXITED | os.WNOWAIT)
         wall = time.perf_counter() - start
         fields = Path(f"/proc/{process.pid}/stat").read_text().rsplit(")", 1)[1].split()
