@@ -1259,6 +1259,22 @@ static const char *cbc_arguments_problem(const Py_buffer *dst, const Py_buffer *
     return NULL;
 }
 
+/* Whether a CBC call is refused, its exception set: ValueError for the arguments' problem
+ * (NULL if none), RuntimeError on the openssl path, which has no CBC lanes. */
+static int cbc_refused(const char *problem, Path path)
+{
+    if (problem != NULL) {
+        PyErr_SetString(PyExc_ValueError, problem);
+        return 1;
+    }
+    if (path == PATH_OPENSSL) {
+        PyErr_SetString(PyExc_RuntimeError, "AES-CBC lanes need AES instructions: the current "
+                                            "path is openssl");
+        return 1;
+    }
+    return 0;
+}
+
 /* cbc_encrypt and cbc_decrypt: parse, check, run the current path's kernel. */
 static PyObject *cbc_call(PyObject *args, const char *format, int encrypt)
 {
@@ -1268,13 +1284,7 @@ static PyObject *cbc_call(PyObject *args, const char *format, int encrypt)
     Path path = current_path;
     if (!PyArg_ParseTuple(args, format, &dst, &src, &ivs, &key, &unit_bytes))
         return NULL;
-    const char *problem = cbc_arguments_problem(&dst, &src, &ivs, &key, unit_bytes);
-    if (problem != NULL) {
-        PyErr_SetString(PyExc_ValueError, problem);
-    } else if (path == PATH_OPENSSL) {
-        PyErr_SetString(PyExc_RuntimeError, "AES-CBC lanes need AES instructions: the current "
-                                            "path is openssl");
-    } else {
+    if (!cbc_refused(cbc_arguments_problem(&dst, &src, &ivs, &key, unit_bytes), path)) {
 #if X86_PATHS
         AesSchedule schedule;
         CbcKernel kernel = encrypt ? cbc_encrypt_kernels[path] : cbc_decrypt_kernels[path];
@@ -1336,12 +1346,7 @@ static PyObject *native_cbc_essiv(PyObject *module, PyObject *args)
     const char *problem = cbc_arguments_problem(&dst, &src, NULL, &key, unit_bytes);
     if (problem == NULL && salt.len != 16 && salt.len != 24 && salt.len != 32)
         problem = "salt must be 16, 24 or 32 bytes";
-    if (problem != NULL) {
-        PyErr_SetString(PyExc_ValueError, problem);
-    } else if (path == PATH_OPENSSL) {
-        PyErr_SetString(PyExc_RuntimeError, "AES-CBC lanes need AES instructions: the current "
-                                            "path is openssl");
-    } else {
+    if (!cbc_refused(problem, path)) {
 #if X86_PATHS
         AesSchedule schedules[2];
         aes_schedule(&schedules[0], key.buf, (int)key.len);

@@ -48,15 +48,10 @@ class FileStore(BackingStore):
         return self._size
 
     def read_into(self, offset: int, buffer: memoryview) -> None:
+        # Before the native call: check_range's error even for a read-only buffer or a huge offset.
         if offset < 0 or offset + len(buffer) > self._size:
             self.check_range(offset, len(buffer))
-        done = 0
-        while done < len(buffer):
-            count = os.preadv(self._fd, [buffer[done:]], offset + done)
-            if count == 0:
-                buffer[done:] = bytes(len(buffer) - done)
-                return
-            done += count
+        _native.preadv_into(self._fd, (buffer,), offset, self._size)
 
     def write(self, offset: int, data: Buffer) -> None:
         _native.pwritev_chunks(self._fd, (data,), offset, WRITE_CHUNK, self._size)

@@ -7,7 +7,8 @@ fio's rbd engine) runs on the server core: it is held to the one core the server
 client run is measured from ``/proc/<pid>/stat`` (its CPU over its wall time, the process as
 a whole with the children it waited for) and printed beside the figure; a client that comes
 near a core makes the run suspect, which is printed as a warning rather than failing it (the
-machine is shared, and the figures are still the best this run has).
+machine is shared, and the figures are still the best this run has). So does a server core that other work took a share of: other processes, kernel
+threads working outside the server's threads, or a hypervisor that ran something else.
 """
 
 from __future__ import annotations
@@ -28,9 +29,9 @@ CLIENT_CORE = CORES[-1]
 CLIENT_BUSY = 0.8
 """Client CPU per second of its run past which the run is flagged: a saturated client (1.0
 for wrk -t1 or one fio job) bounds the rate, not the server."""
-LOOP_CROWDED = 0.1
-"""Share of a run the server's event loop spent runnable but waiting for its core past which
-the run is flagged: other processes on the core, not the server, set its latency then."""
+CORE_CROWDED = 0.1
+"""Share of a run the server's core spent on other work than the server's threads past which
+the run is flagged: that work, not the server, may have set its rate."""
 
 
 def cpu_seconds(pid: int) -> tuple[float, float]:
@@ -51,9 +52,58 @@ def cpu_seconds(pid: int) -> tuple[float, float]:
 
 def runqueue_seconds(pid: int) -> float:
     """Seconds the main thread (the event loop) of ``pid`` has been runnable but not running
-    (``/proc/<pid>/task/<pid>/schedstat``): a stalled request with this growing is the
-    machine's, not a wait on the network."""
+    (``/proc/<pid>/task/<pid>/schedstat``): behind other processes, and behind the server's
+    own threads where they share its core."""
     return int(Path(f"/proc/{pid}/task/{pid}/schedstat").read_text().split()[1]) / 1e9
+
+
+def run_seconds(pid: int) -> float:
+    """Seconds the live threads of ``pid`` have run (the first field of each
+    ``/proc/<pid>/task/*/schedstat``, in ns; exact, where ``stat`` counts ticks)."""
+    total = 0
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            total += int((task / "schedstat").read_text().split()[0])
+        except FileNotFoundError:  # a thread that just ended
+            continue
+    return total / 1e9
+
+
+def idle_seconds(core: int) -> float:
+    """Seconds ``core`` has been idle, waiting for I/O or not (``/proc/stat``: idle and
+    iowait, which a tickless kernel times from idle entry to exit rather than by ticks)."""
+    for line in Path("/proc/stat").read_text().splitlines():
+        fields = line.split()
+        if fields[0] == f"cpu{core}":
+            return (int(fields[4]) + int(fields[5])) / TICKS
+    raise AssertionError(f"no cpu{core} in /proc/stat")
+
+
+@dataclass(frozen=True)
+class CoreSample:
+    """The server's core at one instant, for the shares of a run between two samples."""
+
+    at: float
+    idle_s: float
+    server_s: float
+    loop_waited_s: float
+
+    @classmethod
+    def of(cls, pid: int, core: int = SERVER_CORE) -> CoreSample:
+        return cls(time.monotonic(), idle_seconds(core), run_seconds(pid), runqueue_seconds(pid))
+
+    def others_since(self, before: CoreSample) -> float:
+        """The share of the wall time since ``before`` the core was busy but not running the
+        server's threads: other processes, kernel threads, interrupts taken while idle, time
+        a hypervisor ran something else. The server's own hand-offs are not in it."""
+        wall = self.at - before.at
+        busy = wall - (self.idle_s - before.idle_s)
+        return max(0.0, busy - (self.server_s - before.server_s)) / wall
+
+    def loop_waited_since(self, before: CoreSample) -> float:
+        """The share of the wall time since ``before`` the event loop was runnable but off the
+        core, behind the server's own threads as well as other work."""
+        return (self.loop_waited_s - before.loop_waited_s) / (self.at - before.at)
 
 
 def pin(pid: int, core: int = SERVER_CORE) -> None:
@@ -120,12 +170,12 @@ def busy_clients(cores: dict[str, list[float]]) -> list[str]:
     ]
 
 
-def crowded_loops(waits: dict[str, list[float]]) -> list[str]:
-    """Warnings for the figures whose server loop waited for its core (``runqueue_seconds``
-    per second of run) past ``LOOP_CROWDED`` in some round."""
+def crowded_cores(others: dict[str, list[float]]) -> list[str]:
+    """Warnings for the figures whose server core other work took (``others_since``) past
+    ``CORE_CROWDED`` of some round."""
     return [
-        f"WARNING: {name}: the server's loop waited for its core up to {max(values):.0%} of "
-        "the run; the figure may be the machine's load"
-        for name, values in waits.items()
-        if values and max(values) >= LOOP_CROWDED
+        f"WARNING: {name}: other work than the server took up to {max(values):.0%} of its "
+        "core; the figure may be the machine's load"
+        for name, values in others.items()
+        if values and max(values) >= CORE_CROWDED
     ]

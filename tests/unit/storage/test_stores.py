@@ -104,6 +104,29 @@ class TestFileStore(BlockDeviceTests[FileStore]):
             device.readv_into(SIZE, [memoryview(into)[:512], memoryview(into)[512:]])
         assert into == b"?" * 1024
 
+    def test_read_into_reads_zeros_past_the_end_of_a_file_cut_short(
+        self, device: FileStore
+    ) -> None:
+        """A device file truncated under the store reads as the device would: zeros past it."""
+        device.write(SIZE - 8192, b"d" * 8192)
+        os.truncate(device.path, SIZE - 1024)
+        into = bytearray(b"?" * 4096)
+        device.read_into(SIZE - 4096, memoryview(into))
+        assert into == b"d" * 3072 + bytes(1024)
+
+    def test_read_into_refuses_a_range_past_the_end_before_looking_at_the_buffer(
+        self, device: FileStore
+    ) -> None:
+        """The range's ValueError, as from every store: not the buffer's error, not an
+        overflow."""
+        read_only = memoryview(bytes(512))
+        with pytest.raises(ValueError, match=rf"range {SIZE}\+512 is outside the device"):
+            device.read_into(SIZE, read_only)
+        with pytest.raises(ValueError, match=r"range 9223372036854775808\+512 is outside"):
+            device.read_into(2**63, memoryview(bytearray(512)))
+        with pytest.raises(BufferError):
+            device.read_into(0, read_only)
+
     def test_a_failed_write_raises_oserror(self, device: FileStore) -> None:
         read_only = os.open(device.path, os.O_RDONLY)
         os.dup2(read_only, device._fd)  # the store's descriptor, now open read-only
