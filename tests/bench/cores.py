@@ -7,8 +7,9 @@ fio's rbd engine) runs on the server core: it is held to the one core the server
 client run is measured from ``/proc/<pid>/stat`` (its CPU over its wall time, the process as
 a whole with the children it waited for) and printed beside the figure; a client that comes
 near a core makes the run suspect, which is printed as a warning rather than failing it (the
-machine is shared, and the figures are still the best this run has). So does a server core that other work took a share of: other processes, kernel
-threads working outside the server's threads, or a hypervisor that ran something else.
+machine is shared, and the figures are still the best this run has). So does a server core
+that other work took a share of: other processes, kernel threads working outside the
+server's threads, or a hypervisor that ran something else.
 """
 
 from __future__ import annotations
