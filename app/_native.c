@@ -538,28 +538,6 @@ AVX512_TARGET static inline void xts_advance_512(__m512i *t)
 XTS_KERNEL(xts_avx2, AVX2_TARGET, 256)
 XTS_KERNEL(xts_avx512, AVX512_TARGET, 512)
 
-/* The tweaks of one aesni step, t * x^0 .. t * x^(STEP - 1) with t = (lo, hi), each stored
- * twice, XORed with the first round's key (white) and the last's (last), which the rounds read
- * as memory operands; (lo, hi) ends at t * x^STEP. In general-purpose registers: the vector
- * pipes are the AES units' own. */
-static inline __attribute__((always_inline)) void xts_fill_128(uint64_t (*white)[2],
-                                                               uint64_t (*last)[2], uint64_t *lo,
-                                                               uint64_t *hi, const uint64_t *k)
-{
-    uint64_t l = *lo, h = *hi;
-    for (int i = 0; i < XTS_REGS_128; i++) {
-        white[i][0] = l ^ k[0];
-        white[i][1] = h ^ k[1];
-        last[i][0] = l ^ k[2];
-        last[i][1] = h ^ k[3];
-        uint64_t carry = h >> 63;
-        h = h << 1 | l >> 63;
-        l = l << 1 ^ (0x87 & (0 - carry));
-    }
-    *lo = l;
-    *hi = h;
-}
-
 /* The first tweaks of units u0 .. u0 + GROUP - 1, encrypted together, as (lo, hi) pairs; IVs
  * past the last unit are zeros (a copy: ivs is not read past its end). */
 AESNI_TARGET static inline __attribute__((always_inline)) void xts_first_tweaks_128(
@@ -582,11 +560,15 @@ AESNI_TARGET static inline __attribute__((always_inline)) void xts_first_tweaks_
 }
 
 /*
- * The aesni XTS kernel: a step takes XTS_REGS_128 blocks of a unit through the rounds together,
- * the tweaks of the next step made meanwhile by xts_fill_128 into the other of two buffers
- * (written a step ahead, so the loads do not wait on the stores). In the last step of a unit the
- * next step is the next unit's first; the first tweaks of the next GROUP units are encrypted at
- * the start of a group. Units whose blocks are not whole steps end one block at a time.
+ * The aesni XTS kernel: a step takes XTS_REGS_128 blocks of a unit through the rounds together.
+ * Each block's tweak t = (lo, hi) is doubled in general-purpose registers (the vector pipes are
+ * the AES units' own) and XORed there with the first round's key, then moved into a register
+ * whole: x = P ^ (t ^ K0), and the last round's key is (t ^ K0) ^ (K0 ^ K_last), so the tweak
+ * stays off the blocks' chain of dependent instructions. No tweak is stored as two 64-bit halves
+ * and loaded as one 128-bit value (AMD cores do not forward such a load from the stores); a
+ * step stores only its output and, where the registers run out, its last round's keys, whole.
+ * The doubling depends on nothing else, so the core runs it ahead of the rounds. Units whose
+ * blocks are not whole steps end one block at a time.
  */
 AESNI_TARGET static void xts_aesni(const AesSchedule *data, const AesSchedule *tweak, uint8_t *dst,
                                    const uint8_t *src, const uint8_t *ivs, size_t len,
@@ -594,79 +576,53 @@ AESNI_TARGET static void xts_aesni(const AesSchedule *data, const AesSchedule *t
 {
     enum { STEP = XTS_REGS_128 };
     __m128i dk[15], tk[15];
-    uint64_t first[2][GROUP][2], k[4];
-    uint64_t white[2][STEP][2] __attribute__((aligned(16)));
-    uint64_t last[2][STEP][2] __attribute__((aligned(16)));
+    uint64_t first[GROUP][2], k0[2];
     const __m128i *dkeys = encrypt ? data->enc : data->dec;
     int rounds = data->rounds;
     for (int r = 0; r <= rounds; r++) {
         dk[r] = dkeys[r];
         tk[r] = tweak->enc[r];
     }
-    memcpy(k, &dkeys[0], 16);
-    memcpy(k + 2, &dkeys[rounds], 16);
+    memcpy(k0, &dk[0], 16);
+    __m128i k0_last = _mm_xor_si128(dk[0], dk[rounds]);
     size_t units = len / unit_bytes, blocks = unit_bytes / 16;
-    int whole = blocks >= STEP && blocks % STEP == 0, b = 0;
-    uint64_t lo = 0, hi = 0, next_lo = 0, next_hi = 0;
-    if (units) {
-        xts_first_tweaks_128(tk, rounds, ivs, 0, units, first[0]);
-        lo = first[0][0][0];
-        hi = first[0][0][1];
-        if (blocks >= STEP)
-            xts_fill_128(white[b], last[b], &lo, &hi, k);
-    }
     for (size_t u = 0; u < units; u++) {
         const uint8_t *in = src + u * unit_bytes;
         uint8_t *out = dst + u * unit_bytes;
-        size_t following = u + 1;
-        const uint64_t *next_first = first[following / GROUP % 2][following % GROUP];
-        if (u % GROUP == 0 && u + GROUP < units)
-            xts_first_tweaks_128(tk, rounds, ivs, u + GROUP, units, first[(u / GROUP + 1) % 2]);
+        if (u % GROUP == 0)
+            xts_first_tweaks_128(tk, rounds, ivs, u, units, first);
+        uint64_t lo = first[u % GROUP][0], hi = first[u % GROUP][1];
         size_t j = 0;
-        for (; j + STEP <= blocks; j += STEP, b ^= 1) {
-            __m128i x[STEP];
-            for (int i = 0; i < STEP; i++)
-                x[i] = _mm_xor_si128(_mm_loadu_si128((const __m128i *)(in + 16 * (j + i))),
-                                     _mm_load_si128((const __m128i *)white[b][i]));
-            if (j + 2 * STEP <= blocks) {
-                xts_fill_128(white[b ^ 1], last[b ^ 1], &lo, &hi, k);
-            } else if (whole && following < units) {
-                next_lo = next_first[0];
-                next_hi = next_first[1];
-                xts_fill_128(white[b ^ 1], last[b ^ 1], &next_lo, &next_hi, k);
+        for (; j + STEP <= blocks; j += STEP) {
+            __m128i x[STEP], last[STEP];
+            for (int i = 0; i < STEP; i++) {
+                __m128i white = _mm_set_epi64x((long long)(hi ^ k0[1]), (long long)(lo ^ k0[0]));
+                x[i] = _mm_xor_si128(_mm_loadu_si128((const __m128i *)(in + 16 * (j + i))), white);
+                last[i] = _mm_xor_si128(white, k0_last);
+                uint64_t carry = hi >> 63;
+                hi = hi << 1 | lo >> 63;
+                lo = lo << 1 ^ (0x87 & (0 - carry));
             }
             if (encrypt) {
                 MIDDLE_ROUNDS(_mm_aesenc_si128, dk, rounds, x, STEP);
                 for (int i = 0; i < STEP; i++)
-                    x[i] = _mm_aesenclast_si128(x[i], _mm_load_si128((const __m128i *)last[b][i]));
+                    x[i] = _mm_aesenclast_si128(x[i], last[i]);
             } else {
                 MIDDLE_ROUNDS(_mm_aesdec_si128, dk, rounds, x, STEP);
                 for (int i = 0; i < STEP; i++)
-                    x[i] = _mm_aesdeclast_si128(x[i], _mm_load_si128((const __m128i *)last[b][i]));
+                    x[i] = _mm_aesdeclast_si128(x[i], last[i]);
             }
             for (int i = 0; i < STEP; i++)
                 _mm_storeu_si128((__m128i *)(out + 16 * (j + i)), x[i]);
         }
-        if (whole) {
-            lo = next_lo;
-            hi = next_hi;
-        } else {
+        if (j < blocks)
             xts_tail(dkeys, rounds, out, in, j, blocks, _mm_set_epi64x((long long)hi, (long long)lo),
                      encrypt);
-            if (following < units) {
-                lo = next_first[0];
-                hi = next_first[1];
-                if (blocks >= STEP)
-                    xts_fill_128(white[b], last[b], &lo, &hi, k);
-            }
-        }
     }
     OPENSSL_cleanse(dk, sizeof dk);
     OPENSSL_cleanse(tk, sizeof tk);
     OPENSSL_cleanse(first, sizeof first);
-    OPENSSL_cleanse(white, sizeof white);
-    OPENSSL_cleanse(last, sizeof last);
-    OPENSSL_cleanse(k, sizeof k);
+    OPENSSL_cleanse(k0, sizeof k0);
 }
 
 /*

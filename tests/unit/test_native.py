@@ -170,8 +170,8 @@ def test_xts_equals_pyca_aes_xts_unit_by_unit(
     """Odd unit counts cross 8 KiB chunk edges mid-request and end part way through a group of
     16 first tweaks; 1025 units are half a MiB; 16 KiB units exceed a chunk; 48- and 304-byte
     units end 3 blocks past a 16-block step (an 8-block step on aesni). On aesni a 128-byte unit
-    is one step, whose tweaks the step before makes from the next unit's first; 144- and 16-byte
-    units end a block past a step or before one, across groups of first tweaks."""
+    is one step; 144- and 16-byte units end a block past a step or before one, across groups of
+    first tweaks."""
     data, ivs, key = os.urandom(units * unit_bytes), os.urandom(16 * units), os.urandom(key_bytes)
     out = bytearray(len(data))
     _native.xts(out, data, ivs, key, unit_bytes, encrypt)
