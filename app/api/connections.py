@@ -19,7 +19,9 @@ and wakes the route once its buffer is full. The protocol reads the socket into
 buffers it gives (``get_buffer``), not into the loop's ``bytes``: while a route waits
 in ``readinto`` for a Content-Length body, the kernel copies the body straight into
 the route's buffer, and the sink only counts them (the parser does not see them: it would
-copy them into a ``bytes`` it then drops).
+copy them into a ``bytes`` it then drops). For that the body must still be in the socket when
+the route comes to read it: a head is read in small reads (``HEAD_READ_BYTES``), and reading
+pauses once a head whose body goes on has been parsed, until the route asks for the body.
 """
 
 from __future__ import annotations
@@ -40,6 +42,11 @@ MAX_HEAD_BYTES = 64 << 10
 
 RECEIVE_BYTES = 256 << 10
 """The socket is read this much at a time outside a body landing in place (uvloop's size)."""
+
+HEAD_READ_BYTES = 16 << 10
+"""A read while a request's head is awaited takes at most this much: what follows a head is
+its body, which the route's buffer takes straight from the socket once it reads it; read here,
+it would be copied three times (into a ``bytes``, ``cycle.body`` and then the buffer)."""
 
 
 SINK = "reqcrypt.body_sink"
@@ -183,6 +190,7 @@ class BodySink:
 class _Receive(threading.local):
     def __init__(self) -> None:
         self.buffer = memoryview(bytearray(RECEIVE_BYTES))
+        self.head = self.buffer[:HEAD_READ_BYTES]
 
 
 _receive = _Receive()
@@ -213,7 +221,9 @@ class BoundedHeadProtocol(HttpToolsProtocol):
         sink = self._sink
         landing = None if sink is None else sink.landing()
         self._reading = landing
-        return _receive.buffer if landing is None else landing
+        if landing is not None:
+            return landing
+        return _receive.head if self._in_head else _receive.buffer
 
     def buffer_updated(self, nbytes: int) -> None:
         landing = self._reading
@@ -228,7 +238,13 @@ class BoundedHeadProtocol(HttpToolsProtocol):
             self._bypass(body, data[:body])
             data = data[body:]
         if data:
+            head = self._in_head
             self.data_received(data)
+            sink = self._sink
+            if head and not self._in_head and sink is not None and sink.unparsed:
+                # A head ended here and its body goes on: it waits in the socket until the
+                # route reads it (``BodySink.readinto`` and ``receive`` resume reading).
+                self.flow.pause_reading()
 
     def _bypass(self, count: int, piece: memoryview | None) -> None:
         """Body bytes of a claimed Content-Length body, past the parser, which would copy each

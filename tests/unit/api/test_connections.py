@@ -1,4 +1,5 @@
-"""``BodySink``'s landing: where the socket may be read straight into a route's buffer."""
+"""``BodySink``'s landing: where the socket may be read straight into a route's buffer; and
+the protocol's reads around a request's head."""
 
 from __future__ import annotations
 
@@ -6,7 +7,10 @@ import asyncio
 from types import SimpleNamespace
 from typing import Any
 
-from app.api.connections import BodySink, _content_length
+import uvicorn
+from uvicorn.server import ServerState
+
+from app.api.connections import HEAD_READ_BYTES, BodySink, _content_length, bounded_head_protocol
 
 
 def test_only_a_single_content_length_without_transfer_encoding_frames_a_body() -> None:
@@ -70,5 +74,63 @@ def test_a_chunked_body_never_lands_in_place() -> None:
         body.feed(b"abcd")
         assert await reading == 4
         assert bytes(buffer) == b"abcd"
+
+    asyncio.run(scenario())
+
+
+class Transport:
+    """What the protocol asks of a socket's transport; records whether reading is paused."""
+
+    def __init__(self) -> None:
+        self.paused = False
+
+    def get_extra_info(self, name: str, default: Any = None) -> Any:
+        return default
+
+    def pause_reading(self) -> None:
+        self.paused = True
+
+    def resume_reading(self) -> None:
+        self.paused = False
+
+    def is_closing(self) -> bool:
+        return False
+
+    def write(self, data: bytes) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+def test_a_body_waits_in_the_socket_until_its_route_reads_it() -> None:
+    """A head is read in small reads, and the body it announces is left in the socket until
+    the route asks for it: read along with the head, it would be copied three times."""
+
+    async def scenario() -> None:
+        route_may_read = asyncio.Event()
+        route_asked: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+
+        async def app(scope: Any, receive: Any, send: Any) -> None:
+            await route_may_read.wait()
+            await receive()
+            route_asked.set_result(transport.paused)
+
+        config = uvicorn.Config(app, lifespan="off")
+        config.load()
+        connection = bounded_head_protocol(10.0)(
+            config=config, server_state=ServerState(), app_state={}
+        )
+        transport = Transport()
+        connection.connection_made(transport)  # type: ignore[arg-type]
+        buffer = connection.get_buffer(-1)
+        assert len(buffer) == HEAD_READ_BYTES
+        head = b"PUT /v1/null/data HTTP/1.1\r\nHost: x\r\nContent-Length: 1048576\r\n\r\n"
+        buffer[: len(head) + 100] = head + bytes(100)
+        connection.buffer_updated(len(head) + 100)
+        assert transport.paused  # the rest of the body stays in the socket for the route
+        route_may_read.set()
+        assert await route_asked is False  # asking for the body resumed reading
+        connection.connection_lost(None)
 
     asyncio.run(scenario())
