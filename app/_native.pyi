@@ -15,12 +15,17 @@ def whiten(dst: _Bytes, src: _Bytes, first_tweaks: _Bytes, unit_bytes: int, /) -
 def xts(
     dst: _Bytes, src: _Bytes, ivs: _Bytes, key: Buffer, unit_bytes: int, encrypt: bool, /
 ) -> None: ...
+
+class XtsKey:
+    def __init__(self, key: Buffer, /) -> None: ...
+    def wipe(self) -> None: ...
+
 def xts_plain64(
     dst: _Bytes,
     src: _Bytes,
     iv_sector: int,
     iv_step: int,
-    key: Buffer,
+    key: Buffer | XtsKey,
     unit_bytes: int,
     encrypt: bool,
     /,

@@ -304,13 +304,15 @@ class BulkTransform(CryptTransform):
         self._unit_steps = np.arange(self._units_per_chunk, dtype=np.uint64) * np.uint64(step)
         self._state = _BulkState()
         self._aes_cbc = spec.cipher == "aes" and spec.chainmode == "cbc"
-        # aes-xts-plain64 (LUKS' default): IVs made in C, no numpy on a 4 KiB request.
-        self._xts_plain64 = (
+        # aes-xts-plain64 (LUKS' default): IVs made in C, no numpy on a 4 KiB request, and
+        # the AES key schedules expanded once here rather than on every request.
+        xts_plain64 = (
             spec.cipher == "aes"
             and spec.chainmode == "xts"
             and spec.ivmode == "plain64"
             and spec.keycount == 1
         )
+        self._xts_key = _native.XtsKey(self._subkeys[0]) if xts_plain64 else None
         # aes-cbc-essiv (LUKS1's default): the ESSIV IVs made inside the native CBC call.
         self._cbc_essiv_salt = (
             self._ivgen.aes_salt()
@@ -320,6 +322,8 @@ class BulkTransform(CryptTransform):
 
     def wipe(self) -> None:
         self._reference.wipe()
+        if self._xts_key is not None:
+            self._xts_key.wipe()
         super().wipe()
 
     def _forget_contexts(self) -> None:
@@ -401,8 +405,8 @@ class BulkTransform(CryptTransform):
         """aes-xts-plain64, or aes-cbc-essiv on a lane path, in one native call that makes the
         IVs; False for other specs, or where the IV sectors would wrap differently from
         consecutive steps (iv_large_sectors at the top of sector_t)."""
-        salt = self._cbc_essiv_salt
-        if not self._xts_plain64 and (salt is None or not self._cbc_lanes()):
+        xts_key, salt = self._xts_key, self._cbc_essiv_salt
+        if xts_key is None and (salt is None or not self._cbc_lanes()):
             return False
         size = self.sector_size
         step = size >> SECTOR_SHIFT
@@ -411,9 +415,9 @@ class BulkTransform(CryptTransform):
             if first + (len(view) >> SECTOR_SHIFT) > _MASK64:
                 return False
             first, step = first >> self.sector_shift, 1
-        if salt is None:
-            _native.xts_plain64(target, view, first, step, self._subkeys[0], size, encrypt)
-        else:
+        if xts_key is not None:
+            _native.xts_plain64(target, view, first, step, xts_key, size, encrypt)
+        elif salt is not None:
             _native.cbc_essiv(target, view, first, step, self._subkeys[0], salt, size, encrypt)
         return True
 

@@ -7,6 +7,7 @@ import ctypes
 import errno
 import mmap
 import os
+import pickle
 import resource
 from collections.abc import Callable, Iterator
 from itertools import pairwise
@@ -419,6 +420,68 @@ def test_xts_plain64_refuses_a_bad_key_or_unit_size() -> None:
     with pytest.raises(ValueError, match="unit_bytes"):
         _native.xts_plain64(out, bytes(1024), 0, 1, bytes(64), 100, True)
     assert out == bytes(1024)
+
+
+@pytest.mark.parametrize("key_bytes", [32, 48, 64])
+@pytest.mark.parametrize("encrypt", [True, False])
+def test_xts_plain64_with_an_xts_key_equals_it_with_the_raw_key_on_every_path(
+    aes_path: str, key_bytes: int, encrypt: bool
+) -> None:
+    """AES-192 has no kernel: its XtsKey goes through OpenSSL from the copy of the raw key."""
+    data, key = os.urandom(8 * 512), os.urandom(key_bytes)
+    xts_key = _native.XtsKey(key)
+    by_key, by_raw = bytearray(len(data)), bytearray(len(data))
+    _native.xts_plain64(by_key, data, 2**64 - 3, 1, xts_key, 512, encrypt)
+    _native.xts_plain64(by_raw, data, 2**64 - 3, 1, key, 512, encrypt)
+    assert by_key == by_raw
+    if key_bytes != 48:
+        ivs = b"".join(((2**64 - 3 + u) % 2**64).to_bytes(8, "little") + bytes(8) for u in range(8))
+        assert bytes(by_key) == xts_by_pyca(data, ivs, key, 512, encrypt)
+
+
+def test_an_xts_key_made_on_one_path_serves_every_path() -> None:
+    """The schedules are expanded once, whatever path is current; set_path may change it later."""
+    data, key = os.urandom(4096), os.urandom(64)
+    xts_key = _native.XtsKey(key)
+    expected = xts_by_pyca(data, (5).to_bytes(16, "little"), key, 4096, True)
+    before = _native.path()
+    try:
+        for name in _native.PATHS:
+            _native.set_path(name)
+            out = bytearray(4096)
+            _native.xts_plain64(out, data, 5, 8, xts_key, 4096, True)
+            assert bytes(out) == expected, name
+    finally:
+        _native.set_path(before)
+
+
+def test_an_xts_key_copies_the_key() -> None:
+    key = bytearray(os.urandom(64))
+    xts_key = _native.XtsKey(key)
+    expected = xts_by_pyca(bytes(512), bytes(16), bytes(key), 512, True)
+    key[:] = bytes(64)
+    out = bytearray(512)
+    _native.xts_plain64(out, bytes(512), 0, 1, xts_key, 512, True)
+    assert bytes(out) == expected
+
+
+def test_an_xts_key_refuses_a_bad_length_and_never_shows_the_key() -> None:
+    with pytest.raises(ValueError, match="key must be 32, 48 or 64 bytes"):
+        _native.XtsKey(bytes(20))
+    xts_key = _native.XtsKey(bytes(range(64)))
+    assert repr(xts_key).startswith("<app._native.XtsKey object at 0x")
+    assert str(xts_key) == repr(xts_key)
+    with pytest.raises(TypeError):
+        pickle.dumps(xts_key)
+
+
+def test_a_wiped_xts_key_refuses_to_convert() -> None:
+    xts_key = _native.XtsKey(os.urandom(64))
+    xts_key.wipe()
+    out = bytearray(512)
+    with pytest.raises(ValueError, match="wiped"):
+        _native.xts_plain64(out, bytes(512), 0, 1, xts_key, 512, True)
+    assert out == bytes(512)
 
 
 def essiv_ivs_by_pyca(salt: bytes, first: int, step: int, units: int) -> bytes:
