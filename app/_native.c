@@ -578,6 +578,7 @@ AESNI_TARGET static void xts_aesni(const AesSchedule *data, const AesSchedule *t
 {
     enum { STEP = XTS_REGS_128 };
     __m128i dk[15], tk[15];
+    __m128i last[STEP];
     uint64_t first[GROUP][2], k0[2];
     const __m128i *dkeys = encrypt ? data->enc : data->dec;
     int rounds = data->rounds;
@@ -596,7 +597,7 @@ AESNI_TARGET static void xts_aesni(const AesSchedule *data, const AesSchedule *t
         uint64_t lo = first[u % GROUP][0], hi = first[u % GROUP][1];
         size_t j = 0;
         for (; j + STEP <= blocks; j += STEP) {
-            __m128i x[STEP], last[STEP];
+            __m128i x[STEP];
             for (int i = 0; i < STEP; i++) {
                 __m128i white = _mm_set_epi64x((long long)(hi ^ k0[1]), (long long)(lo ^ k0[0]));
                 x[i] = _mm_xor_si128(_mm_loadu_si128((const __m128i *)(in + 16 * (j + i))), white);
@@ -625,6 +626,7 @@ AESNI_TARGET static void xts_aesni(const AesSchedule *data, const AesSchedule *t
     OPENSSL_cleanse(tk, sizeof tk);
     OPENSSL_cleanse(first, sizeof first);
     OPENSSL_cleanse(k0, sizeof k0);
+    OPENSSL_cleanse(last, sizeof last);
 }
 
 /*
@@ -1250,17 +1252,19 @@ static PyObject *native_xts_plain64(PyObject *module, PyObject *args)
         store_le64(ivs + 16 * u, sector);
         store_le64(ivs + 16 * u + 8, 0);
     }
-    if (xts_key != NULL)
-        result = xts_with_ivs(&dst, &src, ivs, 16 * units, xts_key->key, xts_key->key_len,
+    const uint8_t *key_bytes = key.buf;
+    Py_ssize_t key_len = key.len;
+    const void *schedules = NULL;
+    if (xts_key != NULL) {
+        key_bytes = xts_key->key;
+        key_len = xts_key->key_len;
 #if X86_PATHS
-                              xts_key->expanded ? xts_key->schedules : NULL,
-#else
-                              NULL,
+        if (xts_key->expanded)
+            schedules = xts_key->schedules;
 #endif
-                              unit_bytes, encrypt);
-    else
-        result = xts_with_ivs(&dst, &src, ivs, 16 * units, key.buf, key.len, NULL, unit_bytes,
-                              encrypt);
+    }
+    result = xts_with_ivs(&dst, &src, ivs, 16 * units, key_bytes, key_len, schedules, unit_bytes,
+                          encrypt);
 done:
     if (ivs != small)
         PyMem_Free(ivs);
