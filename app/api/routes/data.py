@@ -340,7 +340,8 @@ async def write_batch(
     parts = parse_byteranges_body(
         data[:length], boundary, volume.size, max_parts=io.limits.max_ranges
     )
-    writes = [Io.write(part.range.first, part.data) for part in parts]
+    # The body is this request's own buffer: its parts may be encrypted where they lie.
+    writes = [Io.write(part.range.first, part.data, may_overwrite=True) for part in parts]
     flush = [Io(Op.FLUSH, 0, 0)] if fua else []
     version = await io.executor.run(
         functools.partial(execute, volume, writes + flush, precondition=if_match(request, volume))
@@ -422,7 +423,10 @@ def _read_versioned(volume: Volume, offset: int, length: int) -> tuple[memoryvie
 def _write(
     volume: Volume, position: int, data: memoryview, fua: bool, precondition: Precondition | None
 ) -> int:
-    return run(volume, Io.write(position, data, fua=fua), precondition=precondition)
+    # ``data`` is the route's borrowed buffer, refilled before it is read again.
+    return run(
+        volume, Io.write(position, data, fua=fua, may_overwrite=True), precondition=precondition
+    )
 
 
 @router.post("/flush", status_code=204, responses=responses(503), openapi_extra=BEARER_SECURITY)
