@@ -24,7 +24,7 @@ import math
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from typing_extensions import Buffer
@@ -117,10 +117,11 @@ class LiveMap:
     logical_block_size: int
     queue_depth: int = DEFAULT_QUEUE_DEPTH
     """The fewest hardware tags among the modelled devices it maps onto."""
+    size_bytes: int = field(init=False)
+    """Kept, not derived: every ranged request asks it on the event loop."""
 
-    @property
-    def size_bytes(self) -> int:
-        return self.table.size_sectors * SECTOR_SIZE
+    def __post_init__(self) -> None:
+        self.size_bytes = self.table.size_sectors * SECTOR_SIZE
 
     def target_at(self, sector: int) -> Target:
         for target in self.targets:

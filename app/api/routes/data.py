@@ -288,23 +288,25 @@ async def write_data(name: str, request: Request, io: IoDep, fua: bool = False) 
 async def write_range(request: Request, io: IoContext, volume: Volume, fua: bool) -> Response:
     """A single-range PUT, received chunk by chunk into one buffer and written from it."""
     limits = io.limits
-    byte_range = parse_content_range(request.headers.get("content-range"), volume.size)
-    declared = request.headers.get("content-length")
+    headers = request.headers
+    byte_range = parse_content_range(headers.get("content-range"), volume.size)
+    length = byte_range.length
+    declared = headers.get("content-length")
     if declared is None:
         raise HTTPException(411, "PUT needs Content-Length equal to the Content-Range length")
-    if int(declared) != byte_range.length:
-        raise InvalidRange(f"body is {declared} bytes but Content-Range covers {byte_range.length}")
-    if byte_range.length > limits.max_body_bytes:
+    if int(declared) != length:
+        raise InvalidRange(f"body is {declared} bytes but Content-Range covers {length}")
+    if length > limits.max_body_bytes:
         raise PayloadTooLarge(
-            f"body of {byte_range.length} bytes exceeds the {limits.max_body_bytes}-byte maximum"
+            f"body of {length} bytes exceeds the {limits.max_body_bytes}-byte maximum"
         )
     precondition = if_match(request, volume)
     version = volume.generation
     chunk = limits.io_chunk_bytes
-    body = BodyReader(request, byte_range.length, limits)
+    body = BodyReader(request, length, limits)
     position = byte_range.first
     end = byte_range.last + 1
-    with mempool.borrow(min(chunk, byte_range.length)) as buffer:
+    with mempool.borrow(min(chunk, length)) as buffer:
         while position < end:
             next_cut = min(end, (position // chunk + 1) * chunk)
             view = buffer[: next_cut - position]
@@ -317,7 +319,7 @@ async def write_range(request: Request, io: IoContext, volume: Volume, fua: bool
             precondition = None  # the first chunk's write held it for the whole PUT
             position = next_cut
         if await body.readinto(buffer[:1]):
-            raise InvalidRange(f"body is longer than Content-Range's {byte_range.length}")
+            raise InvalidRange(f"body is longer than Content-Range's {length}")
     return Response(status_code=204, headers={"ETag": etag(volume, version)})
 
 
