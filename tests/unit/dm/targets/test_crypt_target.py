@@ -140,6 +140,18 @@ def test_a_request_merging_a_buffer_that_must_not_change_leaves_every_buffer_alo
     assert volume.read(16 * 512, 8192) == b"o" * 4096 + b"l" * 4096
 
 
+def test_a_partial_write_is_encrypted_in_place_in_the_data_paths_own_buffer(
+    volume: Volume, engine: MockEngine
+) -> None:
+    data = bytearray(b"p" * 1000)
+    volume.write(16 * 512 + 100, data)
+    encrypt = engine.requests[-1]
+    assert encrypt.op == "encrypt"
+    assert encrypt.into is encrypt.segments  # the read-modify-write's own buffer
+    assert data == b"p" * 1000
+    assert volume.read(16 * 512 + 100, 1000) == b"p" * 1000
+
+
 def test_a_failed_write_that_may_overwrite_writes_nothing(store: MemoryStore) -> None:
     def fail(request: EngineRequest) -> EngineResult:
         raise EngineFailed("engine fault")
