@@ -241,6 +241,8 @@ def serve(
                 host=settings.host,
                 port=settings.port,
                 log_level=settings.log_level,
+                # Below info the access log drops every line, after building its arguments.
+                access_log=settings.log_level.lower() in ("trace", "debug", "info"),
                 proxy_headers=False,
                 timeout_keep_alive=settings.keep_alive_seconds,
                 http=http_protocol(settings),

@@ -383,6 +383,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         lifespan=lifespan,
         docs_url=None,
         redoc_url=None,
+        # The service exports its own Prometheus metrics and configures no OpenTelemetry
+        # provider; left on, every request asks three global providers whether one is set.
+        telemetry={"tracing": False, "metrics": False, "logs": False},
     )
     install_openapi(app, settings)
     problems.install(app)

@@ -9,6 +9,8 @@ counted as it arrives and refused once past the bound.
 
 from __future__ import annotations
 
+from collections.abc import Awaitable
+
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -27,10 +29,14 @@ class ControlBodyLimit:
             "(REQCRYPT_MAX_CONTROL_BODY_BYTES)"
         )
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+    def __call__(self, scope: Scope, receive: Receive, send: Send) -> Awaitable[None]:
         if scope["type"] != "http" or scope["path"].endswith("/data"):
-            await self.app(scope, receive, send)
-            return
+            # Handed on, not awaited: no frame of this middleware for the event loop to
+            # re-enter each time a data request resumes.
+            return self.app(scope, receive, send)
+        return self._limited(scope, receive, send)
+
+    async def _limited(self, scope: Scope, receive: Receive, send: Send) -> None:
         declared = next((v for k, v in scope["headers"] if k == b"content-length"), None)
         if declared is not None:
             # The server has already refused a malformed Content-Length.

@@ -345,11 +345,13 @@ def _parser(protocol: BoundedHeadProtocol) -> httptools.HttpRequestParser:
 def _content_length(headers: list[tuple[bytes, bytes]]) -> int | None:
     """The body's length when Content-Length frames it (the parser has checked the value;
     a Transfer-Encoding, or several lengths, leave it to the parser)."""
-    lengths = [value for name, value in headers if name == b"content-length"]
-    if len(lengths) != 1 or any(name == b"transfer-encoding" for name, _ in headers):
-        return None
-    value = lengths[0].strip()
-    return int(value) if value.isdigit() else None
+    length = None
+    for name, value in headers:  # a loop, not comprehensions: no calls per header
+        if name == b"transfer-encoding" or (name == b"content-length" and length is not None):
+            return None
+        if name == b"content-length":
+            length = value.strip()
+    return int(length) if length is not None and length.isdigit() else None
 
 
 class BufferedConnection(asyncio.BufferedProtocol):

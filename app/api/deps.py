@@ -103,7 +103,7 @@ class IoContext:
 async def get_io_context(request: Request) -> IoContext:
     """Everything a data route needs in one dependency: each FastAPI dependency costs
     tens of microseconds, which a 4 KiB I/O notices."""
-    state = await get_state(request)
+    state: State = request.app.state.reqcrypt
     role = authorize(state, request.headers.get("authorization"))
     return IoContext(state.control, state.http, state.io_executor, state.admission, role)
 

@@ -56,7 +56,11 @@ class SectorOp:
 
 @dataclass(slots=True, eq=False)
 class Bio(SectorOp):
-    """One I/O: ``sector``/``nr_sectors`` in 512-byte units, volume-relative."""
+    """One I/O: ``sector``/``nr_sectors`` in 512-byte units, volume-relative.
+
+    ``may_overwrite``: the submitter never reads a write's segments again, so a target
+    may transform them in place (the crypt target then needs no pages of its own).
+    """
 
     segments: list[memoryview] = field(default_factory=list)
     status: BaseException | None = None
@@ -69,6 +73,7 @@ class Bio(SectorOp):
     chained: bool = field(default=False, repr=False)
     plug_generation: int = field(default=-1, repr=False)
     unplug: UnplugHook | None = field(default=None, repr=False)
+    may_overwrite: bool = False
 
     def wait(self, timeout: float | None = None) -> None:
         """Block until the bio completes; raise its error, or TimeoutError."""
@@ -150,6 +155,7 @@ def bio_split(bio: Bio, nr_sectors: int) -> tuple[Bio, Bio]:
         fua=bio.fua,
         preflush=bio.preflush,
         no_merge=bio.no_merge,
+        may_overwrite=bio.may_overwrite,
         submit_time=bio.submit_time,
         parent=bio,
     )
@@ -160,6 +166,7 @@ def bio_split(bio: Bio, nr_sectors: int) -> tuple[Bio, Bio]:
         back_segments,
         fua=bio.fua,
         no_merge=bio.no_merge,
+        may_overwrite=bio.may_overwrite,
         submit_time=bio.submit_time,
         parent=bio,
     )

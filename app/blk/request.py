@@ -77,6 +77,12 @@ class Request(SectorOp):
             start_time=start_time,
         )
 
+    @property
+    def may_overwrite(self) -> bool:
+        """Every bio's segments may be overwritten: read from the bios, so that no merge
+        can join a buffer its submitter still needs to one that may be overwritten."""
+        return all(bio.may_overwrite for bio in self.bios)
+
     def complete(self, status: BaseException | None = None) -> None:
         """End every bio with the same status (blk_mq_end_request)."""
         for bio in self.bios:

@@ -24,7 +24,7 @@ import math
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from typing_extensions import Buffer
@@ -69,7 +69,7 @@ class BlockIo(Protocol):
     """One I/O of a batch as the batch API reads it (``app.io.Io`` is the one front ends
     build): an op at a byte ``offset``, ``length`` bytes, any alignment. ``buffer`` is what
     a read fills and what a write writes (None for the other ops); ``error`` is where its
-    failure lands."""
+    failure lands; ``may_overwrite``: a write's buffer may be encrypted in place."""
 
     op: Op
     offset: int
@@ -77,6 +77,7 @@ class BlockIo(Protocol):
     buffer: memoryview | None
     fua: bool
     error: Exception | None
+    may_overwrite: bool
 
 
 _WRITES = frozenset({Op.WRITE, Op.WRITE_ZEROES, Op.DISCARD})
@@ -116,10 +117,11 @@ class LiveMap:
     logical_block_size: int
     queue_depth: int = DEFAULT_QUEUE_DEPTH
     """The fewest hardware tags among the modelled devices it maps onto."""
+    size_bytes: int = field(init=False)
+    """Kept, not derived: every ranged request asks it on the event loop."""
 
-    @property
-    def size_bytes(self) -> int:
-        return self.table.size_sectors * SECTOR_SIZE
+    def __post_init__(self) -> None:
+        self.size_bytes = self.table.size_sectors * SECTOR_SIZE
 
     def target_at(self, sector: int) -> Target:
         for target in self.targets:
@@ -284,9 +286,23 @@ class DataPath:
             )
 
     def _submit(
-        self, op: Op, offset: int, length: int, segments: list[memoryview], *, fua: bool = False
+        self,
+        op: Op,
+        offset: int,
+        length: int,
+        segments: list[memoryview],
+        *,
+        fua: bool = False,
+        may_overwrite: bool = False,
     ) -> None:
-        bio = Bio(op, offset // SECTOR_SIZE, length // SECTOR_SIZE, segments, fua=fua)
+        bio = Bio(
+            op,
+            offset // SECTOR_SIZE,
+            length // SECTOR_SIZE,
+            segments,
+            fua=fua,
+            may_overwrite=may_overwrite,
+        )
         self.queue.submit_bio(bio)
         bio.wait()
 
@@ -412,10 +428,14 @@ class DataPath:
                     self._submit(Op.READ, start, end - start, [scratch])
                     buffer[:] = scratch[offset - start : offset - start + length]
 
-    def _write(self, unit: int, offset: int, view: memoryview, *, fua: bool) -> None:
+    def _write(
+        self, unit: int, offset: int, view: memoryview, *, fua: bool, may_overwrite: bool = False
+    ) -> None:
         if offset % unit == 0 and len(view) % unit == 0:
             with self._ranges.hold(offset, offset + len(view), exclusive=False):
-                self._submit(Op.WRITE, offset, len(view), [view], fua=fua)
+                self._submit(
+                    Op.WRITE, offset, len(view), [view], fua=fua, may_overwrite=may_overwrite
+                )
         else:
             self._read_modify_write(unit, offset, view, fua=fua)
 
@@ -435,7 +455,8 @@ class DataPath:
             if tail_partial and not (head_partial and end - start == unit):
                 self._submit(Op.READ, end - unit, unit, [merged[len(merged) - unit :]])
             merged[offset - start : offset - start + length] = view
-            self._submit(Op.WRITE, start, len(merged), [merged], fua=fua)
+            # ``merged`` is this method's own: no one reads it after the write.
+            self._submit(Op.WRITE, start, len(merged), [merged], fua=fua, may_overwrite=True)
 
     def _write_zeroes(self, unit: int, offset: int, length: int) -> None:
         """Encrypted zeros over the whole blocks, zero bytes read-modify-written into the
@@ -561,7 +582,7 @@ class DataPath:
                 copies.append((io, whole[io.offset - start : io.offset - start + io.length]))
                 buffer = whole
             ranges.append((start, end))
-            bios.append((io, _bio(io.op, start, buffer, io.fua)))
+            bios.append((io, _bio(io, start, buffer)))
         with self._ranges.hold_shared(ranges):
             StartedBatch(self._queue(bios), ExitStack()).finish()
         for io, source in copies:
@@ -575,7 +596,7 @@ class DataPath:
         if op is Op.WRITE:
             assert io.buffer is not None
             if io.length:
-                self._write(unit, io.offset, io.buffer, fua=io.fua)
+                self._write(unit, io.offset, io.buffer, fua=io.fua, may_overwrite=io.may_overwrite)
                 return
         elif op is Op.WRITE_ZEROES:
             self._write_zeroes(unit, io.offset, io.length)
@@ -625,7 +646,7 @@ class DataPath:
         bios = []
         for io in admitted:
             assert io.buffer is not None
-            bios.append((io, _bio(io.op, io.offset, io.buffer, io.fua)))
+            bios.append((io, _bio(io, io.offset, io.buffer)))
         return StartedBatch(self._queue(bios), hold)
 
     def _in_range(self, ios: Sequence[BlockIo]) -> list[BlockIo]:
@@ -655,8 +676,16 @@ class DataPath:
         return bios
 
 
-def _bio(op: Op, offset: int, buffer: memoryview, fua: bool) -> Bio:
-    return Bio(op, offset // SECTOR_SIZE, len(buffer) // SECTOR_SIZE, [buffer], fua=fua)
+def _bio(io: BlockIo, offset: int, buffer: memoryview) -> Bio:
+    """``io``'s bio over ``buffer`` (its own, or the whole blocks around a partial read)."""
+    return Bio(
+        io.op,
+        offset // SECTOR_SIZE,
+        len(buffer) // SECTOR_SIZE,
+        [buffer],
+        fua=io.fua,
+        may_overwrite=io.may_overwrite,
+    )
 
 
 def _whole_blocks(io: BlockIo, unit: int) -> bool:

@@ -13,7 +13,9 @@ class Io:
 
     ``buffer`` is what a read fills and what a write writes (``length`` bytes; None for
     flush, discard and write-zeroes). ``fua``: durable before it completes. The batch
-    puts the I/O's failure in ``error`` (None: done).
+    puts the I/O's failure in ``error`` (None: done). ``may_overwrite``: the submitter
+    never reads a write's ``buffer`` again (it owns it and refills or drops it), so the
+    data path may encrypt it in place instead of into pages of its own.
     """
 
     op: Op
@@ -22,11 +24,14 @@ class Io:
     buffer: memoryview | None = None
     fua: bool = False
     error: Exception | None = None
+    may_overwrite: bool = False
 
     @classmethod
     def read(cls, offset: int, buffer: memoryview) -> Io:
         return cls(Op.READ, offset, len(buffer), buffer)
 
     @classmethod
-    def write(cls, offset: int, data: memoryview, *, fua: bool = False) -> Io:
-        return cls(Op.WRITE, offset, len(data), data, fua)
+    def write(
+        cls, offset: int, data: memoryview, *, fua: bool = False, may_overwrite: bool = False
+    ) -> Io:
+        return cls(Op.WRITE, offset, len(data), data, fua, may_overwrite=may_overwrite)

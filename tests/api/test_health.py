@@ -4,6 +4,7 @@ from typing import Any
 import httpx
 import pytest
 from openapi_spec_validator import validate
+from opentelemetry import metrics, trace
 
 from tests.support.factories import make_device, make_volume
 
@@ -32,6 +33,31 @@ async def test_metrics_expose_per_route_request_counters(anon_client: httpx.Asyn
     assert 'reqcrypt_http_requests_total{method="GET",route="/healthz",status="200"}' in (
         response.text
     )
+
+
+async def test_metrics_count_each_status_of_a_route_apart(
+    anon_client: httpx.AsyncClient, client: httpx.AsyncClient
+) -> None:
+    for _ in range(2):
+        assert (await anon_client.get("/v1/volumes")).status_code == 401
+    assert (await client.get("/v1/volumes")).status_code == 200
+    text = (await anon_client.get("/metrics")).text
+    route = 'method="GET",route="/v1/volumes"'
+    assert f'reqcrypt_http_requests_total{{{route},status="401"}} 2.0' in text
+    assert f'reqcrypt_http_requests_total{{{route},status="200"}} 1.0' in text
+    assert f"reqcrypt_http_request_duration_seconds_count{{{route}}} 3.0" in text
+
+
+async def test_a_request_asks_no_opentelemetry_provider(
+    anon_client: httpx.AsyncClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The service exports its own metrics and sets up no OpenTelemetry: FastAPI's own
+    telemetry is off rather than asking the global providers on every request."""
+    asked: list[str] = []
+    monkeypatch.setattr(trace, "get_tracer_provider", lambda: asked.append("trace"))
+    monkeypatch.setattr(metrics, "get_meter_provider", lambda: asked.append("metrics"))
+    assert (await anon_client.get("/healthz")).status_code == 200
+    assert asked == []
 
 
 async def test_openapi_docs_are_served(anon_client: httpx.AsyncClient) -> None:

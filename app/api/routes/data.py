@@ -288,23 +288,25 @@ async def write_data(name: str, request: Request, io: IoDep, fua: bool = False) 
 async def write_range(request: Request, io: IoContext, volume: Volume, fua: bool) -> Response:
     """A single-range PUT, received chunk by chunk into one buffer and written from it."""
     limits = io.limits
-    byte_range = parse_content_range(request.headers.get("content-range"), volume.size)
-    declared = request.headers.get("content-length")
+    headers = request.headers
+    byte_range = parse_content_range(headers.get("content-range"), volume.size)
+    length = byte_range.length
+    declared = headers.get("content-length")
     if declared is None:
         raise HTTPException(411, "PUT needs Content-Length equal to the Content-Range length")
-    if int(declared) != byte_range.length:
-        raise InvalidRange(f"body is {declared} bytes but Content-Range covers {byte_range.length}")
-    if byte_range.length > limits.max_body_bytes:
+    if int(declared) != length:
+        raise InvalidRange(f"body is {declared} bytes but Content-Range covers {length}")
+    if length > limits.max_body_bytes:
         raise PayloadTooLarge(
-            f"body of {byte_range.length} bytes exceeds the {limits.max_body_bytes}-byte maximum"
+            f"body of {length} bytes exceeds the {limits.max_body_bytes}-byte maximum"
         )
     precondition = if_match(request, volume)
     version = volume.generation
     chunk = limits.io_chunk_bytes
-    body = BodyReader(request, byte_range.length, limits)
+    body = BodyReader(request, length, limits)
     position = byte_range.first
     end = byte_range.last + 1
-    with mempool.borrow(min(chunk, byte_range.length)) as buffer:
+    with mempool.borrow(min(chunk, length)) as buffer:
         while position < end:
             next_cut = min(end, (position // chunk + 1) * chunk)
             view = buffer[: next_cut - position]
@@ -317,7 +319,7 @@ async def write_range(request: Request, io: IoContext, volume: Volume, fua: bool
             precondition = None  # the first chunk's write held it for the whole PUT
             position = next_cut
         if await body.readinto(buffer[:1]):
-            raise InvalidRange(f"body is longer than Content-Range's {byte_range.length}")
+            raise InvalidRange(f"body is longer than Content-Range's {length}")
     return Response(status_code=204, headers={"ETag": etag(volume, version)})
 
 
@@ -340,7 +342,8 @@ async def write_batch(
     parts = parse_byteranges_body(
         data[:length], boundary, volume.size, max_parts=io.limits.max_ranges
     )
-    writes = [Io.write(part.range.first, part.data) for part in parts]
+    # The body is this request's own buffer: its parts may be encrypted where they lie.
+    writes = [Io.write(part.range.first, part.data, may_overwrite=True) for part in parts]
     flush = [Io(Op.FLUSH, 0, 0)] if fua else []
     version = await io.executor.run(
         functools.partial(execute, volume, writes + flush, precondition=if_match(request, volume))
@@ -422,7 +425,10 @@ def _read_versioned(volume: Volume, offset: int, length: int) -> tuple[memoryvie
 def _write(
     volume: Volume, position: int, data: memoryview, fua: bool, precondition: Precondition | None
 ) -> int:
-    return run(volume, Io.write(position, data, fua=fua), precondition=precondition)
+    # ``data`` is the route's borrowed buffer, refilled before it is read again.
+    return run(
+        volume, Io.write(position, data, fua=fua, may_overwrite=True), precondition=precondition
+    )
 
 
 @router.post("/flush", status_code=204, responses=responses(503), openapi_extra=BEARER_SECURITY)

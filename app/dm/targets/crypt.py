@@ -77,9 +77,14 @@ class CryptTarget(Target):
                 )
                 if request.tracer is not None:
                     self._trace(request.tracer, request, done)
-                return MapResult(len(done.plan.calls), done.modelled_ns)
+                return _result(done)
 
             return decrypt
+        if request.op == REQ_OP_WRITE and request.may_overwrite:
+            # Its submitter never reads the plaintext again: encrypted where it lies.
+            done = self._encrypt(request, request.segments, relative, context, bios)
+            writing = self.device.submit_writev(position, done.outputs)
+            return finish_io(self.device, request, writing, _result(done))
         if request.op in (REQ_OP_WRITE, REQ_OP_WRITE_ZEROES):
             segments = (
                 list(request.segments)
@@ -91,24 +96,13 @@ class CryptTarget(Target):
             nbytes = request.nr_sectors << SECTOR_SHIFT
             pages = mempool.take(nbytes)
             try:
-                done = self.engine.process(
-                    EngineRequest(
-                        "encrypt",
-                        self.transform,
-                        segments,
-                        relative,
-                        context.dispatch_mode,
-                        bios=bios,
-                        into=_cut(pages.data[:nbytes], segments),
-                    )
+                done = self._encrypt(
+                    request, segments, relative, context, bios, _cut(pages.data[:nbytes], segments)
                 )
-                if request.tracer is not None:
-                    self._trace(request.tracer, request, done)
                 writing = self.device.submit_writev(position, done.outputs)
             finally:
                 mempool.give(pages)
-            result = MapResult(len(done.plan.calls), done.modelled_ns)
-            return finish_io(self.device, request, writing, result)
+            return finish_io(self.device, request, writing, _result(done))
         if request.op == Op.DISCARD:
             if not self.params.allow_discards:
                 raise InvalidState("discard needs the allow_discards crypt option")
@@ -117,11 +111,40 @@ class CryptTarget(Target):
             self.device.flush()
         return lambda: _NOTHING
 
+    def _encrypt(
+        self,
+        request: Request,
+        segments: Sequence[memoryview],
+        relative: int,
+        context: MapContext,
+        bios: list[tuple[int, int]],
+        into: Sequence[memoryview] | None = None,
+    ) -> EngineResult:
+        """``segments`` encrypted into ``into`` (None: in place)."""
+        done = self.engine.process(
+            EngineRequest(
+                "encrypt",
+                self.transform,
+                segments,
+                relative,
+                context.dispatch_mode,
+                bios=bios,
+                into=segments if into is None else into,
+            )
+        )
+        if request.tracer is not None:
+            self._trace(request.tracer, request, done)
+        return done
+
     def flush(self) -> None:
         self.device.flush()
 
     def wipe(self) -> None:
         self.transform.wipe()
+
+
+def _result(done: EngineResult) -> MapResult:
+    return MapResult(len(done.plan.calls), done.modelled_ns)
 
 
 def _cut(buffer: memoryview, segments: Sequence[memoryview]) -> list[memoryview]:

@@ -7,13 +7,16 @@ from collections.abc import Iterator
 import pytest
 from typing_extensions import Buffer
 
+from app.blk.limits import QueueLimits
 from app.dm.table import parse_table
 from app.dm.volume import Volume
 from app.engine.base import EngineRequest, EngineResult
 from app.engine.mock import MockEngine
 from app.errors import ReqcryptError
+from app.io.ops import Io
 from app.storage.memory import MemoryStore
 from tests.support.keys import XTS_KEY
+from tests.support.volumes import make_volume
 
 # A crypt target that starts at sector 8, over the device from sector 0.
 TABLE = f"0 8 zero\n8 2040 crypt aes-xts-plain64 {XTS_KEY} 0 pv 0"
@@ -106,3 +109,112 @@ def test_an_engine_failure_fails_the_write_and_writes_nothing(store: MemoryStore
     finally:
         volume.remove()
     assert read_device(store, 0, 4096) == bytes(4096)
+
+
+def test_a_write_that_may_overwrite_is_encrypted_in_its_own_buffer(
+    volume: Volume, engine: MockEngine, store: MemoryStore
+) -> None:
+    buffer = bytearray(b"x" * 4096)
+    write = Io.write(16 * 512, memoryview(buffer), may_overwrite=True)
+    volume.submit_batch([write])
+    assert write.error is None
+    (request,) = engine.requests
+    assert request.into is request.segments
+    assert bytes(buffer) != b"x" * 4096
+    assert read_device(store, 8 * 512, 4096) == bytes(buffer)
+    assert volume.read(16 * 512, 4096) == b"x" * 4096
+
+
+def test_a_request_merging_a_buffer_that_must_not_change_leaves_every_buffer_alone(
+    volume: Volume, engine: MockEngine
+) -> None:
+    owned, lent = bytearray(b"o" * 4096), bytearray(b"l" * 4096)
+    writes = [
+        Io.write(16 * 512, memoryview(owned), may_overwrite=True),
+        Io.write(24 * 512, memoryview(lent)),
+    ]
+    volume.submit_batch(writes)
+    (request,) = engine.requests
+    assert request.bios == [(8, 8), (16, 8)]
+    assert (bytes(owned), bytes(lent)) == (b"o" * 4096, b"l" * 4096)
+    assert volume.read(16 * 512, 8192) == b"o" * 4096 + b"l" * 4096
+
+
+def test_a_partial_write_is_encrypted_in_place_in_the_data_paths_own_buffer(
+    volume: Volume, engine: MockEngine
+) -> None:
+    data = bytearray(b"p" * 1000)
+    volume.write(16 * 512 + 100, data)
+    encrypt = engine.requests[-1]
+    assert encrypt.op == "encrypt"
+    assert encrypt.into is encrypt.segments  # the read-modify-write's own buffer
+    assert data == b"p" * 1000
+    assert volume.read(16 * 512 + 100, 1000) == b"p" * 1000
+
+
+def test_a_failed_write_that_may_overwrite_writes_nothing(store: MemoryStore) -> None:
+    def fail(request: EngineRequest) -> EngineResult:
+        raise EngineFailed("engine fault")
+
+    volume = open_volume(store, MockEngine(fail))
+    write = Io.write(8 * 512, memoryview(bytearray(b"z" * 4096)), may_overwrite=True)
+    try:
+        volume.submit_batch([write])
+    finally:
+        volume.remove()
+    assert isinstance(write.error, EngineFailed)
+    assert read_device(store, 0, 4096) == bytes(4096)
+
+
+def test_the_halves_of_a_split_write_that_may_overwrite_are_encrypted_in_place() -> None:
+    store = MemoryStore(2048 * 512)
+    volume = make_volume(store, limits=QueueLimits(max_sectors_kb=4))
+    buffer = bytearray(b"s" * 16384)
+    try:
+        write = Io.write(0, memoryview(buffer), may_overwrite=True)
+        volume.submit_batch([write])
+        assert write.error is None
+        assert volume.stats.snapshot()["w_ios"] == 4
+        assert volume.read(0, 16384) == b"s" * 16384
+    finally:
+        volume.remove()
+    assert bytes(buffer) == read_device(store, 0, 16384) != b"s" * 16384
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [
+        f"aes-xts-plain64 {XTS_KEY}",
+        f"aes-xts-plain64 {XTS_KEY} 0 pv 0 1 sector_size:4096",
+        f"aes-cbc-essiv:sha256 {XTS_KEY[:64]}",
+        f"aes-cbc-plain64 {XTS_KEY[:64]}",
+        f"aes-cbc-lmk {XTS_KEY[:64]}",
+        f"aes-ctr-plain64 {XTS_KEY[:64]}",
+        f"aes-ecb {XTS_KEY[:64]}",
+        f"camellia-xts-plain64 {XTS_KEY}",
+    ],
+)
+@pytest.mark.parametrize("dispatch_mode", ["bio", "request"])
+def test_encrypting_in_place_writes_the_ciphertext_of_a_copy(
+    spec: str, dispatch_mode: str, aes_path: str
+) -> None:
+    """Every transform and engine call plan, on every AES path this CPU runs, may be handed
+    the same buffer as input and output: a bio's payload may alias its ciphertext."""
+    cipher, key, *rest = spec.split()
+    tail = " ".join(rest) if rest else "0 pv 0"
+    table = f"0 2048 crypt {cipher} {key} {tail}"
+    payload = bytes(range(256)) * 96  # 24 KiB: whole 4096-byte units, several per call
+    devices = []
+    for may_overwrite in (False, True):
+        store = MemoryStore(2048 * 512)
+        volume = make_volume(store, table, dispatch_mode=dispatch_mode)
+        try:
+            write = Io.write(4096, memoryview(bytearray(payload)), may_overwrite=may_overwrite)
+            volume.submit_batch([write])
+            assert write.error is None
+            assert volume.read(4096, len(payload)) == payload
+        finally:
+            volume.remove()
+        devices.append(read_device(store, 4096, len(payload)))
+    copied, in_place = devices
+    assert in_place == copied != payload
