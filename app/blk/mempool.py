@@ -11,7 +11,6 @@ from __future__ import annotations
 import threading
 
 import numpy as np
-import numpy.typing as npt
 
 PAGE = 4096
 #: ``page_aligned`` carves buffers of up to SLAB_PIECE bytes out of a per-thread slab of
@@ -22,25 +21,26 @@ SLAB_PIECE = 64 << 10
 
 class _FreeList(threading.local):
     def __init__(self) -> None:
-        self.buffers: list[npt.NDArray[np.uint8]] = []
-        self.slab: npt.NDArray[np.uint8] = np.empty(0, dtype=np.uint8)
+        self.buffers: list[memoryview] = []
+        self.slab = memoryview(b"")
         self.used = SLAB
 
 
 _free = _FreeList()
 
 
-def _aligned(size: int) -> npt.NDArray[np.uint8]:
+def _aligned(size: int) -> memoryview:
     raw = np.empty(size + PAGE, dtype=np.uint8)
     start = -raw.ctypes.data % PAGE
-    return raw[start : start + size]
+    return raw.data[start : start + size]
 
 
-def page_aligned(size: int) -> npt.NDArray[np.uint8]:
-    """An uninitialized byte array of ``size`` bytes starting on a page boundary.
+def page_aligned(size: int) -> memoryview:
+    """An uninitialized buffer of ``size`` bytes starting on a page boundary.
 
     A small one is the next pages of this thread's slab: asking numpy where a fresh array
     starts (``ndarray.ctypes``) costs more than the system call that fills a 4 KiB read.
+    Memoryviews, not arrays: slicing an array and viewing it costs more than that too.
     """
     if size > SLAB_PIECE:
         return _aligned(size)
@@ -54,7 +54,7 @@ def page_aligned(size: int) -> npt.NDArray[np.uint8]:
     return local.slab[used:end]
 
 
-def take(size: int) -> npt.NDArray[np.uint8]:
+def take(size: int) -> memoryview:
     """A page-aligned buffer of at least ``size`` bytes off this thread's free list, to be
     handed back with ``give``: ``borrow`` without a ``with`` block, for once-per-request use."""
     free = _free.buffers
@@ -64,7 +64,7 @@ def take(size: int) -> npt.NDArray[np.uint8]:
     return buffer
 
 
-def give(buffer: npt.NDArray[np.uint8]) -> None:
+def give(buffer: memoryview) -> None:
     """Return a buffer ``take`` gave to this thread's free list."""
     _free.buffers.append(buffer)
 
@@ -88,7 +88,7 @@ class _Borrowed:
 
     def __enter__(self) -> memoryview:
         buffer = self._buffer = take(self._size)
-        return buffer.data[: self._size]
+        return buffer[: self._size]
 
     def __exit__(self, *_: object) -> None:
         give(self._buffer)

@@ -171,7 +171,7 @@ class NbdIo:
         header = self.header
         command = header.command
         if command == NBD_CMD_READ:
-            buffer = mempool.page_aligned(header.length).data
+            buffer = mempool.page_aligned(header.length)
             self.io = Io(REQ_OP_READ, header.offset, header.length, buffer)
         else:
             fua = bool(header.flags & FUA) and command != NBD_CMD_FLUSH
@@ -546,7 +546,7 @@ class NbdConnection(asyncio.BufferedProtocol):
                     have = size - position - body
                     if have < header.length:
                         if header.length >= DIRECT_PAYLOAD:
-                            payload = mempool.page_aligned(header.length).data
+                            payload = mempool.page_aligned(header.length)
                             payload[:have] = buffer[position + body : size]
                             self._direct = DirectWrite(header, payload, have)
                             position = size

@@ -411,13 +411,13 @@ def _read_batch(
 def _read(volume: Volume, offset: int, length: int) -> memoryview:
     """A response body: uninitialized (every byte is read into it), not a zeroed bytearray,
     and page-aligned, as the device reads straight into it (``mempool.page_aligned``)."""
-    buffer = mempool.page_aligned(length).data
+    buffer = mempool.page_aligned(length)
     run(volume, Io.read(offset, buffer))
     return buffer
 
 
 def _read_versioned(volume: Volume, offset: int, length: int) -> tuple[memoryview, int | None]:
-    buffer = mempool.page_aligned(length).data
+    buffer = mempool.page_aligned(length)
     version = volume.read_versioned(lambda: run(volume, Io.read(offset, buffer)))
     return buffer, version
 

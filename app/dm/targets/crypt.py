@@ -87,7 +87,7 @@ class CryptTarget(Target):
             return finish_io(self.device, request, writing, _result(done))
         if request.op in (REQ_OP_WRITE, REQ_OP_WRITE_ZEROES):
             segments = (
-                list(request.segments)
+                request.segments
                 if request.op == REQ_OP_WRITE
                 else [memoryview(bytes(request.nr_sectors << SECTOR_SHIFT))]
             )
@@ -97,7 +97,7 @@ class CryptTarget(Target):
             pages = mempool.take(nbytes)
             try:
                 done = self._encrypt(
-                    request, segments, relative, context, bios, _cut(pages.data[:nbytes], segments)
+                    request, segments, relative, context, bios, _cut(pages[:nbytes], segments)
                 )
                 writing = self.device.submit_writev(position, done.outputs)
             finally:
