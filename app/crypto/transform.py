@@ -126,11 +126,11 @@ class CryptTransform(ABC):
     def encrypt_into(self, data: Buffer, sector: int, out: Buffer) -> None:
         """Like ``encrypt`` but writes into ``out`` (same length, writable, may not alias
         ``data``): no fresh multi-MiB result to page-fault in, like dm-crypt's bio_out pages."""
-        self._run_into(data, sector, out, encrypt=True)
+        self._run_into(data, sector, out, True)
 
     def decrypt_into(self, data: Buffer, sector: int, out: Buffer) -> None:
         """Like ``decrypt`` but writes into ``out``; same rules as ``encrypt_into``."""
-        self._run_into(data, sector, out, encrypt=False)
+        self._run_into(data, sector, out, False)
 
     def encrypt_segments(self, segments: Sequence[Buffer], sector: int) -> list[bytes]:
         """Encrypt a scatterlist: segments contiguous in sector space, starting at ``sector``.
@@ -174,16 +174,17 @@ class CryptTransform(ABC):
             return b""
         return self._convert(view, sector, encrypt)
 
-    def _run_into(self, data: Buffer, sector: int, out: Buffer, *, encrypt: bool) -> None:
+    def _run_into(self, data: Buffer, sector: int, out: Buffer, encrypt: bool) -> None:
         view = memoryview(data).cast("B")
         target = memoryview(out).cast("B")
         size = self.sector_size
+        nbytes = len(view)
         # The common valid shape, checked inline; ``_check`` names any fault.
-        if self._wiped or len(view) % size or sector < 0 or sector % (size >> SECTOR_SHIFT):
-            self._check(len(view), sector)
-        if target.readonly or len(target) != len(view):
+        if self._wiped or nbytes % size or sector < 0 or sector % (size >> SECTOR_SHIFT):
+            self._check(nbytes, sector)
+        if target.readonly or len(target) != nbytes:
             raise ValueError("out must be a writable buffer of the same length as data")
-        if len(view):
+        if nbytes:
             self._convert_into(view, sector, encrypt, target)
 
     def _convert_into(

@@ -584,7 +584,7 @@ class DataPath:
             ranges.append((start, end))
             bios.append((io, _bio(io, start, buffer)))
         with self._ranges.hold_shared(ranges):
-            StartedBatch(self._queue(bios), ExitStack()).finish()
+            StartedBatch(self._queue(bios, [bio for _, bio in bios]), ExitStack()).finish()
         for io, source in copies:
             if io.error is None:
                 assert io.buffer is not None
@@ -618,18 +618,27 @@ class DataPath:
         if live is None:
             return None
         unit = live.logical_block_size
-        writes = False
         for io in ios:
-            if not _whole_blocks(io, unit):
+            op, offset, length = io.op, io.offset, io.length
+            # _whole_blocks, inline: once per I/O
+            if not (
+                (op is REQ_OP_READ or op is REQ_OP_WRITE)
+                and length > 0
+                and offset % unit == 0
+                and length % unit == 0
+            ):
                 return None
-            writes |= io.op is REQ_OP_WRITE
         hold = ExitStack()
         try:
             hold.enter_context(self._io(wait=wait))
             admitted = self._in_range(ios)
-            ranges = [(io.offset, io.offset + io.length) for io in admitted]
+            ranges = []
+            writes = False
+            for io in admitted:
+                ranges.append((io.offset, io.offset + io.length))
+                writes |= io.op is REQ_OP_WRITE
             hold.enter_context(self._ranges.hold_shared(ranges, wait=wait))
-            if writes and any(io.op is REQ_OP_WRITE for io in admitted):
+            if writes:
                 # Counted once the ranges are held: a refused batch never moves the version.
                 hold.enter_context(self.versions.writing())
         except WouldBlock:
@@ -643,11 +652,22 @@ class DataPath:
                 if io.error is None:
                     io.error = error
             return StartedBatch([], ExitStack())
+        submitted: list[tuple[BlockIo, Bio]] = []
         bios = []
         for io in admitted:
-            assert io.buffer is not None
-            bios.append((io, _bio(io, io.offset, io.buffer)))
-        return StartedBatch(self._queue(bios), hold)
+            buffer = io.buffer
+            assert buffer is not None
+            bio = Bio(
+                io.op,
+                io.offset // SECTOR_SIZE,
+                len(buffer) // SECTOR_SIZE,
+                [buffer],
+                fua=io.fua,
+                may_overwrite=io.may_overwrite,
+            )
+            submitted.append((io, bio))
+            bios.append(bio)
+        return StartedBatch(self._queue(submitted, bios), hold)
 
     def _in_range(self, ios: Sequence[BlockIo]) -> list[BlockIo]:
         """The I/Os within the volume; each of the others fails alone, RangeNotSatisfiable."""
@@ -664,16 +684,18 @@ class DataPath:
             within.append(io)
         return within
 
-    def _queue(self, bios: list[tuple[BlockIo, Bio]]) -> list[tuple[BlockIo, Bio]]:
-        """``bios`` into the queue; when the queue refuses one, nothing is queued and every
-        I/O gets its error."""
+    def _queue(
+        self, submitted: list[tuple[BlockIo, Bio]], bios: list[Bio]
+    ) -> list[tuple[BlockIo, Bio]]:
+        """``bios`` (``submitted``'s, in order) into the queue; when the queue refuses one,
+        nothing is queued and every I/O gets its error."""
         try:
-            self.queue.submit_bios([bio for _, bio in bios])
+            self.queue.submit_bios(bios)
         except Exception as error:
-            for io, _ in bios:
+            for io, _ in submitted:
                 io.error = error
             return []
-        return bios
+        return submitted
 
 
 def _bio(io: BlockIo, offset: int, buffer: memoryview) -> Bio:

@@ -108,7 +108,19 @@ class SimulatedEngine(Engine, Paced):
         plan = request.plan(self._profile.capabilities, views)
         ready = self.clock.now_ns()
         if self._profile.measured:
-            outputs, durations = _run_calls(request, views, plan)
+            calls = plan.calls
+            if len(calls) == 1 and len(views) == 1:
+                # One call over one segment (a lone bio): no slicing into call pieces.
+                outputs = request.outputs(views)
+                transform = request.transform
+                convert = (
+                    transform.encrypt_into if request.op == "encrypt" else transform.decrypt_into
+                )
+                began = time.perf_counter_ns()
+                convert(views[0], calls[0].sector, outputs[0])
+                durations = [float(time.perf_counter_ns() - began)]
+            else:
+                outputs, durations = _run_calls(request, views, plan)
             cpu_ns = 0.0
             modelled = float(sum(durations))
         else:
@@ -126,7 +138,7 @@ class SimulatedEngine(Engine, Paced):
             plan=plan,
             modelled_ns=round(modelled),
             cpu_ns=round(cpu_ns),
-            queue_wait_ns=reservation.wait_ns,
+            queue_wait_ns=reservation.start_ns - reservation.ready_ns,  # wait_ns, inline
             completes_at_ns=reservation.end_ns,
         )
 
@@ -155,11 +167,6 @@ def _run_calls(
     encrypt = request.op == "encrypt"
     outputs = request.outputs(views)
     convert = transform.encrypt_into if encrypt else transform.decrypt_into
-    if len(plan.calls) == 1 and len(views) == 1:
-        # One call over one segment (a lone bio) needs no slicing into call pieces.
-        began = clock_ns()
-        convert(views[0], plan.calls[0].sector, outputs[0])
-        return outputs, [float(clock_ns() - began)]
     many: Callable[[Sequence[Buffer], int], list[bytes]] = (
         transform.encrypt_segments if encrypt else transform.decrypt_segments
     )

@@ -277,11 +277,15 @@ class RequestHeader(NamedTuple):
     length: int
 
 
+#: The tuple constructor itself: a named tuple's own ``__new__`` is a Python function.
+_new_header = tuple.__new__
+
+
 def parse_request(data: bytes | bytearray | memoryview, offset: int = 0) -> RequestHeader:
-    magic, flags, command, handle, position, length = REQUEST.unpack_from(data, offset)
-    if magic != REQUEST_MAGIC:
-        raise ProtocolError(f"bad request magic {magic:#x}")
-    return RequestHeader(flags, command, handle, position, length)
+    fields = REQUEST.unpack_from(data, offset)
+    if fields[0] != REQUEST_MAGIC:
+        raise ProtocolError(f"bad request magic {fields[0]:#x}")
+    return _new_header(RequestHeader, fields[1:])
 
 
 def pack_request(header: RequestHeader) -> bytes:

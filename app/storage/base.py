@@ -11,8 +11,8 @@ from typing_extensions import Buffer
 from app.vocab import Wait
 
 
-def _done() -> None:
-    return None
+def completed() -> None:
+    """The wait of an I/O that was done before its submission returned."""
 
 
 class _Closable(Protocol):
@@ -102,13 +102,13 @@ class BackingStore(ABC):
         Lets a dispatcher put a whole batch of requests on the device before waiting for
         any. Default: the read is done before this returns (errors raise here)."""
         self.readv_into(offset, buffers)
-        return _done
+        return completed
 
     def submit_writev(self, offset: int, buffers: Sequence[Buffer]) -> Wait:
         """Start ``writev``; done (visible to readers) once the returned wait returns.
         The caller may reuse ``buffers`` as soon as this returns. Default: synchronous."""
         self.writev(offset, buffers)
-        return _done
+        return completed
 
     def read(self, offset: int, length: int) -> bytearray:
         buffer = bytearray(length)

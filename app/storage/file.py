@@ -13,7 +13,8 @@ from typing_extensions import Buffer
 
 from app import _native
 from app.errors import DeviceClaimed
-from app.storage.base import BackingStore
+from app.storage.base import BackingStore, completed
+from app.vocab import Wait
 
 _FALLOC_FL_KEEP_SIZE = 0x01
 _FALLOC_FL_PUNCH_HOLE = 0x02
@@ -61,6 +62,16 @@ class FileStore(BackingStore):
 
     def writev(self, offset: int, buffers: Sequence[Buffer]) -> None:
         _native.pwritev_chunks(self._fd, buffers, offset, WRITE_CHUNK, self._size)
+
+    # The synchronous defaults without their call of readv_into/writev: once per request.
+
+    def submit_readv(self, offset: int, buffers: Sequence[memoryview]) -> Wait:
+        _native.preadv_into(self._fd, buffers, offset, self._size)
+        return completed
+
+    def submit_writev(self, offset: int, buffers: Sequence[Buffer]) -> Wait:
+        _native.pwritev_chunks(self._fd, buffers, offset, WRITE_CHUNK, self._size)
+        return completed
 
     def flush(self) -> None:
         os.fsync(self._fd)
