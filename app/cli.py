@@ -124,6 +124,20 @@ GC_YOUNG_THRESHOLD = 20_000
 collection in ``serve`` (CPython's default is 700)."""
 
 
+def settle_collector() -> None:
+    """The cyclic collector as ``serve`` runs it once the service is built (and enabled).
+
+    What is built so far lives as long as the process: frozen, it is out of the collector's
+    sight, and a full collection no longer walks it (≈ 80 ms on the event loop here) to find
+    nothing. A batch of small I/O allocates more than the default 700 objects that start a
+    young-generation collection (NBD at queue depth 32: one collection per batch, walking
+    every I/O in flight); the young generation is let grow further.
+    """
+    gc.freeze()
+    gc.set_threshold(GC_YOUNG_THRESHOLD, *gc.get_threshold()[1:])
+    gc.enable()
+
+
 def tune_malloc() -> None:
     """Keep MiB-sized I/O buffers on the heap instead of fresh page-faulted mmaps.
 
@@ -227,15 +241,7 @@ def serve(
         with refusals("serve"), data_dir_lock(settings, exclusive=False):
             check_master_key(settings)
             application = create_app(settings)
-            # What is built so far lives as long as the process: frozen, it is out of the
-            # cyclic collector's sight, and a full collection no longer walks it (≈ 80 ms
-            # on the event loop here) to find nothing.
-            gc.freeze()
-            # A batch of small I/O allocates more than the default 700 objects that start a
-            # young-generation collection (NBD at queue depth 32: one collection per batch,
-            # walking every I/O in flight); the young generation is let grow further.
-            gc.set_threshold(GC_YOUNG_THRESHOLD, *gc.get_threshold()[1:])
-            gc.enable()
+            settle_collector()
             uvicorn.run(
                 application,
                 host=settings.host,
