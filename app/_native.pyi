@@ -1,5 +1,5 @@
 from collections.abc import Sequence
-from typing import Any, Literal
+from typing import Any, Literal, overload
 
 from numpy.typing import NDArray
 from typing_extensions import Buffer
@@ -33,6 +33,12 @@ def xts_plain64(
 def cbc_encrypt(dst: _Bytes, src: _Bytes, ivs: _Bytes, key: Buffer, unit_bytes: int, /) -> None: ...
 def cbc_decrypt(dst: _Bytes, src: _Bytes, ivs: _Bytes, key: Buffer, unit_bytes: int, /) -> None: ...
 def essiv(dst: _Bytes, sectors: _Bytes, salt: Buffer, /) -> None: ...
+
+class EssivKey:
+    def __init__(self, key: Buffer, salt: Buffer, /) -> None: ...
+    def wipe(self) -> None: ...
+
+@overload
 def cbc_essiv(
     dst: _Bytes,
     src: _Bytes,
@@ -40,6 +46,18 @@ def cbc_essiv(
     iv_step: int,
     key: Buffer,
     salt: Buffer,
+    unit_bytes: int,
+    encrypt: bool,
+    /,
+) -> None: ...
+@overload
+def cbc_essiv(
+    dst: _Bytes,
+    src: _Bytes,
+    iv_sector: int,
+    iv_step: int,
+    key: EssivKey,
+    salt: None,
     unit_bytes: int,
     encrypt: bool,
     /,

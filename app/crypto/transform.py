@@ -314,17 +314,21 @@ class BulkTransform(CryptTransform):
             and spec.keycount == 1
         )
         self._xts_key = _native.XtsKey(self._subkeys[0]) if xts_plain64 else None
-        # aes-cbc-essiv (LUKS1's default): the ESSIV IVs made inside the native CBC call.
-        self._cbc_essiv_salt = (
+        # aes-cbc-essiv (LUKS1's default): the ESSIV IVs made inside the native CBC call, the
+        # key's and the salt's schedules expanded once here.
+        salt = (
             self._ivgen.aes_salt()
             if self._aes_cbc and isinstance(self._ivgen, EssivIv) and spec.keycount == 1
             else None
         )
+        self._essiv_key = _native.EssivKey(self._subkeys[0], salt) if salt is not None else None
 
     def wipe(self) -> None:
         self._reference.wipe()
         if self._xts_key is not None:
             self._xts_key.wipe()
+        if self._essiv_key is not None:
+            self._essiv_key.wipe()
         super().wipe()
 
     def _forget_contexts(self) -> None:
@@ -406,8 +410,8 @@ class BulkTransform(CryptTransform):
         """aes-xts-plain64, or aes-cbc-essiv on a lane path, in one native call that makes the
         IVs; False for other specs, or where the IV sectors would wrap differently from
         consecutive steps (iv_large_sectors at the top of sector_t)."""
-        xts_key, salt = self._xts_key, self._cbc_essiv_salt
-        if xts_key is None and (salt is None or not self._cbc_lanes()):
+        xts_key, essiv_key = self._xts_key, self._essiv_key
+        if xts_key is None and (essiv_key is None or not self._cbc_lanes()):
             return False
         size = self.sector_size
         step = size >> SECTOR_SHIFT
@@ -418,8 +422,8 @@ class BulkTransform(CryptTransform):
             first, step = first >> self.sector_shift, 1
         if xts_key is not None:
             _native.xts_plain64(target, view, first, step, xts_key, size, encrypt)
-        elif salt is not None:
-            _native.cbc_essiv(target, view, first, step, self._subkeys[0], salt, size, encrypt)
+        elif essiv_key is not None:
+            _native.cbc_essiv(target, view, first, step, essiv_key, None, size, encrypt)
         return True
 
     def _bulk(self, view: memoryview, sector: int, encrypt: bool, flat_out: U8) -> None:

@@ -153,6 +153,7 @@ def test_set_path_refuses_an_unknown_name() -> None:
         (512, 1),
         (512, 37),
         (512, 1025),
+        (512, 64),
         (4096, 5),
         (4096, 33),
         (16384, 2),
@@ -169,10 +170,11 @@ def test_xts_equals_pyca_aes_xts_unit_by_unit(
     aes_path: str, key_bytes: int, unit_bytes: int, units: int, encrypt: bool
 ) -> None:
     """Odd unit counts cross 8 KiB chunk edges mid-request and end part way through a group of
-    16 first tweaks; 1025 units are half a MiB; 16 KiB units exceed a chunk; 48- and 304-byte
-    units end 3 blocks past a 16-block step (an 8-block step on aesni). On aesni a 128-byte unit
-    is one step; 144- and 16-byte units end a block past a step or before one, across groups of
-    first tweaks."""
+    first tweaks (8 units on ymm, 32 on zmm, made a group ahead); 64 units are two whole zmm
+    groups, the last with none ahead; 1025 units are half a MiB; 16 KiB units exceed a chunk;
+    48- and 304-byte units end 3 blocks past a 16-block step (an 8-block step on aesni). On
+    aesni a 128-byte unit is one step; 144- and 16-byte units end a block past a step or before
+    one, across groups of first tweaks."""
     data, ivs, key = os.urandom(units * unit_bytes), os.urandom(16 * units), os.urandom(key_bytes)
     out = bytearray(len(data))
     _native.xts(out, data, ivs, key, unit_bytes, encrypt)
@@ -382,11 +384,12 @@ def test_cbc_encrypt_reads_no_iv_past_the_last_unit(
     assert bytes(out) == cbc_by_pyca(data, bytes(ivs), key, 512, True)
 
 
-@pytest.mark.parametrize("units", [1, 5, 18])
+@pytest.mark.parametrize("units", [1, 5, 18, 37])
 def test_xts_reads_no_iv_past_the_last_unit(
     page_before_a_guard: memoryview, aes_path: str, units: int
 ) -> None:
-    """The first tweaks are encrypted a group at a time; a slot past the last unit loads none."""
+    """The first tweaks are encrypted a group at a time, on zmm the next group's ahead (37
+    units); a slot past the last unit loads none."""
     ivs = ivs_at_the_end(page_before_a_guard, units)
     data, key = os.urandom(units * 512), os.urandom(64)
     out = bytearray(len(data))
@@ -473,6 +476,11 @@ def test_an_xts_key_refuses_a_bad_length_and_never_shows_the_key() -> None:
     assert str(xts_key) == repr(xts_key)
     with pytest.raises(TypeError):
         pickle.dumps(xts_key)
+
+
+def test_an_xts_key_refuses_keyword_arguments() -> None:
+    with pytest.raises(TypeError, match="takes no keyword arguments"):
+        _native.XtsKey(bytes(64), unit_bytes=512)
 
 
 def test_a_wiped_xts_key_refuses_to_convert() -> None:
@@ -572,6 +580,62 @@ def test_cbc_essiv_refuses_inconsistent_arguments(
     with pytest.raises(ValueError, match=message):
         _native.cbc_essiv(out, bytes(size), 0, 1, bytes(key), bytes(salt), unit_bytes, True)
     assert out == bytes(size)
+
+
+@pytest.mark.parametrize(("key_bytes", "salt_bytes"), [(16, 16), (24, 32), (32, 24)])
+@pytest.mark.parametrize("encrypt", [True, False], ids=["encrypt", "decrypt"])
+def test_cbc_essiv_with_an_essiv_key_equals_it_with_the_raw_key_and_salt(
+    lane_path: str, key_bytes: int, salt_bytes: int, encrypt: bool
+) -> None:
+    data, key, salt = os.urandom(9 * 512), os.urandom(key_bytes), os.urandom(salt_bytes)
+    by_key, by_raw = bytearray(len(data)), bytearray(len(data))
+    _native.cbc_essiv(by_key, data, 2**64 - 3, 1, _native.EssivKey(key, salt), None, 512, encrypt)
+    _native.cbc_essiv(by_raw, data, 2**64 - 3, 1, key, salt, 512, encrypt)
+    assert by_key == by_raw
+    ivs = essiv_ivs_by_pyca(salt, 2**64 - 3, 1, 9)
+    assert bytes(by_key) == cbc_by_pyca(data, ivs, key, 512, encrypt)
+
+
+def test_an_essiv_key_made_on_one_path_serves_every_lane_path() -> None:
+    """The schedules are expanded once, whatever path is current; set_path may change it later."""
+    data, key, salt = os.urandom(4096), bytearray(os.urandom(32)), bytearray(os.urandom(32))
+    essiv_key = _native.EssivKey(key, salt)
+    expected = cbc_by_pyca(data, essiv_ivs_by_pyca(bytes(salt), 5, 8, 1), bytes(key), 4096, True)
+    key[:], salt[:] = bytes(32), bytes(32)
+    before = _native.path()
+    try:
+        for name in (path for path in _native.PATHS if path != "openssl"):
+            _native.set_path(name)
+            out = bytearray(4096)
+            _native.cbc_essiv(out, data, 5, 8, essiv_key, None, 4096, True)
+            assert bytes(out) == expected, name
+    finally:
+        _native.set_path(before)
+
+
+def test_an_essiv_key_refuses_bad_arguments_and_never_shows_the_key() -> None:
+    with pytest.raises(ValueError, match="key must be 16, 24 or 32 bytes"):
+        _native.EssivKey(bytes(20), bytes(32))
+    with pytest.raises(ValueError, match="salt must be 16, 24 or 32 bytes"):
+        _native.EssivKey(bytes(32), bytes(20))
+    with pytest.raises(TypeError, match="takes no keyword arguments"):
+        _native.EssivKey(bytes(32), bytes(32), unit_bytes=512)
+    essiv_key = _native.EssivKey(bytes(range(32)), bytes(range(32)))
+    assert repr(essiv_key).startswith("<app._native.EssivKey object at 0x")
+    assert str(essiv_key) == repr(essiv_key)
+    with pytest.raises(TypeError):
+        pickle.dumps(essiv_key)
+    with pytest.raises(TypeError, match="salt must be None"):
+        _native.cbc_essiv(bytearray(512), bytes(512), 0, 1, essiv_key, bytes(32), 512, True)
+
+
+def test_a_wiped_essiv_key_refuses_to_convert(lane_path: str) -> None:
+    essiv_key = _native.EssivKey(os.urandom(32), os.urandom(32))
+    essiv_key.wipe()
+    out = bytearray(512)
+    with pytest.raises(ValueError, match="wiped"):
+        _native.cbc_essiv(out, bytes(512), 0, 1, essiv_key, None, 512, True)
+    assert out == bytes(512)
 
 
 @pytest.mark.parametrize("salt_bytes", [16, 24, 32])

@@ -8,9 +8,11 @@ import hashlib
 import os
 import types
 from collections.abc import Iterator
+from functools import partial
 
 import pytest
 
+from app import _native
 from app.crypto.keys import KeyMaterial
 from app.crypto.spec import parse_cipher_spec
 from app.crypto.transform import make_transform
@@ -89,3 +91,24 @@ def test_wiping_key_material_zeroes_its_backing_buffer_even_with_a_view_out() ->
     assert bytes(view) == bytes(32)
     assert len(key) == 0
     assert key.hex() == "-"
+
+
+@pytest.mark.parametrize("cipher", ["aes-xts-plain64", "aes-cbc-essiv:sha256"])
+def test_wipe_cleanses_the_native_key_schedules(lane_path: str, cipher: str) -> None:
+    """The expanded AES schedules live in a native key object, out of ``secret_buffers``'
+    sight: after the transform's wipe the object refuses to convert."""
+    spec = parse_cipher_spec(cipher)
+    transform = make_transform(spec, KeyMaterial(os.urandom(spec.valid_key_sizes[-1])), impl="bulk")
+    native_keys = [
+        item for item in reachable(transform) if isinstance(item, _native.XtsKey | _native.EssivKey)
+    ]
+    assert len(native_keys) == 1
+    key, out = native_keys[0], bytearray(512)
+    convert = (
+        partial(_native.xts_plain64, out, bytes(512), 0, 1, key, 512, True)
+        if isinstance(key, _native.XtsKey)
+        else partial(_native.cbc_essiv, out, bytes(512), 0, 1, key, None, 512, True)
+    )
+    transform.wipe()
+    with pytest.raises(ValueError, match="wiped"):
+        convert()
