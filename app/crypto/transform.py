@@ -124,8 +124,8 @@ class CryptTransform(ABC):
         return self._run(data, sector, encrypt=False)
 
     def encrypt_into(self, data: Buffer, sector: int, out: Buffer) -> None:
-        """Like ``encrypt`` but writes into ``out`` (same length, writable, may not alias
-        ``data``): no fresh multi-MiB result to page-fault in, like dm-crypt's bio_out pages."""
+        """Like ``encrypt`` but writes into ``out`` (same length, writable: ``data`` itself,
+        in place, or a buffer apart from it): no fresh multi-MiB result to page-fault in."""
         self._run_into(data, sector, out, True)
 
     def decrypt_into(self, data: Buffer, sector: int, out: Buffer) -> None:

@@ -189,6 +189,7 @@ def test_the_halves_of_a_split_write_that_may_overwrite_are_encrypted_in_place()
         f"aes-cbc-essiv:sha256 {XTS_KEY[:64]}",
         f"aes-cbc-plain64 {XTS_KEY[:64]}",
         f"aes-cbc-lmk {XTS_KEY[:64]}",
+        f"aes-cbc-tcw {XTS_KEY}",
         f"aes-ctr-plain64 {XTS_KEY[:64]}",
         f"aes-ecb {XTS_KEY[:64]}",
         f"camellia-xts-plain64 {XTS_KEY}",
