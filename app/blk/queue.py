@@ -26,8 +26,11 @@ one. ``dispatch`` may return a ``Wait`` instead of finishing the request (a
 device with asynchronous I/O): the thread then puts the whole batch on the
 device before it waits for each in turn, so the batch's requests overlap.
 Batch members are independent (each was ready when taken: no edge joins two
-of them), and the batch completes only after every wait returned. A request
-that finds no free tag stays in the elevator, where later bios still merge
+of them), and the batch completes only after every wait returned. With
+``set_overlapped`` (a device reached over the network), the thread takes and
+dispatches the next ready batch before it waits for the last, as long as tags
+are free: its batches are on the device together and complete oldest first.
+A request that finds no free tag stays in the elevator, where later bios still merge
 into it, and the thread that frees a tag dispatches the next one. A submitter
 that needs a new request while ``nr_requests`` are already waiting for a tag
 first flushes the plug, then waits for one to be dispatched (not while the
@@ -48,6 +51,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Sequence
 
 from app.blk.bio import DATA_OPS, WRITE_OPS, Bio, bio_endio, bio_split
@@ -84,6 +88,8 @@ from app.vocab import (
 
 Dispatch = Callable[[Request], Wait | None]
 """Performs a request (returns None), or starts it and returns what waits for it."""
+_InFlight = tuple[list[Request], list[int], list[Exception | None], list[tuple[int, Wait]]]
+"""A dispatched batch whose waits are still to run: requests, done times, statuses, waits."""
 
 
 def completed() -> None:
@@ -185,6 +191,7 @@ class BlockQueue:
         # Requests created and not yet dispatched or absorbed: what nr_requests bounds.
         self._scheduled = 0
         self._held = False
+        self._overlapped = False
         #: None unless someone listens (``listen``): every trace hook tests only this.
         self.tracer: Tracer | None = None
 
@@ -242,6 +249,11 @@ class BlockQueue:
         with self._lock:
             self._queue_depth = depth
         self._run_queue()
+
+    def set_overlapped(self, overlapped: bool) -> None:
+        """Whether a dispatching thread puts its next batch on the device before it
+        waits for the last (a device whose I/O waits on the network)."""
+        self._overlapped = overlapped
 
     def set_limits(self, limits: QueueLimits) -> None:
         """New limits apply to later merges; pending requests are flushed as they are."""
@@ -841,23 +853,35 @@ class BlockQueue:
         then the waits of those that went to the device asynchronously.
         """
         lock = self._lock
+        in_flight: deque[_InFlight] = deque()
         lock.acquire()
         try:
-            while batch := self._take_ready():
-                lock.release()
-                done = [0] * len(batch)
-                statuses: list[Exception | None] = [None] * len(batch)
-                waits: list[tuple[int, Wait]] = []
-                for index, rq in enumerate(batch):
-                    try:
-                        wait = self._dispatch(rq)
-                    except Exception as error:
-                        statuses[index] = error
-                        wait = None
-                    if wait is None:
-                        done[index] = time.perf_counter_ns()
-                    else:
-                        waits.append((index, wait))
+            while True:
+                batch = self._take_ready()
+                if batch:
+                    lock.release()
+                    done = [0] * len(batch)
+                    statuses: list[Exception | None] = [None] * len(batch)
+                    waits: list[tuple[int, Wait]] = []
+                    for index, rq in enumerate(batch):
+                        try:
+                            wait = self._dispatch(rq)
+                        except Exception as error:
+                            statuses[index] = error
+                            wait = None
+                        if wait is None:
+                            done[index] = time.perf_counter_ns()
+                        else:
+                            waits.append((index, wait))
+                    if waits and self._overlapped:
+                        in_flight.append((batch, done, statuses, waits))
+                        lock.acquire()
+                        continue
+                elif in_flight:
+                    lock.release()
+                    batch, done, statuses, waits = in_flight.popleft()
+                else:
+                    break
                 for index, wait in waits:
                     try:
                         wait()

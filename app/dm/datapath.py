@@ -117,6 +117,9 @@ class LiveMap:
     logical_block_size: int
     queue_depth: int = DEFAULT_QUEUE_DEPTH
     """The fewest hardware tags among the modelled devices it maps onto."""
+    overlapped: bool = False
+    """It maps onto a device that waits on another thread or the network (not a paced
+    model's timer): the queue overlaps batches on it (``BlockQueue.set_overlapped``)."""
     size_bytes: int = field(init=False)
     """Kept, not derived: every ranged request asks it on the event loop."""
 
@@ -499,6 +502,12 @@ class DataPath:
 
     prompt = False
     """As a device (stacked): its I/O waits on its own queue."""
+
+    def overlaps_batches(self) -> bool:
+        """Whether the live table maps onto a device that waits on the network or another
+        thread, where batches overlap (``LiveMap.overlapped``)."""
+        live = self.live
+        return live is not None and live.overlapped
 
     def serves_promptly(self) -> bool:
         """Whether every target of the live table maps without waiting on another thread,

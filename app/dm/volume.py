@@ -228,6 +228,7 @@ class Volume(DataPath):
             self.inactive = None
             self.queue.set_boundaries([target.start for target in new_live.targets[1:]])
             self.queue.set_queue_depth(new_live.queue_depth)
+            self.queue.set_overlapped(new_live.overlapped)
             self._apply_block_size(new_live.logical_block_size)
             if old is not None:
                 for target in old.targets:
@@ -283,6 +284,7 @@ class Volume(DataPath):
         self.live = self._build(table, resolve)
         self.queue.set_boundaries([target.start for target in self.live.targets[1:]])
         self.queue.set_queue_depth(self.live.queue_depth)
+        self.queue.set_overlapped(self.live.overlapped)
         self._apply_block_size(self.live.logical_block_size)
         self.queue.hold()
 
@@ -321,11 +323,15 @@ class Volume(DataPath):
     def _build(self, table: Table, resolve: DeviceResolver) -> LiveMap:
         targets: list[Target] = []
         depths: list[int] = []
+        waiting: list[bool] = []
 
         def resolve_noting_depth(ref: DeviceRef) -> BlockDevice:
             device = resolve(ref)
             if isinstance(device, TimedDevice):
                 depths.append(device.queue_depth)
+                waiting.append(not device.device.prompt)
+            else:
+                waiting.append(not device.prompt)
             return device
 
         try:
@@ -335,7 +341,7 @@ class Volume(DataPath):
             for target in targets:
                 target.wipe()
             raise
-        return LiveMap(table, targets, table.logical_block_size, queue_depth(depths))
+        return LiveMap(table, targets, table.logical_block_size, queue_depth(depths), any(waiting))
 
     def _target(self, line: TableLine, resolve: DeviceResolver) -> Target:
         params = line.target

@@ -9,9 +9,10 @@ batch under BIG_BATCH of whole-block I/O on a volume that serves promptly (page
 cache or memory, no paced model) is started on the event loop itself: admission
 that would wait refuses instead, and a request left behind another thread's is
 waited for on a worker. Any other batch is one job of the I/O executor. Small
-requests run one batch at a time per connection (group
-commit), and a batch waits out the volume's plug window before it starts, so the
-rest of a client's burst joins it. With a batch per socket read instead, fio's 4 KiB
+requests run one batch at a time per connection (group commit; OVERLAPPED_JOBS on a
+volume whose device waits on the network, so that one batch is on the device while
+the other's replies go out), and a batch waits out the volume's plug window before
+it starts, so the rest of a client's burst joins it. With a batch per socket read instead, fio's 4 KiB
 sequential writes at iodepth 32 settled into either ~30 or ~2 requests per batch
 from run to run; one batch at a time, into half the queue depth; with the window
 before each batch, 18-23 on average. A client at a fixed queue depth answers each
@@ -94,6 +95,9 @@ BIG_BATCH = 1 << 20
 #: A request continuing the last batch's stream waits at most this many plug windows for
 #: the client's answers to its replies while the engine is busy (``_schedule``).
 ANTICIPATION = 20
+#: Small batches a connection runs at once on a volume whose device waits on the network:
+#: one is on the device while the other's replies go out and the next requests arrive.
+OVERLAPPED_JOBS = 2
 #: Replies queued for a client past which it stops being read (a few MiB-sized replies).
 WRITE_BUFFER_HIGH = 8 << 20
 #: The socket is read this much at a time (``get_buffer``).
@@ -616,7 +620,7 @@ class NbdConnection(asyncio.BufferedProtocol):
         volume = self.volume
         assert volume is not None
         if self.pending_bytes < BIG_BATCH and not self.closing:
-            if self.jobs:
+            if self.jobs and (self.jobs >= OVERLAPPED_JOBS or not volume.overlaps_batches()):
                 return
             window = volume.queue.plug_window_us / 1e6
             if window and volume.dispatch_mode == "request":

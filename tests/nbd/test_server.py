@@ -12,9 +12,11 @@ import pytest
 from fastapi import FastAPI
 
 from app.config import Settings
+from app.dm.volume import Volume
 from app.main import create_app
 from app.nbd import protocol
 from app.nbd.protocol import Command, CommandFlag, Errno, Option, Reply, RequestHeader
+from app.nbd.server import OVERLAPPED_JOBS
 from tests.support.app import ADMIN_TOKEN, IO_TOKEN, asgi_client, make_settings
 from tests.support.factories import make_device, make_volume, xts_table
 from tests.support.nbd_client import RawClient
@@ -450,6 +452,31 @@ async def test_requests_arriving_while_a_batch_runs_wait_to_form_the_next(
     assert any(a.handle == big and len(a.data) == MIB for a in answers)
     status = (await client.get("/v1/volumes/vol/status")).json()
     assert status["nbd"]["batches"] == 2
+    await raw.close()
+
+
+async def test_on_a_volume_that_overlaps_batches_a_second_batch_runs_beside_the_first(
+    port: int,
+    exported: str,
+    app: FastAPI,
+    client: httpx.AsyncClient,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(Volume, "overlaps_batches", lambda self: True)  # as on RBD
+    raw = await RawClient.open(port, exported)
+    assert (await client.post("/v1/volumes/vol/suspend")).status_code == 200
+    for i in range(3):
+        raw.send(Command.READ, i * 4096, 512)  # each batch waits on the suspended volume
+        await raw.writer.drain()
+        await asyncio.sleep(0.05)
+    (connection,) = app.state.reqcrypt.nbd.connections
+    assert connection.jobs == OVERLAPPED_JOBS == 2
+    assert len(connection.pending) == 1
+    assert (await client.post("/v1/volumes/vol/resume")).status_code == 200
+    answers = [await raw.answer() for _ in range(3)]
+    assert all(a.error == 0 for a in answers)
+    status = (await client.get("/v1/volumes/vol/status")).json()
+    assert status["nbd"]["batches"] == 3
     await raw.close()
 
 

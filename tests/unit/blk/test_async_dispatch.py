@@ -107,3 +107,64 @@ def test_a_flush_starts_only_after_every_earlier_write_is_done():
     flush_started = device.events.index(("start", Op.FLUSH, 0))
     writes_done = [device.events.index(("done", Op.WRITE, bio.sector)) for bio in writes]
     assert max(writes_done) < flush_started
+
+
+def big_reads(count: int) -> list[Bio]:
+    """128 KiB reads (a dispatch batch each) with gaps between them."""
+    return [read_bio(512 * index, 256) for index in range(count)]
+
+
+def starts_and_dones(device: AsyncDevice) -> list[tuple[str, int]]:
+    return [(what, sector) for what, _, sector in device.events]
+
+
+def test_a_queue_waits_for_its_batch_before_it_starts_the_next():
+    device = AsyncDevice()
+    bios = big_reads(3)
+    make_queue(device).submit_bios(bios)
+    for bio in bios:
+        bio.wait(5)
+    assert starts_and_dones(device) == [
+        ("start", 0), ("done", 0), ("start", 512), ("done", 512), ("start", 1024), ("done", 1024)
+    ]  # fmt: skip
+
+
+def test_an_overlapped_queue_starts_every_ready_batch_before_it_waits():
+    device = AsyncDevice()
+    queue = make_queue(device)
+    queue.set_overlapped(True)
+    bios = big_reads(3)
+    queue.submit_bios(bios)
+    for bio in bios:
+        bio.wait(5)
+    assert starts_and_dones(device) == [
+        ("start", 0), ("start", 512), ("start", 1024), ("done", 0), ("done", 512), ("done", 1024)
+    ]  # fmt: skip
+    assert queue.in_flight == 0
+
+
+def test_an_overlapped_queue_keeps_to_its_tags():
+    device = AsyncDevice()
+    queue = BlockQueue(device.dispatch, limits=QueueLimits(), plug_window_us=0, queue_depth=2)
+    queue.set_overlapped(True)
+    bios = big_reads(3)
+    queue.submit_bios(bios)
+    for bio in bios:
+        bio.wait(5)
+    assert starts_and_dones(device) == [
+        ("start", 0), ("start", 512), ("done", 0), ("start", 1024), ("done", 512), ("done", 1024)
+    ]  # fmt: skip
+
+
+def test_an_overlapped_queue_starts_an_overlapping_write_only_after_the_earlier_one():
+    device = AsyncDevice()
+    queue = make_queue(device)
+    queue.set_overlapped(True)
+    bios = [write_bio(0, 256, fill=1), write_bio(0, 256, fill=2), write_bio(512, 256, fill=3)]
+    queue.submit_bios(bios)
+    for bio in bios:
+        bio.wait(5)
+    events = starts_and_dones(device)
+    assert events.index(("done", 0)) < len(events) - 1 - events[::-1].index(("start", 0))
+    assert device.data[: 256 * SECTOR] == b"\x02" * 256 * SECTOR
+    assert device.data[512 * SECTOR : 768 * SECTOR] == b"\x03" * 256 * SECTOR

@@ -116,3 +116,24 @@ def test_a_paced_engine_is_not_prompt() -> None:
     volume = make_volume(MemoryStore(SECTORS * 512))
     volume.retune(volume.tuning, EngineRegistry(pacing=1.0).engine("omap-aes-am335x"))
     assert not volume.serves_promptly()
+
+
+class _RemoteStore(MemoryStore):
+    """A store whose I/O waits on the network, as RBD's does."""
+
+    prompt = False
+
+
+def test_a_volume_on_a_remote_store_overlaps_its_batches() -> None:
+    volume = make_volume(_RemoteStore(SECTORS * 512))
+    assert volume.overlaps_batches()
+    assert volume.queue._overlapped
+    volume.submit_batch([Io.write(0, memoryview(b"\x07" * 4096))])
+    assert volume.read(0, 4096) == b"\x07" * 4096
+
+
+def test_a_volume_on_a_local_store_does_not_overlap_its_batches() -> None:
+    volume = make_volume(MemoryStore(SECTORS * 512))
+    volume.retune(volume.tuning, EngineRegistry(pacing=1.0).engine("omap-aes-am335x"))
+    assert not volume.overlaps_batches()
+    assert not volume.queue._overlapped
