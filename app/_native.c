@@ -48,19 +48,40 @@
 #include <limits.h>
 #include <string.h>
 #include <sys/uio.h>
+#include <time.h>
 #include <unistd.h>
 
 #define RELEASE_BYTES (64 * 1024)
 
-#define RUN_RELEASING_ABOVE(bytes, statement)                                                  \
+/* busy: NULL, or a key object's count of the calls running on its schedules without the GIL,
+ * changed with the GIL held, which the key's wipe() waits to see drop to 0. */
+#define RUN_RELEASING_ABOVE(bytes, busy, statement)                                            \
     do {                                                                                       \
+        int *busy_ = (busy);                                                                   \
         if ((bytes) >= RELEASE_BYTES) {                                                        \
+            if (busy_ != NULL)                                                                 \
+                ++*busy_;                                                                      \
             Py_BEGIN_ALLOW_THREADS statement;                                                  \
             Py_END_ALLOW_THREADS                                                               \
+            if (busy_ != NULL)                                                                 \
+                --*busy_;                                                                      \
         } else {                                                                               \
             statement;                                                                         \
         }                                                                                      \
     } while (0)
+
+/* Returns once no call runs on a key's schedules (*busy is 0), the GIL released meanwhile so
+ * that they can take it back to end. wipe() waits rather than raising: a wipe must not fail
+ * (callers wipe several keys in a row, or while unwinding), and a call's wait is bounded by
+ * the computation of one request. */
+static void wait_until_idle(const int *busy)
+{
+    while (*busy > 0) {
+        Py_BEGIN_ALLOW_THREADS
+        nanosleep(&(struct timespec){.tv_nsec = 50 * 1000}, NULL);
+        Py_END_ALLOW_THREADS
+    }
+}
 
 static inline uint64_t load_le64(const uint8_t *p)
 {
@@ -122,8 +143,9 @@ static PyObject *native_whiten(PyObject *module, PyObject *args)
     } else if (first.len < 16 * (src.len / unit_bytes)) {
         PyErr_SetString(PyExc_ValueError, "first_tweaks needs 16 bytes per data unit");
     } else {
-        RUN_RELEASING_ABOVE(src.len, whiten(dst.buf, src.buf, first.buf, src.len / unit_bytes,
-                                            unit_bytes / 16));
+        RUN_RELEASING_ABOVE(src.len, NULL,
+                            whiten(dst.buf, src.buf, first.buf, src.len / unit_bytes,
+                                   unit_bytes / 16));
         result = Py_NewRef(Py_None);
     }
     PyBuffer_Release(&dst);
@@ -1124,6 +1146,7 @@ typedef struct {
     uint8_t key[64];
     Py_ssize_t key_len; /* 0 once wiped */
     int expanded;
+    int busy; /* calls running on the schedules without the GIL */
 } XtsKeyObject;
 
 static PyTypeObject XtsKeyType;
@@ -1169,11 +1192,14 @@ static void xts_key_dealloc(XtsKeyObject *self)
 }
 
 PyDoc_STRVAR(xts_key_wipe_doc, "wipe()\n--\n\n"
-                               "Cleanse the key and its schedules now; later calls that use\n"
-                               "this key raise ValueError.");
+                               "Cleanse the key and its schedules now, once the calls running\n"
+                               "on them in other threads have ended (it waits for them); later\n"
+                               "calls that use this key raise ValueError.");
 
 static PyObject *xts_key_wipe(XtsKeyObject *self, PyObject *unused)
 {
+    self->key_len = 0; /* refuses new calls while the running ones end */
+    wait_until_idle(&self->busy);
     xts_key_cleanse(self);
     Py_RETURN_NONE;
 }
@@ -1210,6 +1236,7 @@ typedef struct {
     AesSchedule schedules[2]; /* data, salt */
 #endif
     int wiped;
+    int busy; /* calls running on the schedules without the GIL */
 } EssivKeyObject;
 
 static PyTypeObject EssivKeyType;
@@ -1254,11 +1281,14 @@ static void essiv_key_dealloc(EssivKeyObject *self)
 }
 
 PyDoc_STRVAR(essiv_key_wipe_doc, "wipe()\n--\n\n"
-                                 "Cleanse the schedules now; later calls that use this key\n"
-                                 "raise ValueError.");
+                                 "Cleanse the schedules now, once the calls running on them in\n"
+                                 "other threads have ended (it waits for them); later calls\n"
+                                 "that use this key raise ValueError.");
 
 static PyObject *essiv_key_wipe(EssivKeyObject *self, PyObject *unused)
 {
+    self->wiped = 1; /* refuses new calls while the running ones end */
+    wait_until_idle(&self->busy);
     essiv_key_cleanse(self);
     self->wiped = 1;
     Py_RETURN_NONE;
@@ -1287,14 +1317,16 @@ static PyTypeObject EssivKeyType = {
 
 /* AES-XTS of src into dst with the tweaks ivs (16 bytes per unit, ivs_len of them), with the
  * raw key (key_len bytes) or, when schedules is not NULL, its expanded data and tweak
- * schedules; the caller releases the buffers. */
+ * schedules, whose key object's busy count is busy; the caller releases the buffers. */
 static PyObject *xts_with_ivs(Py_buffer *dst_view, Py_buffer *src_view, const uint8_t *iv_bytes,
                               Py_ssize_t ivs_len, const uint8_t *key_bytes, Py_ssize_t key_len,
-                              const void *schedules, Py_ssize_t unit_bytes, int encrypt)
+                              const void *schedules, int *busy, Py_ssize_t unit_bytes,
+                              int encrypt)
 {
     Py_buffer dst = *dst_view, src = *src_view;
 #if !X86_PATHS
     (void)schedules;
+    (void)busy;
 #endif
     struct {
         const uint8_t *buf;
@@ -1329,9 +1361,9 @@ static PyObject *xts_with_ivs(Py_buffer *dst_view, Py_buffer *src_view, const ui
             aes_schedule(&made[1], key.buf + key.len / 2, (int)key.len / 2);
         }
         const AesSchedule *use = given != NULL ? given : made;
-        RUN_RELEASING_ABOVE(src.len, xts_kernels[path](&use[0], &use[1], dst.buf, src.buf,
-                                                       iv_bytes, (size_t)src.len,
-                                                       (size_t)unit_bytes, encrypt));
+        RUN_RELEASING_ABOVE(src.len, given != NULL ? busy : NULL,
+                            xts_kernels[path](&use[0], &use[1], dst.buf, src.buf, iv_bytes,
+                                              (size_t)src.len, (size_t)unit_bytes, encrypt));
         if (given == NULL)
             OPENSSL_cleanse(made, sizeof made);
         result = Py_NewRef(Py_None);
@@ -1357,8 +1389,8 @@ static PyObject *xts_with_ivs(Py_buffer *dst_view, Py_buffer *src_view, const ui
         goto done;
     }
     int failed;
-    RUN_RELEASING_ABOVE(src.len, failed = xts_run(&job, dst.buf, src.buf, iv_bytes, src.len,
-                                                  unit_bytes));
+    RUN_RELEASING_ABOVE(src.len, NULL,
+                        failed = xts_run(&job, dst.buf, src.buf, iv_bytes, src.len, unit_bytes));
     if (failed)
         PyErr_SetString(PyExc_RuntimeError, "OpenSSL AES-ECB failed");
     else
@@ -1385,7 +1417,7 @@ static PyObject *native_xts(PyObject *module, PyObject *args)
     int encrypt;
     if (!PyArg_ParseTuple(args, "w*y*y*y*np:xts", &dst, &src, &ivs, &key, &unit_bytes, &encrypt))
         return NULL;
-    PyObject *result = xts_with_ivs(&dst, &src, ivs.buf, ivs.len, key.buf, key.len, NULL,
+    PyObject *result = xts_with_ivs(&dst, &src, ivs.buf, ivs.len, key.buf, key.len, NULL, NULL,
                                     unit_bytes, encrypt);
     PyBuffer_Release(&dst);
     PyBuffer_Release(&src);
@@ -1442,16 +1474,18 @@ static PyObject *native_xts_plain64(PyObject *module, PyObject *args)
     const uint8_t *key_bytes = key.buf;
     Py_ssize_t key_len = key.len;
     const void *schedules = NULL;
+    int *busy = NULL;
     if (xts_key != NULL) {
         key_bytes = xts_key->key;
         key_len = xts_key->key_len;
 #if X86_PATHS
         if (xts_key->expanded)
             schedules = xts_key->schedules;
+        busy = &xts_key->busy;
 #endif
     }
-    result = xts_with_ivs(&dst, &src, ivs, 16 * units, key_bytes, key_len, schedules, unit_bytes,
-                          encrypt);
+    result = xts_with_ivs(&dst, &src, ivs, 16 * units, key_bytes, key_len, schedules, busy,
+                          unit_bytes, encrypt);
 done:
     if (ivs != small)
         PyMem_Free(ivs);
@@ -1557,8 +1591,9 @@ static PyObject *cbc_call(PyObject *args, const char *format, int encrypt)
         AesSchedule schedule;
         CbcKernel kernel = encrypt ? cbc_encrypt_kernels[path] : cbc_decrypt_kernels[path];
         aes_schedule(&schedule, key.buf, (int)key.len);
-        RUN_RELEASING_ABOVE(src.len, kernel(&schedule, dst.buf, src.buf, ivs.buf,
-                                            (size_t)(src.len / unit_bytes), (size_t)unit_bytes));
+        RUN_RELEASING_ABOVE(src.len, NULL,
+                            kernel(&schedule, dst.buf, src.buf, ivs.buf,
+                                   (size_t)(src.len / unit_bytes), (size_t)unit_bytes));
         OPENSSL_cleanse(&schedule, sizeof schedule);
 #endif
         result = Py_NewRef(Py_None);
@@ -1642,10 +1677,10 @@ static PyObject *native_cbc_essiv(PyObject *module, PyObject *args)
             aes_schedule(&made[1], salt.buf, (int)salt.len);
         }
         const AesSchedule *use = essiv_key != NULL ? essiv_key->schedules : made;
-        RUN_RELEASING_ABOVE(src.len, cbc_essiv_run(path, &use[0], &use[1], dst.buf, src.buf,
-                                                   iv_sector, iv_step,
-                                                   (size_t)(src.len / unit_bytes),
-                                                   (size_t)unit_bytes, encrypt));
+        RUN_RELEASING_ABOVE(src.len, essiv_key != NULL ? &essiv_key->busy : NULL,
+                            cbc_essiv_run(path, &use[0], &use[1], dst.buf, src.buf, iv_sector,
+                                          iv_step, (size_t)(src.len / unit_bytes),
+                                          (size_t)unit_bytes, encrypt));
         if (essiv_key == NULL)
             OPENSSL_cleanse(made, sizeof made);
 #endif

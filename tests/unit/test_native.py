@@ -9,6 +9,8 @@ import mmap
 import os
 import pickle
 import resource
+import sys
+import threading
 from collections.abc import Callable, Iterator
 from itertools import pairwise
 from pathlib import Path
@@ -492,6 +494,47 @@ def test_a_wiped_xts_key_refuses_to_convert() -> None:
     assert out == bytes(512)
 
 
+RACE_BYTES = 64 << 20
+"""Long enough that a wipe from another thread lands while the kernel still runs."""
+
+
+def wipe_during(call: Callable[[], None], key: _native.XtsKey | _native.EssivKey) -> None:
+    """Run call in a thread and wipe key from this one as soon as the call releases the GIL."""
+    started = threading.Event()
+    failures: list[BaseException] = []
+
+    def run() -> None:
+        started.set()
+        try:
+            call()
+        except BaseException as error:  # re-raised in the test's thread
+            failures.append(error)
+
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(10.0)  # the thread keeps the GIL until the call releases it
+    try:
+        thread = threading.Thread(target=run)
+        thread.start()
+        started.wait()
+        key.wipe()
+    finally:
+        sys.setswitchinterval(interval)
+    thread.join()
+    if failures:
+        raise failures[0]
+
+
+def test_wiping_an_xts_key_waits_for_a_call_running_on_it(lane_path: str) -> None:
+    key, data = os.urandom(64), np.frombuffer(os.urandom(RACE_BYTES), np.uint8)
+    expected, out = np.empty_like(data), np.zeros_like(data)
+    _native.xts_plain64(expected, data, 0, 8, _native.XtsKey(key), 4096, True)
+    xts_key = _native.XtsKey(key)
+    wipe_during(lambda: _native.xts_plain64(out, data, 0, 8, xts_key, 4096, True), xts_key)
+    assert np.array_equal(out, expected)
+    with pytest.raises(ValueError, match="wiped"):
+        _native.xts_plain64(out, data, 0, 8, xts_key, 4096, True)
+
+
 def essiv_ivs_by_pyca(salt: bytes, first: int, step: int, units: int) -> bytes:
     """dm-crypt's essiv IVs: AES under the salt of each zero-padded le64 sector."""
     plain = b"".join(
@@ -636,6 +679,21 @@ def test_a_wiped_essiv_key_refuses_to_convert(lane_path: str) -> None:
     with pytest.raises(ValueError, match="wiped"):
         _native.cbc_essiv(out, bytes(512), 0, 1, essiv_key, None, 512, True)
     assert out == bytes(512)
+
+
+@pytest.mark.parametrize("encrypt", [True, False], ids=["encrypt", "decrypt"])
+def test_wiping_an_essiv_key_waits_for_a_call_running_on_it(lane_path: str, encrypt: bool) -> None:
+    key, salt = os.urandom(32), os.urandom(32)
+    data = np.frombuffer(os.urandom(RACE_BYTES), np.uint8)
+    expected, out = np.empty_like(data), np.zeros_like(data)
+    _native.cbc_essiv(expected, data, 0, 8, _native.EssivKey(key, salt), None, 4096, encrypt)
+    essiv_key = _native.EssivKey(key, salt)
+    wipe_during(
+        lambda: _native.cbc_essiv(out, data, 0, 8, essiv_key, None, 4096, encrypt), essiv_key
+    )
+    assert np.array_equal(out, expected)
+    with pytest.raises(ValueError, match="wiped"):
+        _native.cbc_essiv(out, data, 0, 8, essiv_key, None, 4096, encrypt)
 
 
 @pytest.mark.parametrize("salt_bytes", [16, 24, 32])
