@@ -1151,6 +1151,15 @@ typedef struct {
 
 static PyTypeObject XtsKeyType;
 
+/* The key types take positional arguments only: 1 with TypeError set if kwargs has any. */
+static int refuse_keywords(const char *type_name, PyObject *kwargs)
+{
+    if (kwargs == NULL || PyDict_Size(kwargs) == 0)
+        return 0;
+    PyErr_Format(PyExc_TypeError, "%s() takes no keyword arguments", type_name);
+    return 1;
+}
+
 static void xts_key_cleanse(XtsKeyObject *self)
 {
     OPENSSL_cleanse((uint8_t *)self + sizeof(PyObject),
@@ -1160,11 +1169,7 @@ static void xts_key_cleanse(XtsKeyObject *self)
 static PyObject *xts_key_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
 {
     Py_buffer key;
-    if (kwargs != NULL && PyDict_Size(kwargs) != 0) {
-        PyErr_SetString(PyExc_TypeError, "XtsKey() takes no keyword arguments");
-        return NULL;
-    }
-    if (!PyArg_ParseTuple(args, "y*:XtsKey", &key))
+    if (refuse_keywords("XtsKey", kwargs) || !PyArg_ParseTuple(args, "y*:XtsKey", &key))
         return NULL;
     XtsKeyObject *self = NULL;
     if (key.len != 32 && key.len != 48 && key.len != 64) {
@@ -1250,11 +1255,8 @@ static void essiv_key_cleanse(EssivKeyObject *self)
 static PyObject *essiv_key_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
 {
     Py_buffer key, salt;
-    if (kwargs != NULL && PyDict_Size(kwargs) != 0) {
-        PyErr_SetString(PyExc_TypeError, "EssivKey() takes no keyword arguments");
-        return NULL;
-    }
-    if (!PyArg_ParseTuple(args, "y*y*:EssivKey", &key, &salt))
+    if (refuse_keywords("EssivKey", kwargs) ||
+        !PyArg_ParseTuple(args, "y*y*:EssivKey", &key, &salt))
         return NULL;
     EssivKeyObject *self = NULL;
     if (!aes_key_size(key.len)) {
