@@ -1950,20 +1950,25 @@ static struct PyModuleDef module = {
 /* PATHS: the names of the paths this CPU can run, fastest first; the first is the default. */
 PyMODINIT_FUNC PyInit__native(void)
 {
-    PyObject *m = PyModule_Create(&module), *paths = PyTuple_New(0);
+    PyObject *m = PyModule_Create(&module), *paths = NULL;
     runnable_paths = detect_paths();
-    for (int p = PATH_COUNT - 1; p >= 0 && paths != NULL; p--) {
-        if (!(runnable_paths & 1u << p))
-            continue;
-        if (PyTuple_GET_SIZE(paths) == 0)
+    Py_ssize_t count = 0;
+    for (int p = PATH_COUNT - 1; p >= 0; p--) {
+        if (runnable_paths & 1u << p && count++ == 0)
             current_path = (Path)p;
-        PyObject *name = PyUnicode_FromString(path_names[p]);
-        if (name == NULL || _PyTuple_Resize(&paths, PyTuple_GET_SIZE(paths) + 1) < 0) {
-            Py_XDECREF(name);
-            Py_CLEAR(paths);
-            break;
+    }
+    if ((paths = PyTuple_New(count)) != NULL) {
+        Py_ssize_t i = 0;
+        for (int p = PATH_COUNT - 1; p >= 0; p--) {
+            if (!(runnable_paths & 1u << p))
+                continue;
+            PyObject *name = PyUnicode_FromString(path_names[p]);
+            if (name == NULL) {
+                Py_CLEAR(paths);
+                break;
+            }
+            PyTuple_SET_ITEM(paths, i++, name);
         }
-        PyTuple_SET_ITEM(paths, PyTuple_GET_SIZE(paths) - 1, name);
     }
     if (m != NULL && (paths == NULL || PyModule_AddObjectRef(m, "PATHS", paths) < 0 ||
                       PyType_Ready(&XtsKeyType) < 0 ||
