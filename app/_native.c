@@ -1428,6 +1428,76 @@ static PyObject *native_xts(PyObject *module, PyObject *args)
     return result;
 }
 
+/* METH_FASTCALL arguments, converted as PyArg_ParseTuple's codes would, with its errors: the
+ * per-request calls skip building an argument tuple and interpreting a format string. Each
+ * returns 0 with an exception set on failure. */
+
+static int positional_count(const char *function, Py_ssize_t nargs, Py_ssize_t wanted)
+{
+    if (nargs == wanted)
+        return 1;
+    PyErr_Format(PyExc_TypeError, "%s() takes exactly %zd arguments (%zd given)", function,
+                 wanted, nargs);
+    return 0;
+}
+
+static void argument_type_error(const char *function, int number, const char *wanted,
+                                PyObject *arg)
+{
+    PyErr_Format(PyExc_TypeError, "%s() argument %d must be %s, not %.50s", function, number,
+                 wanted, arg == Py_None ? "None" : Py_TYPE(arg)->tp_name);
+}
+
+/* Codes w* (writable) and y*: a C-contiguous buffer; view->obj is NULL unless it is held. */
+static int buffer_argument(const char *function, int number, PyObject *arg, Py_buffer *view,
+                           int writable)
+{
+    if (PyObject_GetBuffer(arg, view, writable ? PyBUF_WRITABLE : PyBUF_SIMPLE) < 0) {
+        view->obj = NULL;
+        if (writable) {
+            PyErr_Clear();
+            argument_type_error(function, number, "read-write bytes-like object", arg);
+        }
+        return 0;
+    }
+    if (!PyBuffer_IsContiguous(view, 'C')) {
+        PyBuffer_Release(view);
+        view->obj = NULL;
+        argument_type_error(function, number, "contiguous buffer", arg);
+        return 0;
+    }
+    return 1;
+}
+
+/* Code K: an int, taken mod 2^64. */
+static int u64_argument(const char *function, int number, PyObject *arg, unsigned long long *out)
+{
+    if (!PyLong_Check(arg)) {
+        argument_type_error(function, number, "int", arg);
+        return 0;
+    }
+    *out = PyLong_AsUnsignedLongLongMask(arg);
+    return !(*out == (unsigned long long)-1 && PyErr_Occurred());
+}
+
+/* Code n: anything with __index__ that fits a Py_ssize_t. */
+static int ssize_argument(PyObject *arg, Py_ssize_t *out)
+{
+    PyObject *index = PyNumber_Index(arg);
+    if (index == NULL)
+        return 0;
+    *out = PyLong_AsSsize_t(index);
+    Py_DECREF(index);
+    return !(*out == -1 && PyErr_Occurred());
+}
+
+/* Code p: truth. */
+static int bool_argument(PyObject *arg, int *out)
+{
+    *out = PyObject_IsTrue(arg);
+    return *out >= 0;
+}
+
 PyDoc_STRVAR(xts_plain64_doc,
              "xts_plain64(dst, src, iv_sector, iv_step, key, unit_bytes, encrypt)\n--\n\n"
              "xts() with dm-crypt's plain64 IVs made here: unit u's tweak is the le64 of\n"
@@ -1435,10 +1505,10 @@ PyDoc_STRVAR(xts_plain64_doc,
              "skips building the IV array in numpy. key is the raw key, as for xts(), or an\n"
              "XtsKey, whose schedules are not expanded again.");
 
-static PyObject *native_xts_plain64(PyObject *module, PyObject *args)
+static PyObject *native_xts_plain64(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
-    Py_buffer dst, src, key = {0};
-    PyObject *key_object;
+    static const char name[] = "xts_plain64";
+    Py_buffer dst = {0}, src = {0}, key = {0};
     unsigned long long iv_sector, iv_step;
     Py_ssize_t unit_bytes;
     int encrypt;
@@ -1446,9 +1516,13 @@ static PyObject *native_xts_plain64(PyObject *module, PyObject *args)
     uint8_t small[16 * 16];
     uint8_t *ivs = small;
     Py_ssize_t units = 0;
-    if (!PyArg_ParseTuple(args, "w*y*KKOnp:xts_plain64", &dst, &src, &iv_sector, &iv_step,
-                          &key_object, &unit_bytes, &encrypt))
-        return NULL;
+    if (!positional_count(name, nargs, 7) || !buffer_argument(name, 1, args[0], &dst, 1) ||
+        !buffer_argument(name, 2, args[1], &src, 0) ||
+        !u64_argument(name, 3, args[2], &iv_sector) ||
+        !u64_argument(name, 4, args[3], &iv_step) || !ssize_argument(args[5], &unit_bytes) ||
+        !bool_argument(args[6], &encrypt))
+        goto done;
+    PyObject *key_object = args[4];
     XtsKeyObject *xts_key = NULL;
     if (Py_IS_TYPE(key_object, &XtsKeyType)) {
         xts_key = (XtsKeyObject *)key_object;
@@ -1638,18 +1712,22 @@ PyDoc_STRVAR(cbc_essiv_doc,
              "key may be an EssivKey, whose schedules are not expanded again; salt is then\n"
              "None. On the openssl path the call raises RuntimeError.");
 
-static PyObject *native_cbc_essiv(PyObject *module, PyObject *args)
+static PyObject *native_cbc_essiv(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
-    Py_buffer dst, src, key = {0}, salt = {0};
-    PyObject *key_object, *salt_object;
+    static const char name[] = "cbc_essiv";
+    Py_buffer dst = {0}, src = {0}, key = {0}, salt = {0};
     unsigned long long iv_sector, iv_step;
     Py_ssize_t unit_bytes;
     int encrypt;
     PyObject *result = NULL;
     Path path = current_path;
-    if (!PyArg_ParseTuple(args, "w*y*KKOOnp:cbc_essiv", &dst, &src, &iv_sector, &iv_step,
-                          &key_object, &salt_object, &unit_bytes, &encrypt))
-        return NULL;
+    if (!positional_count(name, nargs, 8) || !buffer_argument(name, 1, args[0], &dst, 1) ||
+        !buffer_argument(name, 2, args[1], &src, 0) ||
+        !u64_argument(name, 3, args[2], &iv_sector) ||
+        !u64_argument(name, 4, args[3], &iv_step) || !ssize_argument(args[6], &unit_bytes) ||
+        !bool_argument(args[7], &encrypt))
+        goto done;
+    PyObject *key_object = args[4], *salt_object = args[5];
     EssivKeyObject *essiv_key = NULL;
     const char *problem;
     if (Py_IS_TYPE(key_object, &EssivKeyType)) {
@@ -1931,11 +2009,12 @@ static PyObject *native_set_path(PyObject *module, PyObject *arg)
 static PyMethodDef methods[] = {
     {"whiten", native_whiten, METH_VARARGS, whiten_doc},
     {"xts", native_xts, METH_VARARGS, xts_doc},
-    {"xts_plain64", native_xts_plain64, METH_VARARGS, xts_plain64_doc},
+    {"xts_plain64", (PyCFunction)(void (*)(void))native_xts_plain64, METH_FASTCALL,
+     xts_plain64_doc},
     {"cbc_encrypt", native_cbc_encrypt, METH_VARARGS, cbc_encrypt_doc},
     {"cbc_decrypt", native_cbc_decrypt, METH_VARARGS, cbc_decrypt_doc},
     {"essiv", native_essiv, METH_VARARGS, essiv_doc},
-    {"cbc_essiv", native_cbc_essiv, METH_VARARGS, cbc_essiv_doc},
+    {"cbc_essiv", (PyCFunction)(void (*)(void))native_cbc_essiv, METH_FASTCALL, cbc_essiv_doc},
     {"pwritev_chunks", native_pwritev_chunks, METH_VARARGS, pwritev_chunks_doc},
     {"preadv_into", native_preadv_into, METH_VARARGS, preadv_into_doc},
     {"path", native_path, METH_NOARGS, path_doc},

@@ -485,6 +485,42 @@ def test_an_xts_key_refuses_keyword_arguments() -> None:
         _native.XtsKey(bytes(64), unit_bytes=512)
 
 
+def test_the_one_call_conversions_convert_their_arguments_as_before() -> None:
+    """xts_plain64 and cbc_essiv convert their arguments themselves, with PyArg_ParseTuple's
+    rules: positional only, a writable contiguous dst, ints for the sectors (mod 2^64)."""
+    xts_key, essiv_key = _native.XtsKey(bytes(64)), _native.EssivKey(bytes(32), bytes(32))
+    calls: list[Callable[..., None]] = [
+        lambda *a, **k: _native.xts_plain64(*a[:4], xts_key, *a[4:], **k),
+        lambda *a, **k: _native.cbc_essiv(*a[:4], essiv_key, None, *a[4:], **k),
+    ]
+    for call in calls:
+        with pytest.raises(TypeError, match="takes no keyword arguments"):
+            call(bytearray(512), bytes(512), 0, 1, 512, encrypt=True)
+        with pytest.raises(TypeError, match="takes exactly"):
+            call(bytearray(512), bytes(512), 0, 1, 512)
+        with pytest.raises(TypeError, match="argument 1 must be read-write bytes-like object"):
+            call(bytes(512), bytes(512), 0, 1, 512, True)
+        with pytest.raises(TypeError, match="argument 1 must be read-write bytes-like object"):
+            call(np.zeros(1024, np.uint8)[::2], bytes(512), 0, 1, 512, True)
+        with pytest.raises(ValueError, match="not C-contiguous"):
+            call(bytearray(512), np.zeros(1024, np.uint8)[::2], 0, 1, 512, True)
+        with pytest.raises(TypeError, match="argument 3 must be int, not float"):
+            call(bytearray(512), bytes(512), 0.0, 1, 512, True)
+        with pytest.raises(TypeError, match=r"argument 4 must be int, not numpy\.uint64"):
+            call(bytearray(512), bytes(512), 0, np.uint64(1), 512, True)
+        with pytest.raises(TypeError, match="cannot be interpreted as an integer"):
+            call(bytearray(512), bytes(512), 0, 1, 512.0, True)
+        with pytest.raises(OverflowError):
+            call(bytearray(512), bytes(512), 0, 1, 2**64, True)
+        with pytest.raises(TypeError, match="bytes-like object is required"):
+            call(bytearray(512), "text", 0, 1, 512, True)
+        wrapped, expected, by_index = bytearray(512), bytearray(512), bytearray(512)
+        call(wrapped, bytes(512), 2**64 + 5, -1, 512, np.bool_(False))
+        call(expected, bytes(512), 5, 2**64 - 1, 512, False)
+        call(by_index, bytes(512), 5, 2**64 - 1, np.int64(512), 0)
+        assert wrapped == expected == by_index != bytes(512)
+
+
 def test_a_wiped_xts_key_refuses_to_convert() -> None:
     xts_key = _native.XtsKey(os.urandom(64))
     xts_key.wipe()
