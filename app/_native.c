@@ -48,19 +48,40 @@
 #include <limits.h>
 #include <string.h>
 #include <sys/uio.h>
+#include <time.h>
 #include <unistd.h>
 
 #define RELEASE_BYTES (64 * 1024)
 
-#define RUN_RELEASING_ABOVE(bytes, statement)                                                  \
+/* busy: NULL, or a key object's count of the calls running on its schedules without the GIL,
+ * changed with the GIL held, which the key's wipe() waits to see drop to 0. */
+#define RUN_RELEASING_ABOVE(bytes, busy, statement)                                            \
     do {                                                                                       \
+        int *busy_ = (busy);                                                                   \
         if ((bytes) >= RELEASE_BYTES) {                                                        \
+            if (busy_ != NULL)                                                                 \
+                ++*busy_;                                                                      \
             Py_BEGIN_ALLOW_THREADS statement;                                                  \
             Py_END_ALLOW_THREADS                                                               \
+            if (busy_ != NULL)                                                                 \
+                --*busy_;                                                                      \
         } else {                                                                               \
             statement;                                                                         \
         }                                                                                      \
     } while (0)
+
+/* Returns once no call runs on a key's schedules (*busy is 0), the GIL released meanwhile so
+ * that they can take it back to end. wipe() waits rather than raising: a wipe must not fail
+ * (callers wipe several keys in a row, or while unwinding), and a call's wait is bounded by
+ * the computation of one request. */
+static void wait_until_idle(const int *busy)
+{
+    while (*busy > 0) {
+        Py_BEGIN_ALLOW_THREADS
+        nanosleep(&(struct timespec){.tv_nsec = 50 * 1000}, NULL);
+        Py_END_ALLOW_THREADS
+    }
+}
 
 static inline uint64_t load_le64(const uint8_t *p)
 {
@@ -122,8 +143,9 @@ static PyObject *native_whiten(PyObject *module, PyObject *args)
     } else if (first.len < 16 * (src.len / unit_bytes)) {
         PyErr_SetString(PyExc_ValueError, "first_tweaks needs 16 bytes per data unit");
     } else {
-        RUN_RELEASING_ABOVE(src.len, whiten(dst.buf, src.buf, first.buf, src.len / unit_bytes,
-                                            unit_bytes / 16));
+        RUN_RELEASING_ABOVE(src.len, NULL,
+                            whiten(dst.buf, src.buf, first.buf, src.len / unit_bytes,
+                                   unit_bytes / 16));
         result = Py_NewRef(Py_None);
     }
     PyBuffer_Release(&dst);
@@ -955,8 +977,10 @@ AESNI_TARGET static void cbc_decrypt_tail(const AesSchedule *s, uint8_t *out, co
 }
 
 /* CBC decryption of a unit REGS registers at a time; register i's previous blocks come from
- * register i - 1 and itself (BEFORE_W), the first register's from the last step's. */
-#define CBC_DECRYPT_KERNEL(name, TARGET, W, REGS)                                              \
+ * register i - 1 and itself (BEFORE_W), the first register's from the last step's. FOLD: XOR
+ * them into the last round's key instead of the result (aesdeclast(x, k ^ p) is
+ * aesdeclast(x, k) ^ p), as OpenSSL does: faster on aesni (16 registers), not on the wider. */
+#define CBC_DECRYPT_KERNEL(name, TARGET, W, REGS, FOLD)                                        \
     TARGET static void name(const AesSchedule *s, uint8_t *dst, const uint8_t *src,            \
                             const uint8_t *ivs, size_t units, size_t unit_bytes)              \
     {                                                                                          \
@@ -975,10 +999,21 @@ AESNI_TARGET static void cbc_decrypt_tail(const AesSchedule *s, uint8_t *out, co
                 VEC_##W c[REGS], x[REGS];                                                      \
                 for (int i = 0; i < (REGS); i++)                                               \
                     c[i] = x[i] = LOADU_##W(in + 16 * (j + LANES_##W * i));                    \
-                ROUNDS(DEC_##W, DECLAST_##W, XOR_##W, rk, rounds, x, REGS);                    \
-                for (int i = 0; i < (REGS); i++)                                               \
-                    STOREU_##W(out + 16 * (j + LANES_##W * i),                                 \
-                               XOR_##W(x[i], BEFORE_##W(c[i], i ? c[i - 1] : last)));         \
+                if (FOLD) {                                                                    \
+                    VEC_##W p[REGS];                                                           \
+                    for (int i = 0; i < (REGS); i++) {                                         \
+                        x[i] = XOR_##W(x[i], rk[0]);                                           \
+                        p[i] = XOR_##W(rk[rounds], BEFORE_##W(c[i], i ? c[i - 1] : last));     \
+                    }                                                                          \
+                    MIDDLE_ROUNDS(DEC_##W, rk, rounds, x, REGS);                               \
+                    for (int i = 0; i < (REGS); i++)                                           \
+                        STOREU_##W(out + 16 * (j + LANES_##W * i), DECLAST_##W(x[i], p[i]));   \
+                } else {                                                                       \
+                    ROUNDS(DEC_##W, DECLAST_##W, XOR_##W, rk, rounds, x, REGS);                \
+                    for (int i = 0; i < (REGS); i++)                                           \
+                        STOREU_##W(out + 16 * (j + LANES_##W * i),                             \
+                                   XOR_##W(x[i], BEFORE_##W(c[i], i ? c[i - 1] : last)));     \
+                }                                                                              \
                 last = c[(REGS) - 1];                                                          \
             }                                                                                  \
             cbc_decrypt_tail(s, out, in, j, blocks, HIGH_##W(last));                           \
@@ -986,9 +1021,9 @@ AESNI_TARGET static void cbc_decrypt_tail(const AesSchedule *s, uint8_t *out, co
         OPENSSL_cleanse(rk, sizeof rk);                                                        \
     }
 
-CBC_DECRYPT_KERNEL(cbc_decrypt_aesni, AESNI_TARGET, 128, 8)
-CBC_DECRYPT_KERNEL(cbc_decrypt_avx2, AVX2_TARGET, 256, 8)
-CBC_DECRYPT_KERNEL(cbc_decrypt_avx512, AVX512_TARGET, 512, 4)
+CBC_DECRYPT_KERNEL(cbc_decrypt_aesni, AESNI_TARGET, 128, 8, 1)
+CBC_DECRYPT_KERNEL(cbc_decrypt_avx2, AVX2_TARGET, 256, 8, 0)
+CBC_DECRYPT_KERNEL(cbc_decrypt_avx512, AVX512_TARGET, 512, 4, 0)
 
 /* dm-crypt's essiv IVs on a path's width: ivs[u] = E_salt(le64 of sector + u * step, zero
  * padded), eight blocks a step. ivs has room for units rounded up to 8: the last step fills the
@@ -1124,9 +1159,19 @@ typedef struct {
     uint8_t key[64];
     Py_ssize_t key_len; /* 0 once wiped */
     int expanded;
+    int busy; /* calls running on the schedules without the GIL */
 } XtsKeyObject;
 
 static PyTypeObject XtsKeyType;
+
+/* The key types take positional arguments only: 1 with TypeError set if kwargs has any. */
+static int refuse_keywords(const char *type_name, PyObject *kwargs)
+{
+    if (kwargs == NULL || PyDict_Size(kwargs) == 0)
+        return 0;
+    PyErr_Format(PyExc_TypeError, "%s() takes no keyword arguments", type_name);
+    return 1;
+}
 
 static void xts_key_cleanse(XtsKeyObject *self)
 {
@@ -1137,11 +1182,7 @@ static void xts_key_cleanse(XtsKeyObject *self)
 static PyObject *xts_key_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
 {
     Py_buffer key;
-    if (kwargs != NULL && PyDict_Size(kwargs) != 0) {
-        PyErr_SetString(PyExc_TypeError, "XtsKey() takes no keyword arguments");
-        return NULL;
-    }
-    if (!PyArg_ParseTuple(args, "y*:XtsKey", &key))
+    if (refuse_keywords("XtsKey", kwargs) || !PyArg_ParseTuple(args, "y*:XtsKey", &key))
         return NULL;
     XtsKeyObject *self = NULL;
     if (key.len != 32 && key.len != 48 && key.len != 64) {
@@ -1169,11 +1210,14 @@ static void xts_key_dealloc(XtsKeyObject *self)
 }
 
 PyDoc_STRVAR(xts_key_wipe_doc, "wipe()\n--\n\n"
-                               "Cleanse the key and its schedules now; later calls that use\n"
-                               "this key raise ValueError.");
+                               "Cleanse the key and its schedules now, once the calls running\n"
+                               "on them in other threads have ended (it waits for them); later\n"
+                               "calls that use this key raise ValueError.");
 
 static PyObject *xts_key_wipe(XtsKeyObject *self, PyObject *unused)
 {
+    self->key_len = 0; /* refuses new calls while the running ones end */
+    wait_until_idle(&self->busy);
     xts_key_cleanse(self);
     Py_RETURN_NONE;
 }
@@ -1210,6 +1254,7 @@ typedef struct {
     AesSchedule schedules[2]; /* data, salt */
 #endif
     int wiped;
+    int busy; /* calls running on the schedules without the GIL */
 } EssivKeyObject;
 
 static PyTypeObject EssivKeyType;
@@ -1223,11 +1268,8 @@ static void essiv_key_cleanse(EssivKeyObject *self)
 static PyObject *essiv_key_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
 {
     Py_buffer key, salt;
-    if (kwargs != NULL && PyDict_Size(kwargs) != 0) {
-        PyErr_SetString(PyExc_TypeError, "EssivKey() takes no keyword arguments");
-        return NULL;
-    }
-    if (!PyArg_ParseTuple(args, "y*y*:EssivKey", &key, &salt))
+    if (refuse_keywords("EssivKey", kwargs) ||
+        !PyArg_ParseTuple(args, "y*y*:EssivKey", &key, &salt))
         return NULL;
     EssivKeyObject *self = NULL;
     if (!aes_key_size(key.len)) {
@@ -1254,11 +1296,14 @@ static void essiv_key_dealloc(EssivKeyObject *self)
 }
 
 PyDoc_STRVAR(essiv_key_wipe_doc, "wipe()\n--\n\n"
-                                 "Cleanse the schedules now; later calls that use this key\n"
-                                 "raise ValueError.");
+                                 "Cleanse the schedules now, once the calls running on them in\n"
+                                 "other threads have ended (it waits for them); later calls\n"
+                                 "that use this key raise ValueError.");
 
 static PyObject *essiv_key_wipe(EssivKeyObject *self, PyObject *unused)
 {
+    self->wiped = 1; /* refuses new calls while the running ones end */
+    wait_until_idle(&self->busy);
     essiv_key_cleanse(self);
     self->wiped = 1;
     Py_RETURN_NONE;
@@ -1287,14 +1332,16 @@ static PyTypeObject EssivKeyType = {
 
 /* AES-XTS of src into dst with the tweaks ivs (16 bytes per unit, ivs_len of them), with the
  * raw key (key_len bytes) or, when schedules is not NULL, its expanded data and tweak
- * schedules; the caller releases the buffers. */
+ * schedules, whose key object's busy count is busy; the caller releases the buffers. */
 static PyObject *xts_with_ivs(Py_buffer *dst_view, Py_buffer *src_view, const uint8_t *iv_bytes,
                               Py_ssize_t ivs_len, const uint8_t *key_bytes, Py_ssize_t key_len,
-                              const void *schedules, Py_ssize_t unit_bytes, int encrypt)
+                              const void *schedules, int *busy, Py_ssize_t unit_bytes,
+                              int encrypt)
 {
     Py_buffer dst = *dst_view, src = *src_view;
 #if !X86_PATHS
     (void)schedules;
+    (void)busy;
 #endif
     struct {
         const uint8_t *buf;
@@ -1329,9 +1376,9 @@ static PyObject *xts_with_ivs(Py_buffer *dst_view, Py_buffer *src_view, const ui
             aes_schedule(&made[1], key.buf + key.len / 2, (int)key.len / 2);
         }
         const AesSchedule *use = given != NULL ? given : made;
-        RUN_RELEASING_ABOVE(src.len, xts_kernels[path](&use[0], &use[1], dst.buf, src.buf,
-                                                       iv_bytes, (size_t)src.len,
-                                                       (size_t)unit_bytes, encrypt));
+        RUN_RELEASING_ABOVE(src.len, given != NULL ? busy : NULL,
+                            xts_kernels[path](&use[0], &use[1], dst.buf, src.buf, iv_bytes,
+                                              (size_t)src.len, (size_t)unit_bytes, encrypt));
         if (given == NULL)
             OPENSSL_cleanse(made, sizeof made);
         result = Py_NewRef(Py_None);
@@ -1357,8 +1404,8 @@ static PyObject *xts_with_ivs(Py_buffer *dst_view, Py_buffer *src_view, const ui
         goto done;
     }
     int failed;
-    RUN_RELEASING_ABOVE(src.len, failed = xts_run(&job, dst.buf, src.buf, iv_bytes, src.len,
-                                                  unit_bytes));
+    RUN_RELEASING_ABOVE(src.len, NULL,
+                        failed = xts_run(&job, dst.buf, src.buf, iv_bytes, src.len, unit_bytes));
     if (failed)
         PyErr_SetString(PyExc_RuntimeError, "OpenSSL AES-ECB failed");
     else
@@ -1385,13 +1432,83 @@ static PyObject *native_xts(PyObject *module, PyObject *args)
     int encrypt;
     if (!PyArg_ParseTuple(args, "w*y*y*y*np:xts", &dst, &src, &ivs, &key, &unit_bytes, &encrypt))
         return NULL;
-    PyObject *result = xts_with_ivs(&dst, &src, ivs.buf, ivs.len, key.buf, key.len, NULL,
+    PyObject *result = xts_with_ivs(&dst, &src, ivs.buf, ivs.len, key.buf, key.len, NULL, NULL,
                                     unit_bytes, encrypt);
     PyBuffer_Release(&dst);
     PyBuffer_Release(&src);
     PyBuffer_Release(&ivs);
     PyBuffer_Release(&key);
     return result;
+}
+
+/* METH_FASTCALL arguments, converted as PyArg_ParseTuple's codes would, with its errors: the
+ * per-request calls skip building an argument tuple and interpreting a format string. Each
+ * returns 0 with an exception set on failure. */
+
+static int positional_count(const char *function, Py_ssize_t nargs, Py_ssize_t wanted)
+{
+    if (nargs == wanted)
+        return 1;
+    PyErr_Format(PyExc_TypeError, "%s() takes exactly %zd arguments (%zd given)", function,
+                 wanted, nargs);
+    return 0;
+}
+
+static void argument_type_error(const char *function, int number, const char *wanted,
+                                PyObject *arg)
+{
+    PyErr_Format(PyExc_TypeError, "%s() argument %d must be %s, not %.50s", function, number,
+                 wanted, arg == Py_None ? "None" : Py_TYPE(arg)->tp_name);
+}
+
+/* Codes w* (writable) and y*: a C-contiguous buffer; view->obj is NULL unless it is held. */
+static int buffer_argument(const char *function, int number, PyObject *arg, Py_buffer *view,
+                           int writable)
+{
+    if (PyObject_GetBuffer(arg, view, writable ? PyBUF_WRITABLE : PyBUF_SIMPLE) < 0) {
+        view->obj = NULL;
+        if (writable) {
+            PyErr_Clear();
+            argument_type_error(function, number, "read-write bytes-like object", arg);
+        }
+        return 0;
+    }
+    if (!PyBuffer_IsContiguous(view, 'C')) {
+        PyBuffer_Release(view);
+        view->obj = NULL;
+        argument_type_error(function, number, "contiguous buffer", arg);
+        return 0;
+    }
+    return 1;
+}
+
+/* Code K: an int, taken mod 2^64. */
+static int u64_argument(const char *function, int number, PyObject *arg, unsigned long long *out)
+{
+    if (!PyLong_Check(arg)) {
+        argument_type_error(function, number, "int", arg);
+        return 0;
+    }
+    *out = PyLong_AsUnsignedLongLongMask(arg);
+    return !(*out == (unsigned long long)-1 && PyErr_Occurred());
+}
+
+/* Code n: anything with __index__ that fits a Py_ssize_t. */
+static int ssize_argument(PyObject *arg, Py_ssize_t *out)
+{
+    PyObject *index = PyNumber_Index(arg);
+    if (index == NULL)
+        return 0;
+    *out = PyLong_AsSsize_t(index);
+    Py_DECREF(index);
+    return !(*out == -1 && PyErr_Occurred());
+}
+
+/* Code p: truth. */
+static int bool_argument(PyObject *arg, int *out)
+{
+    *out = PyObject_IsTrue(arg);
+    return *out >= 0;
 }
 
 PyDoc_STRVAR(xts_plain64_doc,
@@ -1401,10 +1518,10 @@ PyDoc_STRVAR(xts_plain64_doc,
              "skips building the IV array in numpy. key is the raw key, as for xts(), or an\n"
              "XtsKey, whose schedules are not expanded again.");
 
-static PyObject *native_xts_plain64(PyObject *module, PyObject *args)
+static PyObject *native_xts_plain64(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
-    Py_buffer dst, src, key = {0};
-    PyObject *key_object;
+    static const char name[] = "xts_plain64";
+    Py_buffer dst = {0}, src = {0}, key = {0};
     unsigned long long iv_sector, iv_step;
     Py_ssize_t unit_bytes;
     int encrypt;
@@ -1412,9 +1529,13 @@ static PyObject *native_xts_plain64(PyObject *module, PyObject *args)
     uint8_t small[16 * 16];
     uint8_t *ivs = small;
     Py_ssize_t units = 0;
-    if (!PyArg_ParseTuple(args, "w*y*KKOnp:xts_plain64", &dst, &src, &iv_sector, &iv_step,
-                          &key_object, &unit_bytes, &encrypt))
-        return NULL;
+    if (!positional_count(name, nargs, 7) || !buffer_argument(name, 1, args[0], &dst, 1) ||
+        !buffer_argument(name, 2, args[1], &src, 0) ||
+        !u64_argument(name, 3, args[2], &iv_sector) ||
+        !u64_argument(name, 4, args[3], &iv_step) || !ssize_argument(args[5], &unit_bytes) ||
+        !bool_argument(args[6], &encrypt))
+        goto done;
+    PyObject *key_object = args[4];
     XtsKeyObject *xts_key = NULL;
     if (Py_IS_TYPE(key_object, &XtsKeyType)) {
         xts_key = (XtsKeyObject *)key_object;
@@ -1442,16 +1563,18 @@ static PyObject *native_xts_plain64(PyObject *module, PyObject *args)
     const uint8_t *key_bytes = key.buf;
     Py_ssize_t key_len = key.len;
     const void *schedules = NULL;
+    int *busy = NULL;
     if (xts_key != NULL) {
         key_bytes = xts_key->key;
         key_len = xts_key->key_len;
 #if X86_PATHS
         if (xts_key->expanded)
             schedules = xts_key->schedules;
+        busy = &xts_key->busy;
 #endif
     }
-    result = xts_with_ivs(&dst, &src, ivs, 16 * units, key_bytes, key_len, schedules, unit_bytes,
-                          encrypt);
+    result = xts_with_ivs(&dst, &src, ivs, 16 * units, key_bytes, key_len, schedules, busy,
+                          unit_bytes, encrypt);
 done:
     if (ivs != small)
         PyMem_Free(ivs);
@@ -1557,8 +1680,9 @@ static PyObject *cbc_call(PyObject *args, const char *format, int encrypt)
         AesSchedule schedule;
         CbcKernel kernel = encrypt ? cbc_encrypt_kernels[path] : cbc_decrypt_kernels[path];
         aes_schedule(&schedule, key.buf, (int)key.len);
-        RUN_RELEASING_ABOVE(src.len, kernel(&schedule, dst.buf, src.buf, ivs.buf,
-                                            (size_t)(src.len / unit_bytes), (size_t)unit_bytes));
+        RUN_RELEASING_ABOVE(src.len, NULL,
+                            kernel(&schedule, dst.buf, src.buf, ivs.buf,
+                                   (size_t)(src.len / unit_bytes), (size_t)unit_bytes));
         OPENSSL_cleanse(&schedule, sizeof schedule);
 #endif
         result = Py_NewRef(Py_None);
@@ -1601,18 +1725,22 @@ PyDoc_STRVAR(cbc_essiv_doc,
              "key may be an EssivKey, whose schedules are not expanded again; salt is then\n"
              "None. On the openssl path the call raises RuntimeError.");
 
-static PyObject *native_cbc_essiv(PyObject *module, PyObject *args)
+static PyObject *native_cbc_essiv(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
-    Py_buffer dst, src, key = {0}, salt = {0};
-    PyObject *key_object, *salt_object;
+    static const char name[] = "cbc_essiv";
+    Py_buffer dst = {0}, src = {0}, key = {0}, salt = {0};
     unsigned long long iv_sector, iv_step;
     Py_ssize_t unit_bytes;
     int encrypt;
     PyObject *result = NULL;
     Path path = current_path;
-    if (!PyArg_ParseTuple(args, "w*y*KKOOnp:cbc_essiv", &dst, &src, &iv_sector, &iv_step,
-                          &key_object, &salt_object, &unit_bytes, &encrypt))
-        return NULL;
+    if (!positional_count(name, nargs, 8) || !buffer_argument(name, 1, args[0], &dst, 1) ||
+        !buffer_argument(name, 2, args[1], &src, 0) ||
+        !u64_argument(name, 3, args[2], &iv_sector) ||
+        !u64_argument(name, 4, args[3], &iv_step) || !ssize_argument(args[6], &unit_bytes) ||
+        !bool_argument(args[7], &encrypt))
+        goto done;
+    PyObject *key_object = args[4], *salt_object = args[5];
     EssivKeyObject *essiv_key = NULL;
     const char *problem;
     if (Py_IS_TYPE(key_object, &EssivKeyType)) {
@@ -1642,10 +1770,10 @@ static PyObject *native_cbc_essiv(PyObject *module, PyObject *args)
             aes_schedule(&made[1], salt.buf, (int)salt.len);
         }
         const AesSchedule *use = essiv_key != NULL ? essiv_key->schedules : made;
-        RUN_RELEASING_ABOVE(src.len, cbc_essiv_run(path, &use[0], &use[1], dst.buf, src.buf,
-                                                   iv_sector, iv_step,
-                                                   (size_t)(src.len / unit_bytes),
-                                                   (size_t)unit_bytes, encrypt));
+        RUN_RELEASING_ABOVE(src.len, essiv_key != NULL ? &essiv_key->busy : NULL,
+                            cbc_essiv_run(path, &use[0], &use[1], dst.buf, src.buf, iv_sector,
+                                          iv_step, (size_t)(src.len / unit_bytes),
+                                          (size_t)unit_bytes, encrypt));
         if (essiv_key == NULL)
             OPENSSL_cleanse(made, sizeof made);
 #endif
@@ -1894,11 +2022,12 @@ static PyObject *native_set_path(PyObject *module, PyObject *arg)
 static PyMethodDef methods[] = {
     {"whiten", native_whiten, METH_VARARGS, whiten_doc},
     {"xts", native_xts, METH_VARARGS, xts_doc},
-    {"xts_plain64", native_xts_plain64, METH_VARARGS, xts_plain64_doc},
+    {"xts_plain64", (PyCFunction)(void (*)(void))native_xts_plain64, METH_FASTCALL,
+     xts_plain64_doc},
     {"cbc_encrypt", native_cbc_encrypt, METH_VARARGS, cbc_encrypt_doc},
     {"cbc_decrypt", native_cbc_decrypt, METH_VARARGS, cbc_decrypt_doc},
     {"essiv", native_essiv, METH_VARARGS, essiv_doc},
-    {"cbc_essiv", native_cbc_essiv, METH_VARARGS, cbc_essiv_doc},
+    {"cbc_essiv", (PyCFunction)(void (*)(void))native_cbc_essiv, METH_FASTCALL, cbc_essiv_doc},
     {"pwritev_chunks", native_pwritev_chunks, METH_VARARGS, pwritev_chunks_doc},
     {"preadv_into", native_preadv_into, METH_VARARGS, preadv_into_doc},
     {"path", native_path, METH_NOARGS, path_doc},
@@ -1913,20 +2042,25 @@ static struct PyModuleDef module = {
 /* PATHS: the names of the paths this CPU can run, fastest first; the first is the default. */
 PyMODINIT_FUNC PyInit__native(void)
 {
-    PyObject *m = PyModule_Create(&module), *paths = PyTuple_New(0);
+    PyObject *m = PyModule_Create(&module), *paths = NULL;
     runnable_paths = detect_paths();
-    for (int p = PATH_COUNT - 1; p >= 0 && paths != NULL; p--) {
-        if (!(runnable_paths & 1u << p))
-            continue;
-        if (PyTuple_GET_SIZE(paths) == 0)
+    Py_ssize_t count = 0;
+    for (int p = PATH_COUNT - 1; p >= 0; p--) {
+        if (runnable_paths & 1u << p && count++ == 0)
             current_path = (Path)p;
-        PyObject *name = PyUnicode_FromString(path_names[p]);
-        if (name == NULL || _PyTuple_Resize(&paths, PyTuple_GET_SIZE(paths) + 1) < 0) {
-            Py_XDECREF(name);
-            Py_CLEAR(paths);
-            break;
+    }
+    if ((paths = PyTuple_New(count)) != NULL) {
+        Py_ssize_t i = 0;
+        for (int p = PATH_COUNT - 1; p >= 0; p--) {
+            if (!(runnable_paths & 1u << p))
+                continue;
+            PyObject *name = PyUnicode_FromString(path_names[p]);
+            if (name == NULL) {
+                Py_CLEAR(paths);
+                break;
+            }
+            PyTuple_SET_ITEM(paths, i++, name);
         }
-        PyTuple_SET_ITEM(paths, PyTuple_GET_SIZE(paths) - 1, name);
     }
     if (m != NULL && (paths == NULL || PyModule_AddObjectRef(m, "PATHS", paths) < 0 ||
                       PyType_Ready(&XtsKeyType) < 0 ||

@@ -9,6 +9,8 @@ import mmap
 import os
 import pickle
 import resource
+import sys
+import threading
 from collections.abc import Callable, Iterator
 from itertools import pairwise
 from pathlib import Path
@@ -483,6 +485,42 @@ def test_an_xts_key_refuses_keyword_arguments() -> None:
         _native.XtsKey(bytes(64), unit_bytes=512)
 
 
+def test_the_one_call_conversions_convert_their_arguments_as_before() -> None:
+    """xts_plain64 and cbc_essiv convert their arguments themselves, with PyArg_ParseTuple's
+    rules: positional only, a writable contiguous dst, ints for the sectors (mod 2^64)."""
+    xts_key, essiv_key = _native.XtsKey(bytes(64)), _native.EssivKey(bytes(32), bytes(32))
+    calls: list[Callable[..., None]] = [
+        lambda *a, **k: _native.xts_plain64(*a[:4], xts_key, *a[4:], **k),
+        lambda *a, **k: _native.cbc_essiv(*a[:4], essiv_key, None, *a[4:], **k),
+    ]
+    for call in calls:
+        with pytest.raises(TypeError, match="takes no keyword arguments"):
+            call(bytearray(512), bytes(512), 0, 1, 512, encrypt=True)
+        with pytest.raises(TypeError, match="takes exactly"):
+            call(bytearray(512), bytes(512), 0, 1, 512)
+        with pytest.raises(TypeError, match="argument 1 must be read-write bytes-like object"):
+            call(bytes(512), bytes(512), 0, 1, 512, True)
+        with pytest.raises(TypeError, match="argument 1 must be read-write bytes-like object"):
+            call(np.zeros(1024, np.uint8)[::2], bytes(512), 0, 1, 512, True)
+        with pytest.raises(ValueError, match="not C-contiguous"):
+            call(bytearray(512), np.zeros(1024, np.uint8)[::2], 0, 1, 512, True)
+        with pytest.raises(TypeError, match="argument 3 must be int, not float"):
+            call(bytearray(512), bytes(512), 0.0, 1, 512, True)
+        with pytest.raises(TypeError, match=r"argument 4 must be int, not numpy\.uint64"):
+            call(bytearray(512), bytes(512), 0, np.uint64(1), 512, True)
+        with pytest.raises(TypeError, match="cannot be interpreted as an integer"):
+            call(bytearray(512), bytes(512), 0, 1, 512.0, True)
+        with pytest.raises(OverflowError):
+            call(bytearray(512), bytes(512), 0, 1, 2**64, True)
+        with pytest.raises(TypeError, match="bytes-like object is required"):
+            call(bytearray(512), "text", 0, 1, 512, True)
+        wrapped, expected, by_index = bytearray(512), bytearray(512), bytearray(512)
+        call(wrapped, bytes(512), 2**64 + 5, -1, 512, np.bool_(False))
+        call(expected, bytes(512), 5, 2**64 - 1, 512, False)
+        call(by_index, bytes(512), 5, 2**64 - 1, np.int64(512), 0)
+        assert wrapped == expected == by_index != bytes(512)
+
+
 def test_a_wiped_xts_key_refuses_to_convert() -> None:
     xts_key = _native.XtsKey(os.urandom(64))
     xts_key.wipe()
@@ -490,6 +528,47 @@ def test_a_wiped_xts_key_refuses_to_convert() -> None:
     with pytest.raises(ValueError, match="wiped"):
         _native.xts_plain64(out, bytes(512), 0, 1, xts_key, 512, True)
     assert out == bytes(512)
+
+
+RACE_BYTES = 64 << 20
+"""Long enough that a wipe from another thread lands while the kernel still runs."""
+
+
+def wipe_during(call: Callable[[], None], key: _native.XtsKey | _native.EssivKey) -> None:
+    """Run call in a thread and wipe key from this one as soon as the call releases the GIL."""
+    started = threading.Event()
+    failures: list[BaseException] = []
+
+    def run() -> None:
+        started.set()
+        try:
+            call()
+        except BaseException as error:  # re-raised in the test's thread
+            failures.append(error)
+
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(10.0)  # the thread keeps the GIL until the call releases it
+    try:
+        thread = threading.Thread(target=run)
+        thread.start()
+        started.wait()
+        key.wipe()
+    finally:
+        sys.setswitchinterval(interval)
+    thread.join()
+    if failures:
+        raise failures[0]
+
+
+def test_wiping_an_xts_key_waits_for_a_call_running_on_it(lane_path: str) -> None:
+    key, data = os.urandom(64), np.frombuffer(os.urandom(RACE_BYTES), np.uint8)
+    expected, out = np.empty_like(data), np.zeros_like(data)
+    _native.xts_plain64(expected, data, 0, 8, _native.XtsKey(key), 4096, True)
+    xts_key = _native.XtsKey(key)
+    wipe_during(lambda: _native.xts_plain64(out, data, 0, 8, xts_key, 4096, True), xts_key)
+    assert np.array_equal(out, expected)
+    with pytest.raises(ValueError, match="wiped"):
+        _native.xts_plain64(out, data, 0, 8, xts_key, 4096, True)
 
 
 def essiv_ivs_by_pyca(salt: bytes, first: int, step: int, units: int) -> bytes:
@@ -636,6 +715,21 @@ def test_a_wiped_essiv_key_refuses_to_convert(lane_path: str) -> None:
     with pytest.raises(ValueError, match="wiped"):
         _native.cbc_essiv(out, bytes(512), 0, 1, essiv_key, None, 512, True)
     assert out == bytes(512)
+
+
+@pytest.mark.parametrize("encrypt", [True, False], ids=["encrypt", "decrypt"])
+def test_wiping_an_essiv_key_waits_for_a_call_running_on_it(lane_path: str, encrypt: bool) -> None:
+    key, salt = os.urandom(32), os.urandom(32)
+    data = np.frombuffer(os.urandom(RACE_BYTES), np.uint8)
+    expected, out = np.empty_like(data), np.zeros_like(data)
+    _native.cbc_essiv(expected, data, 0, 8, _native.EssivKey(key, salt), None, 4096, encrypt)
+    essiv_key = _native.EssivKey(key, salt)
+    wipe_during(
+        lambda: _native.cbc_essiv(out, data, 0, 8, essiv_key, None, 4096, encrypt), essiv_key
+    )
+    assert np.array_equal(out, expected)
+    with pytest.raises(ValueError, match="wiped"):
+        _native.cbc_essiv(out, data, 0, 8, essiv_key, None, 4096, encrypt)
 
 
 @pytest.mark.parametrize("salt_bytes", [16, 24, 32])
