@@ -43,10 +43,11 @@ MAX_HEAD_BYTES = 64 << 10
 RECEIVE_BYTES = 256 << 10
 """The socket is read this much at a time outside a body landing in place (uvloop's size)."""
 
-HEAD_READ_BYTES = 16 << 10
+HEAD_READ_BYTES = 4 << 10
 """A read while a request's head is awaited takes at most this much: what follows a head is
 its body, which the route's buffer takes straight from the socket once it reads it; read here,
-it would be copied three times (into a ``bytes``, ``cycle.body`` and then the buffer)."""
+it would be copied three times (into a ``bytes``, ``cycle.body`` and then the buffer). A page
+holds a usual head; a longer one takes more reads."""
 
 
 SINK = "reqcrypt.body_sink"

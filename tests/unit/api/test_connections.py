@@ -134,3 +134,36 @@ def test_a_body_waits_in_the_socket_until_its_route_reads_it() -> None:
         connection.connection_lost(None)
 
     asyncio.run(scenario())
+
+
+def test_a_head_longer_than_a_head_read_is_parsed_over_several_reads() -> None:
+    """A head read is small (what arrives after a head is copied three times): a longer head,
+    here with a header of three head reads, arrives in several and reaches the app whole."""
+
+    async def scenario() -> None:
+        seen: asyncio.Future[dict[bytes, bytes]] = asyncio.get_running_loop().create_future()
+
+        async def app(scope: Any, receive: Any, send: Any) -> None:
+            seen.set_result(dict(scope["headers"]))
+
+        config = uvicorn.Config(app, lifespan="off")
+        config.load()
+        connection = bounded_head_protocol(10.0)(
+            config=config, server_state=ServerState(), app_state={}
+        )
+        connection.connection_made(Transport())  # type: ignore[arg-type]
+        long = b"t" * (3 * HEAD_READ_BYTES)
+        wire = b"GET /v1/null/data HTTP/1.1\r\nHost: x\r\nX-Long: " + long + b"\r\n\r\n"
+        reads = 0
+        while wire:
+            buffer = connection.get_buffer(-1)
+            assert len(buffer) == HEAD_READ_BYTES
+            piece, wire = wire[: len(buffer)], wire[len(buffer) :]
+            buffer[: len(piece)] = piece
+            connection.buffer_updated(len(piece))
+            reads += 1
+        assert reads > 3
+        assert (await seen)[b"x-long"] == long
+        connection.connection_lost(None)
+
+    asyncio.run(scenario())
