@@ -185,6 +185,23 @@ async def test_stale_if_match_on_write_is_412_and_writes_nothing(
     assert after.content == before.content
 
 
+async def test_a_repeated_header_counts_once_by_its_first_value(
+    client: httpx.AsyncClient, volume: None
+) -> None:
+    """The first of repeated If-Match and Range headers applies, as Starlette's lookup does."""
+    stale_first = [("If-Match", '"stale"'), ("If-Match", "*")]
+    response = await client.put(
+        "/v1/volumes/vol/data",
+        content=b"q" * 512,
+        headers=[("Content-Range", "bytes 0-511/*"), *stale_first],
+    )
+    assert response.status_code == 412
+    ranges = [("Range", "bytes=0-9"), ("Range", "bytes=0-99")]
+    response = await client.get("/v1/volumes/vol/data", headers=ranges)
+    assert response.status_code == 206
+    assert len(response.content) == 10
+
+
 async def test_stale_if_range_returns_the_whole_volume(
     client: httpx.AsyncClient, volume: None
 ) -> None:

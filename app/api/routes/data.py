@@ -47,12 +47,24 @@ def etag(volume: Volume, version: int | None = None) -> str:
     return f'"{volume.uuid}.{volume.generation if version is None else version}"'
 
 
-def if_match(request: Request, volume: Volume) -> Precondition | None:
+def request_headers(request: Request) -> dict[bytes, bytes]:
+    """The request's headers by (lower-case) name, the first of a repeated one as
+    ``request.headers`` finds it: one dict, not a scan of the list per name and a KeyError
+    per absent one."""
+    return dict(reversed(request.scope["headers"]))
+
+
+def header(headers: dict[bytes, bytes], name: bytes) -> str | None:
+    value = headers.get(name)
+    return None if value is None else value.decode("latin-1")
+
+
+def if_match(headers: dict[bytes, bytes], volume: Volume) -> Precondition | None:
     """If-Match as a precondition the volume checks atomically with the write it guards."""
-    header = request.headers.get("if-match")
-    if header is None:
+    tags = header(headers, b"if-match")
+    if tags is None:
         return None
-    return lambda version: _matches(header, etag(volume, version))
+    return lambda version: _matches(tags, etag(volume, version))
 
 
 def versioned(headers: dict[str, str], volume: Volume, version: int | None) -> dict[str, str]:
@@ -68,9 +80,9 @@ def _matches(header: str, tag: str) -> bool:
     return "*" in candidates or tag in candidates
 
 
-def check_if_match(request: Request, volume: Volume) -> None:
-    header = request.headers.get("if-match")
-    if header is not None and not _matches(header, etag(volume)):
+def check_if_match(headers: dict[bytes, bytes], volume: Volume) -> None:
+    tags = header(headers, b"if-match")
+    if tags is not None and not _matches(tags, etag(volume)):
         raise PreconditionFailed(f"If-Match does not match the current ETag {etag(volume)}")
 
 
@@ -79,13 +91,14 @@ def read_preconditions(
 ) -> tuple[dict[str, str] | None, list[ByteRange] | None]:
     """Shared by GET and HEAD: If-Match (412), If-None-Match (None: answer 304), If-Range
     (a stale validator drops the Range) and the satisfiable ranges (416 when none)."""
-    check_if_match(request, volume)
+    headers = request_headers(request)
+    check_if_match(headers, volume)
     tag = etag(volume)
-    if_none = request.headers.get("if-none-match")
+    if_none = header(headers, b"if-none-match")
     if if_none is not None and _matches(if_none, tag):
         return None, None
-    range_header = request.headers.get("range")
-    if_range = request.headers.get("if-range")
+    range_header = header(headers, b"range")
+    if_range = header(headers, b"if-range")
     if range_header is not None and if_range is not None and if_range.strip() != tag:
         range_header = None
     ranges = parse_range(range_header, volume.size, max_ranges) if range_header else None
@@ -279,19 +292,21 @@ async def write_data(name: str, request: Request, io: IoDep, fua: bool = False) 
     """
     volume = io.control.volume(name)
     with io.admission.slot(volume):
-        boundary = multipart_boundary(request.headers.get("content-type", ""))
+        headers = request_headers(request)
+        boundary = multipart_boundary(header(headers, b"content-type") or "")
         if boundary is not None:
-            return await write_batch(request, io, volume, boundary, fua)
-        return await write_range(request, io, volume, fua)
+            return await write_batch(request, headers, io, volume, boundary, fua)
+        return await write_range(request, headers, io, volume, fua)
 
 
-async def write_range(request: Request, io: IoContext, volume: Volume, fua: bool) -> Response:
+async def write_range(
+    request: Request, headers: dict[bytes, bytes], io: IoContext, volume: Volume, fua: bool
+) -> Response:
     """A single-range PUT, received chunk by chunk into one buffer and written from it."""
     limits = io.limits
-    headers = request.headers
-    byte_range = parse_content_range(headers.get("content-range"), volume.size)
+    byte_range = parse_content_range(header(headers, b"content-range"), volume.size)
     length = byte_range.length
-    declared = headers.get("content-length")
+    declared = header(headers, b"content-length")
     if declared is None:
         raise HTTPException(411, "PUT needs Content-Length equal to the Content-Range length")
     if int(declared) != length:
@@ -300,7 +315,7 @@ async def write_range(request: Request, io: IoContext, volume: Volume, fua: bool
         raise PayloadTooLarge(
             f"body of {length} bytes exceeds the {limits.max_body_bytes}-byte maximum"
         )
-    precondition = if_match(request, volume)
+    precondition = if_match(headers, volume)
     version = volume.generation
     chunk = limits.io_chunk_bytes
     body = BodyReader(request, length, limits)
@@ -324,11 +339,16 @@ async def write_range(request: Request, io: IoContext, volume: Volume, fua: bool
 
 
 async def write_batch(
-    request: Request, io: IoContext, volume: Volume, boundary: str, fua: bool
+    request: Request,
+    headers: dict[bytes, bytes],
+    io: IoContext,
+    volume: Volume,
+    boundary: str,
+    fua: bool,
 ) -> Response:
     """A multipart/byteranges PUT: read and check the whole body, then write every part in
     one worker job; parts that fail are named in the problem, the others are written."""
-    declared = request.headers.get("content-length")
+    declared = header(headers, b"content-length")
     if declared is None:
         raise HTTPException(411, "a multipart PUT needs Content-Length")
     check_batch_bytes(int(declared), io.limits.max_batch_bytes)
@@ -346,7 +366,7 @@ async def write_batch(
     writes = [Io.write(part.range.first, part.data, may_overwrite=True) for part in parts]
     flush = [Io(Op.FLUSH, 0, 0)] if fua else []
     version = await io.executor.run(
-        functools.partial(execute, volume, writes + flush, precondition=if_match(request, volume))
+        functools.partial(execute, volume, writes + flush, precondition=if_match(headers, volume))
     )
     failed = [
         (part, write.error)
