@@ -167,7 +167,9 @@ class NbdIo:
     io: Io | None = None
 
     def start(self) -> Io:
-        """The request as the neutral op; a read gets its page-aligned reply buffer."""
+        """The request as the neutral op; a read gets its page-aligned reply buffer, a
+        write's payload (the connection's own copy, dropped once answered) may be
+        encrypted in place."""
         header = self.header
         command = header.command
         if command == NBD_CMD_READ:
@@ -175,7 +177,14 @@ class NbdIo:
             self.io = Io(REQ_OP_READ, header.offset, header.length, buffer)
         else:
             fua = bool(header.flags & FUA) and command != NBD_CMD_FLUSH
-            self.io = Io(OPS[command], header.offset, header.length, self.payload, fua)
+            self.io = Io(
+                OPS[command],
+                header.offset,
+                header.length,
+                self.payload,
+                fua,
+                may_overwrite=command == NBD_CMD_WRITE,
+            )
         return self.io
 
 
@@ -551,6 +560,7 @@ class NbdConnection(asyncio.BufferedProtocol):
                             self._direct = DirectWrite(header, payload, have)
                             position = size
                         break
+                    # A copy of its own (a bytearray slice): it is encrypted in place.
                     payload = memoryview(buffer[position + body : position + body + header.length])
                 else:
                     payload = None
