@@ -80,17 +80,21 @@ class CryptTarget(Target):
                 return _result(done)
 
             return decrypt
-        if request.op == REQ_OP_WRITE and request.may_overwrite:
-            # Its submitter never reads the plaintext again: encrypted where it lies.
-            done = self._encrypt(request, request.segments, relative, context, bios)
-            writing = self.device.submit_writev(position, done.outputs)
-            return finish_io(self.device, request, writing, _result(done))
-        if request.op in (REQ_OP_WRITE, REQ_OP_WRITE_ZEROES):
+        if request.op == REQ_OP_WRITE_ZEROES or (
+            request.op == REQ_OP_WRITE and request.may_overwrite
+        ):
+            # Its submitter never reads the plaintext again (write-zeroes: zeros of the
+            # target's own): encrypted where it lies.
             segments = (
                 request.segments
                 if request.op == REQ_OP_WRITE
-                else [memoryview(bytes(request.nr_sectors << SECTOR_SHIFT))]
+                else [memoryview(bytearray(request.nr_sectors << SECTOR_SHIFT))]
             )
+            done = self._encrypt(request, segments, relative, context, bios)
+            writing = self.device.submit_writev(position, done.outputs)
+            return finish_io(self.device, request, writing, _result(done))
+        if request.op == REQ_OP_WRITE:
+            segments = request.segments
             # The ciphertext goes to a warm buffer of this thread's pool (dm-crypt's bio_out
             # pages), free again once the device has taken it.
             nbytes = request.nr_sectors << SECTOR_SHIFT
