@@ -57,7 +57,11 @@ class CryptTarget(Target):
         start = self.start
         relative = request.sector - start
         position = (self.params.offset + relative) << SECTOR_SHIFT  # on the device, in bytes
-        bios = [(bio.sector - start, bio.nr_sectors) for bio in request.bios]
+        if len(request.bios) == 1:  # a lone bio: no comprehension
+            bio = request.bios[0]
+            bios = [(bio.sector - start, bio.nr_sectors)]
+        else:
+            bios = [(bio.sector - start, bio.nr_sectors) for bio in request.bios]
         if request.op == REQ_OP_READ:
             # The ciphertext lands in the bio's pages and is decrypted there, in place.
             reading = self.device.submit_readv(position, request.segments)
