@@ -302,9 +302,10 @@ class DirectWrite:
 class NbdConnection(asyncio.BufferedProtocol):
     """One client: option haggling as a coroutine, then request parsing in ``buffer_updated``.
 
-    The socket is read into ``get_buffer``'s buffer: a fixed receive area whose bytes join
-    ``buffer``, or, once a write of DIRECT_PAYLOAD bytes or more has its header parsed, the
-    rest of that write's own payload buffer, so a big payload is copied once, by the kernel.
+    The socket is read into ``get_buffer``'s buffer: a fixed receive area, parsed where it
+    is when ``buffer`` holds nothing carried over (what is left of it joins ``buffer``), or,
+    once a write of DIRECT_PAYLOAD bytes or more has its header parsed, the rest of that
+    write's own payload buffer, so a big payload is copied once, by the kernel.
     """
 
     def __init__(self, server: NbdServer) -> None:
@@ -366,6 +367,11 @@ class NbdConnection(asyncio.BufferedProtocol):
                 return
             self._direct = None
             self._accept(direct.header, direct.payload)
+        elif self.transmission and not self.buffer:
+            # Nothing carried over: parsed where the socket put it, only the rest is kept.
+            self._parse(self._receive[:nbytes])
+            self._schedule()
+            return
         else:
             self.buffer += self._receive[:nbytes]
         if self.transmission:
@@ -523,10 +529,11 @@ class NbdConnection(asyncio.BufferedProtocol):
 
     # ----------------------------------------------------------- transmission
 
-    def _parse(self) -> None:
-        """Take every complete request off the buffer, then submit what is pending."""
-        buffer = self.buffer
-        size = len(buffer)
+    def _parse(self, received: memoryview | None = None) -> None:
+        """Take every complete request off the buffer, or off ``received`` (a read when the
+        buffer is empty; its rest becomes the buffer), then submit what is pending."""
+        data = memoryview(self.buffer) if received is None else received
+        size = len(data)
         position = 0
         replies: list[bytes] = []
         export = self.export
@@ -549,19 +556,20 @@ class NbdConnection(asyncio.BufferedProtocol):
                     continue
                 if size - position < protocol.REQUEST.size:
                     break
-                header = protocol.parse_request(buffer, position)
+                header = protocol.parse_request(data, position)
                 body = protocol.REQUEST.size
                 if header.command == NBD_CMD_WRITE and header.length <= protocol.MAX_PAYLOAD:
                     have = size - position - body
                     if have < header.length:
                         if header.length >= DIRECT_PAYLOAD:
                             payload = mempool.page_aligned(header.length)
-                            payload[:have] = buffer[position + body : size]
+                            payload[:have] = data[position + body : size]
                             self._direct = DirectWrite(header, payload, have)
                             position = size
                         break
-                    # A copy of its own (a bytearray slice): it is encrypted in place.
-                    payload = memoryview(buffer[position + body : position + body + header.length])
+                    # A copy of its own: it is encrypted in place (``NbdIo.start``).
+                    end = position + body + header.length
+                    payload = memoryview(bytearray(data[position + body : end]))
                 else:
                     payload = None
                 position += body + (header.length if payload is not None else 0)
@@ -580,7 +588,13 @@ class NbdConnection(asyncio.BufferedProtocol):
             log.info("NBD client %s broke the protocol: %s", self.peer, error)
             self.abort()
             return
-        del buffer[:position]
+        finally:
+            if received is None:
+                data.release()  # the buffer cannot be resized while it is viewed
+        if received is None:
+            del self.buffer[:position]
+        elif position < size:
+            self.buffer += received[position:]
         if replies:
             self._send(b"".join(replies))
         self._update_reading()
