@@ -81,7 +81,10 @@ class Request(SectorOp):
     def may_overwrite(self) -> bool:
         """Every bio's segments may be overwritten: read from the bios, so that no merge
         can join a buffer its submitter still needs to one that may be overwritten."""
-        return all(bio.may_overwrite for bio in self.bios)
+        bios = self.bios
+        if len(bios) == 1:  # a lone bio: no generator
+            return bios[0].may_overwrite
+        return all(bio.may_overwrite for bio in bios)
 
     def complete(self, status: BaseException | None = None) -> None:
         """End every bio with the same status (blk_mq_end_request)."""

@@ -6,11 +6,13 @@
  * same order, same error messages) and tests/unit/engine compares the two on the same inputs.
  * It builds the
  * reference's own frozen dataclasses (EngineCall, CallPlan, Reservation) without running
- * their Python __init__: object.__setattr__ on each slot, as that __init__ does.
+ * their Python __init__: each field stored in its slot, as object.__setattr__ in that
+ * __init__ stores it through the slot's member descriptor.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <math.h>
+#include <structmember.h>
 
 #define SECTOR_SIZE 512
 #define SECTOR_SHIFT 9
@@ -22,35 +24,53 @@ static PyObject *s_bulk, *s_offset, *s_nbytes, *s_sector, *s_nr_units, *s_first_
     *s_ready_ns, *s_start_ns, *s_end_ns, *s_busy_ns, *s_unsupported_reason,
     *s_max_bytes_per_call, *s_max_segments_per_call, *s_bios;
 
-/* A frozen slotted dataclass from its field values (steals every value reference). */
-static PyObject *
-make_frozen(PyObject *type, PyObject **names, PyObject **values, int n)
+#define CALL_FIELDS 7
+#define PLAN_FIELDS 6
+#define RESERVATION_FIELDS 4
+static Py_ssize_t call_offsets[CALL_FIELDS], plan_offsets[PLAN_FIELDS];
+
+/* Where a slotted class keeps each of ``names`` in its instances: the offsets of the
+ * fields' member descriptors (object slots of the class itself, as __slots__ makes them). */
+static int
+slot_offsets(PyObject *type, PyObject *const *names, Py_ssize_t *offsets, int n)
 {
-    PyObject *obj = NULL;
+    for (int i = 0; i < n; i++) {
+        PyObject *descr = _PyType_Lookup((PyTypeObject *)type, names[i]);
+        PyMemberDef *member = NULL;
+        if (descr != NULL && Py_IS_TYPE(descr, &PyMemberDescr_Type))
+            member = ((PyMemberDescrObject *)descr)->d_member;
+        if (member == NULL || member->type != T_OBJECT_EX || (member->flags & READONLY) ||
+            PyDescr_TYPE(descr) != (PyTypeObject *)type) {
+            PyErr_Format(PyExc_TypeError, "%R has no writable slot %R of its own", type, names[i]);
+            return -1;
+        }
+        offsets[i] = member->offset;
+    }
+    return 0;
+}
+
+/* A frozen slotted dataclass from its field values, each stored in its slot (``offsets``,
+ * from slot_offsets); steals every value reference. */
+static PyObject *
+make_frozen(PyObject *type, const Py_ssize_t *offsets, PyObject **values, int n)
+{
     for (int i = 0; i < n; i++) {
         if (values[i] == NULL) goto fail;
     }
-    obj = ((PyTypeObject *)type)->tp_alloc((PyTypeObject *)type, 0);
+    PyObject *obj = ((PyTypeObject *)type)->tp_alloc((PyTypeObject *)type, 0);
     if (obj == NULL) goto fail;
-    for (int i = 0; i < n; i++) {
-        if (PyObject_GenericSetAttr(obj, names[i], values[i]) < 0) {
-            Py_CLEAR(obj);
-            goto fail;
-        }
-    }
+    for (int i = 0; i < n; i++) *(PyObject **)((char *)obj + offsets[i]) = values[i];
+    return obj;
 fail:
     for (int i = 0; i < n; i++) Py_XDECREF(values[i]);
-    return obj;
+    return NULL;
 }
 
 static PyObject *
 engine_call(int bulk, long long offset, long long nbytes, long long sector, long long nr_units,
             long long first_segment, long long nr_segments)
 {
-    static PyObject **names[] = {&s_bulk, &s_offset, &s_nbytes, &s_sector,
-                                 &s_nr_units, &s_first_segment, &s_nr_segments};
-    PyObject *n[7], *v[7];
-    for (int i = 0; i < 7; i++) n[i] = *names[i];
+    PyObject *v[CALL_FIELDS];
     v[0] = Py_NewRef(bulk ? Py_True : Py_False);
     v[1] = PyLong_FromLongLong(offset);
     v[2] = PyLong_FromLongLong(nbytes);
@@ -58,7 +78,7 @@ engine_call(int bulk, long long offset, long long nbytes, long long sector, long
     v[4] = PyLong_FromLongLong(nr_units);
     v[5] = PyLong_FromLongLong(first_segment);
     v[6] = PyLong_FromLongLong(nr_segments);
-    return make_frozen(EngineCall_type, n, v, 7);
+    return make_frozen(EngineCall_type, call_offsets, v, CALL_FIELDS);
 }
 
 /* What a (capabilities, spec, unit) decides, kept while both objects live: they are frozen.
@@ -258,39 +278,37 @@ static PyObject *
 call_plan(PyObject *op, PyObject *mode, long long unit, long long nbytes, PyObject *calls,
           PyObject *reason)
 {
-    PyObject *n[6] = {s_op, s_dispatch_mode, s_data_unit_size, s_nbytes, s_calls, s_fallback_reason};
-    PyObject *v[6] = {Py_NewRef(op), Py_NewRef(mode), PyLong_FromLongLong(unit),
+    PyObject *v[PLAN_FIELDS] = {Py_NewRef(op), Py_NewRef(mode), PyLong_FromLongLong(unit),
                       PyLong_FromLongLong(nbytes), calls, Py_NewRef(reason)};
-    return make_frozen(CallPlan_type, n, v, 6);
+    return make_frozen(CallPlan_type, plan_offsets, v, PLAN_FIELDS);
 }
 
 #define LOCAL_ENDS 32
 
-/* plan_calls' usual call, three positional arguments and keywords it knows, taken without
- * PyArg_ParseTupleAndKeywords (which builds a str per keyword it looks up: about a fifth of
- * the planning). 0: not that shape, nothing set; PyArg_ParseTupleAndKeywords decides (and
- * names any fault). Borrowed references, as PyArg_ParseTupleAndKeywords gives. */
+/* plan_calls' usual call, three positional arguments and keywords it knows by their interned
+ * names (the names in a caller's code are interned), read off the vector call as it comes: no
+ * dict, no PyArg_ParseTupleAndKeywords (which builds a str per keyword it looks up). 0: not
+ * that shape, nothing set; PyArg_ParseTupleAndKeywords decides (and names any fault).
+ * Borrowed references, as PyArg_ParseTupleAndKeywords gives. */
 static int
-plan_arguments_fast(PyObject *args, PyObject *kwargs, PyObject **caps, PyObject **spec,
-                    PyObject **segments, PyObject **op, PyObject **unit, PyObject **mode,
-                    PyObject **sector, PyObject **bios)
+plan_arguments_fast(PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames, PyObject **caps,
+                    PyObject **spec, PyObject **segments, PyObject **op, PyObject **unit,
+                    PyObject **mode, PyObject **sector, PyObject **bios)
 {
-    if (PyTuple_GET_SIZE(args) != 3 || kwargs == NULL || !PyDict_CheckExact(kwargs)) return 0;
+    if (nargs != 3 || kwnames == NULL) return 0;
     PyObject *keys[5] = {s_op, s_data_unit_size, s_dispatch_mode, s_sector, s_bios};
-    PyObject *found[5];
-    Py_ssize_t matched = 0;
-    for (int i = 0; i < 5; i++) {
-        found[i] = PyDict_GetItemWithError(kwargs, keys[i]);
-        if (found[i] != NULL) matched++;
-        else if (PyErr_Occurred()) {
-            PyErr_Clear();
-            return 0;
-        }
+    PyObject *found[5] = {NULL, NULL, NULL, NULL, NULL};
+    Py_ssize_t count = PyTuple_GET_SIZE(kwnames);
+    for (Py_ssize_t i = 0; i < count; i++) {
+        PyObject *name = PyTuple_GET_ITEM(kwnames, i);
+        int k = 0;
+        while (k < 5 && keys[k] != name) k++;
+        if (k == 5) return 0; /* an unknown keyword, or a known one not interned */
+        found[k] = args[nargs + i];
     }
-    if (matched != PyDict_GET_SIZE(kwargs)) return 0; /* an unknown keyword */
-    *caps = PyTuple_GET_ITEM(args, 0);
-    *spec = PyTuple_GET_ITEM(args, 1);
-    *segments = PyTuple_GET_ITEM(args, 2);
+    *caps = args[0];
+    *spec = args[1];
+    *segments = args[2];
     if (found[0] != NULL) *op = found[0];
     if (found[1] != NULL) *unit = found[1];
     if (found[2] != NULL) *mode = found[2];
@@ -299,17 +317,44 @@ plan_arguments_fast(PyObject *args, PyObject *kwargs, PyObject **caps, PyObject 
     return 1;
 }
 
-static PyObject *
-plan_calls(PyObject *self, PyObject *args, PyObject *kwargs)
+/* Any other call shape, through the generic parser: the reference's errors for faulty ones. */
+static int
+plan_arguments_parsed(PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames, PyObject **caps,
+                      PyObject **spec, PyObject **segments, PyObject **op, PyObject **unit,
+                      PyObject **mode, PyObject **sector, PyObject **bios)
 {
     static char *keywords[] = {"capabilities", "spec", "segments", "op", "data_unit_size",
                                "dispatch_mode", "sector", "bios", NULL};
+    PyObject *tuple = PyTuple_New(nargs), *dict = NULL;
+    if (tuple == NULL) return -1;
+    for (Py_ssize_t i = 0; i < nargs; i++) PyTuple_SET_ITEM(tuple, i, Py_NewRef(args[i]));
+    if (kwnames != NULL) {
+        if ((dict = PyDict_New()) == NULL) goto fail;
+        for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(kwnames); i++) {
+            if (PyDict_SetItem(dict, PyTuple_GET_ITEM(kwnames, i), args[nargs + i]) < 0) goto fail;
+        }
+    }
+    int parsed = PyArg_ParseTupleAndKeywords(tuple, dict, "OOO|$OOOOO", keywords, caps, spec,
+                                             segments, op, unit, mode, sector, bios);
+    /* Borrowed from the caller's vector, not from the tuple and dict dropped here. */
+    Py_DECREF(tuple);
+    Py_XDECREF(dict);
+    return parsed ? 0 : -1;
+fail:
+    Py_DECREF(tuple);
+    Py_XDECREF(dict);
+    return -1;
+}
+
+static PyObject *
+plan_calls(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
+{
     PyObject *caps, *spec, *segments, *op = NULL, *unit_obj = NULL, *mode = NULL, *sector_obj = NULL,
                                       *bios = Py_None;
-    if (!plan_arguments_fast(args, kwargs, &caps, &spec, &segments, &op, &unit_obj, &mode,
+    if (!plan_arguments_fast(args, nargs, kwnames, &caps, &spec, &segments, &op, &unit_obj, &mode,
                              &sector_obj, &bios) &&
-        !PyArg_ParseTupleAndKeywords(args, kwargs, "OOO|$OOOOO", keywords, &caps, &spec, &segments,
-                                     &op, &unit_obj, &mode, &sector_obj, &bios))
+        plan_arguments_parsed(args, nargs, kwnames, &caps, &spec, &segments, &op, &unit_obj, &mode,
+                              &sector_obj, &bios) < 0)
         return NULL;
     if (op == NULL || unit_obj == NULL || mode == NULL) {
         PyErr_SetString(PyExc_TypeError, "plan_calls needs op, data_unit_size and dispatch_mode");
@@ -430,6 +475,16 @@ bind_plan(PyObject *self, PyObject *args)
     if (!PyArg_ParseTuple(args, "O!O!O!:bind_plan", &PyType_Type, &call, &PyType_Type, &plan,
                           &PyType_Type, &invalid))
         return NULL;
+    PyObject *call_names[CALL_FIELDS] = {s_bulk,     s_offset,        s_nbytes,     s_sector,
+                                         s_nr_units, s_first_segment, s_nr_segments};
+    PyObject *plan_names[PLAN_FIELDS] = {s_op,    s_dispatch_mode, s_data_unit_size,
+                                         s_nbytes, s_calls,        s_fallback_reason};
+    Py_ssize_t calls[CALL_FIELDS], plans[PLAN_FIELDS];
+    if (slot_offsets(call, call_names, calls, CALL_FIELDS) < 0 ||
+        slot_offsets(plan, plan_names, plans, PLAN_FIELDS) < 0)
+        return NULL;
+    memcpy(call_offsets, calls, sizeof(calls));
+    memcpy(plan_offsets, plans, sizeof(plans));
     Py_XSETREF(EngineCall_type, Py_NewRef(call));
     Py_XSETREF(CallPlan_type, Py_NewRef(plan));
     Py_XSETREF(InvalidInput_type, Py_NewRef(invalid));
@@ -443,6 +498,7 @@ typedef struct {
     Py_ssize_t lanes;
     double *free; /* a heap of lane free times, as heapq keeps it */
     PyObject *reservation_type;
+    Py_ssize_t reservation_offsets[RESERVATION_FIELDS];
     long long reservations;
     double busy;
     long long wait, max_wait;
@@ -460,6 +516,9 @@ Lanes_init(Lanes *self, PyObject *args, PyObject *kwargs)
         PyErr_SetString(PyExc_ValueError, "a clock needs at least one lane");
         return -1;
     }
+    PyObject *names[RESERVATION_FIELDS] = {s_ready_ns, s_start_ns, s_end_ns, s_busy_ns};
+    if (slot_offsets(reservation, names, self->reservation_offsets, RESERVATION_FIELDS) < 0)
+        return -1;
     double *free_times = PyMem_Calloc(lanes, sizeof(double));
     if (free_times == NULL) {
         PyErr_NoMemory();
@@ -593,10 +652,10 @@ Lanes_reserve(Lanes *self, PyObject *const *args, Py_ssize_t nargs)
         if (first == NULL) goto done;
         Py_SETREF(self->first_start, first);
     }
-    PyObject *names[4] = {s_ready_ns, s_start_ns, s_end_ns, s_busy_ns};
-    PyObject *values[4] = {Py_NewRef(ready_obj), PyLong_FromLongLong(start_ns),
+    PyObject *values[RESERVATION_FIELDS] = {Py_NewRef(ready_obj), PyLong_FromLongLong(start_ns),
                            PyLong_FromLongLong(end_ns), PyLong_FromLongLong(busy_ns)};
-    result = make_frozen(self->reservation_type, names, values, 4);
+    result = make_frozen(self->reservation_type, self->reservation_offsets, values,
+                         RESERVATION_FIELDS);
 done:
     if (durations != local) PyMem_Free(durations);
     Py_DECREF(seq);
@@ -708,7 +767,7 @@ static PyTypeObject Counters_type = {
 };
 
 static PyMethodDef module_methods[] = {
-    {"plan_calls", (PyCFunction)(void (*)(void))plan_calls, METH_VARARGS | METH_KEYWORDS,
+    {"plan_calls", (PyCFunction)(void (*)(void))plan_calls, METH_FASTCALL | METH_KEYWORDS,
      "planner.plan_calls, decision for decision."},
     {"bind_plan", bind_plan, METH_VARARGS,
      "bind_plan(EngineCall, CallPlan, InvalidInput): the classes plan_calls builds and raises."},

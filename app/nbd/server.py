@@ -171,7 +171,9 @@ class NbdIo:
     io: Io | None = None
 
     def start(self) -> Io:
-        """The request as the neutral op; a read gets its page-aligned reply buffer."""
+        """The request as the neutral op; a read gets its page-aligned reply buffer, a
+        write's payload (the connection's own copy, dropped once answered) may be
+        encrypted in place."""
         header = self.header
         command = header.command
         if command == NBD_CMD_READ:
@@ -179,7 +181,14 @@ class NbdIo:
             self.io = Io(REQ_OP_READ, header.offset, header.length, buffer)
         else:
             fua = bool(header.flags & FUA) and command != NBD_CMD_FLUSH
-            self.io = Io(OPS[command], header.offset, header.length, self.payload, fua)
+            self.io = Io(
+                OPS[command],
+                header.offset,
+                header.length,
+                self.payload,
+                fua,
+                may_overwrite=command == NBD_CMD_WRITE,
+            )
         return self.io
 
 
@@ -297,9 +306,10 @@ class DirectWrite:
 class NbdConnection(asyncio.BufferedProtocol):
     """One client: option haggling as a coroutine, then request parsing in ``buffer_updated``.
 
-    The socket is read into ``get_buffer``'s buffer: a fixed receive area whose bytes join
-    ``buffer``, or, once a write of DIRECT_PAYLOAD bytes or more has its header parsed, the
-    rest of that write's own payload buffer, so a big payload is copied once, by the kernel.
+    The socket is read into ``get_buffer``'s buffer: a fixed receive area, parsed where it
+    is when ``buffer`` holds nothing carried over (what is left of it joins ``buffer``), or,
+    once a write of DIRECT_PAYLOAD bytes or more has its header parsed, the rest of that
+    write's own payload buffer, so a big payload is copied once, by the kernel.
     """
 
     def __init__(self, server: NbdServer) -> None:
@@ -361,6 +371,11 @@ class NbdConnection(asyncio.BufferedProtocol):
                 return
             self._direct = None
             self._accept(direct.header, direct.payload)
+        elif self.transmission and not self.buffer:
+            # Nothing carried over: parsed where the socket put it, only the rest is kept.
+            self._parse(self._receive[:nbytes])
+            self._schedule()
+            return
         else:
             self.buffer += self._receive[:nbytes]
         if self.transmission:
@@ -518,10 +533,11 @@ class NbdConnection(asyncio.BufferedProtocol):
 
     # ----------------------------------------------------------- transmission
 
-    def _parse(self) -> None:
-        """Take every complete request off the buffer, then submit what is pending."""
-        buffer = self.buffer
-        size = len(buffer)
+    def _parse(self, received: memoryview | None = None) -> None:
+        """Take every complete request off the buffer, or off ``received`` (a read when the
+        buffer is empty; its rest becomes the buffer), then submit what is pending."""
+        data = memoryview(self.buffer) if received is None else received
+        size = len(data)
         position = 0
         replies: list[bytes] = []
         export = self.export
@@ -544,18 +560,20 @@ class NbdConnection(asyncio.BufferedProtocol):
                     continue
                 if size - position < protocol.REQUEST.size:
                     break
-                header = protocol.parse_request(buffer, position)
+                header = protocol.parse_request(data, position)
                 body = protocol.REQUEST.size
                 if header.command == NBD_CMD_WRITE and header.length <= protocol.MAX_PAYLOAD:
                     have = size - position - body
                     if have < header.length:
                         if header.length >= DIRECT_PAYLOAD:
                             payload = mempool.page_aligned(header.length)
-                            payload[:have] = buffer[position + body : size]
+                            payload[:have] = data[position + body : size]
                             self._direct = DirectWrite(header, payload, have)
                             position = size
                         break
-                    payload = memoryview(buffer[position + body : position + body + header.length])
+                    # A copy of its own: it is encrypted in place (``NbdIo.start``).
+                    end = position + body + header.length
+                    payload = memoryview(bytearray(data[position + body : end]))
                 else:
                     payload = None
                 position += body + (header.length if payload is not None else 0)
@@ -574,7 +592,13 @@ class NbdConnection(asyncio.BufferedProtocol):
             log.info("NBD client %s broke the protocol: %s", self.peer, error)
             self.abort()
             return
-        del buffer[:position]
+        finally:
+            if received is None:
+                data.release()  # the buffer cannot be resized while it is viewed
+        if received is None:
+            del self.buffer[:position]
+        elif position < size:
+            self.buffer += received[position:]
         if replies:
             self._send(b"".join(replies))
         self._update_reading()

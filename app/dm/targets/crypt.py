@@ -57,7 +57,11 @@ class CryptTarget(Target):
         start = self.start
         relative = request.sector - start
         position = (self.params.offset + relative) << SECTOR_SHIFT  # on the device, in bytes
-        bios = [(bio.sector - start, bio.nr_sectors) for bio in request.bios]
+        if len(request.bios) == 1:  # a lone bio: no comprehension
+            bio = request.bios[0]
+            bios = [(bio.sector - start, bio.nr_sectors)]
+        else:
+            bios = [(bio.sector - start, bio.nr_sectors) for bio in request.bios]
         if request.op == REQ_OP_READ:
             # The ciphertext lands in the bio's pages and is decrypted there, in place.
             reading = self.device.submit_readv(position, request.segments)
@@ -80,17 +84,21 @@ class CryptTarget(Target):
                 return _result(done)
 
             return decrypt
-        if request.op == REQ_OP_WRITE and request.may_overwrite:
-            # Its submitter never reads the plaintext again: encrypted where it lies.
-            done = self._encrypt(request, request.segments, relative, context, bios)
-            writing = self.device.submit_writev(position, done.outputs)
-            return finish_io(self.device, request, writing, _result(done))
-        if request.op in (REQ_OP_WRITE, REQ_OP_WRITE_ZEROES):
+        if request.op == REQ_OP_WRITE_ZEROES or (
+            request.op == REQ_OP_WRITE and request.may_overwrite
+        ):
+            # Its submitter never reads the plaintext again (write-zeroes: zeros of the
+            # target's own): encrypted where it lies.
             segments = (
                 request.segments
                 if request.op == REQ_OP_WRITE
-                else [memoryview(bytes(request.nr_sectors << SECTOR_SHIFT))]
+                else [memoryview(bytearray(request.nr_sectors << SECTOR_SHIFT))]
             )
+            done = self._encrypt(request, segments, relative, context, bios)
+            writing = self.device.submit_writev(position, done.outputs)
+            return finish_io(self.device, request, writing, _result(done))
+        if request.op == REQ_OP_WRITE:
+            segments = request.segments
             # The ciphertext goes to a warm buffer of this thread's pool (dm-crypt's bio_out
             # pages), free again once the device has taken it.
             nbytes = request.nr_sectors << SECTOR_SHIFT

@@ -24,9 +24,10 @@ from app.engine.model import (
     EngineProfile,
     ModelSpec,
 )
-from app.engine.planner import plan_calls
+from app.engine.planner import CallPlan, EngineCall, plan_calls
 from app.engine.presets import DEVICE_MODELS, ENGINES
 from app.engine.simulated import EngineCounters, SimulatedEngine
+from app.errors import InvalidInput
 from app.vocab import SECTOR_SIZE
 
 UNITS = [512, 1024, 2048, 4096]
@@ -219,6 +220,39 @@ def test_rounding_is_half_to_even_as_python_rounds() -> None:
         reference, native = LaneHeap(lanes), _model.Lanes(lanes, Reservation)
         for durations in ([0.5], [1.0], [0.5, 0.5, 0.5], [2.5], [3.5, 1e-9], [2**53 + 1.0]):
             assert native.reserve(durations, 0) == reference.reserve(durations, 0)
+
+
+def test_the_c_model_builds_only_classes_with_a_slot_of_their_own_per_field() -> None:
+    """It stores each field in its slot directly: a class without those slots is refused
+    when bound, not written past."""
+
+    @dataclasses.dataclass(frozen=True)
+    class Unslotted:
+        ready_ns: int
+        start_ns: int
+        end_ns: int
+        busy_ns: int
+
+    @dataclasses.dataclass(frozen=True, slots=True)
+    class Partial:
+        ready_ns: int
+
+    for unfit in (Unslotted, Partial):
+        with pytest.raises(TypeError, match="slot"):
+            _model.Lanes(1, unfit)
+        with pytest.raises(TypeError, match="slot"):
+            _model.bind_plan(unfit, CallPlan, InvalidInput)
+    capabilities = Capabilities(bulk_ivmodes=frozenset({"plain64"}))
+    plan = _model.plan_calls(
+        capabilities,
+        ModelSpec(ivmode="plain64"),
+        [4096],
+        op="encrypt",
+        data_unit_size=512,
+        dispatch_mode="request",
+    )
+    assert type(plan) is CallPlan  # still bound to the planner's own classes
+    assert [type(call) for call in plan.calls] == [EngineCall]
 
 
 class FakeTime:

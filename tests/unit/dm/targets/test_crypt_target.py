@@ -152,6 +152,18 @@ def test_a_partial_write_is_encrypted_in_place_in_the_data_paths_own_buffer(
     assert volume.read(16 * 512 + 100, 1000) == b"p" * 1000
 
 
+def test_write_zeroes_are_encrypted_in_place_in_zeros_of_the_targets_own(
+    volume: Volume, engine: MockEngine, store: MemoryStore
+) -> None:
+    volume.write(16 * 512, b"x" * 8192)
+    volume.write_zeroes(16 * 512, 8192)
+    encrypt = engine.requests[-1]
+    assert (encrypt.op, encrypt.sector) == ("encrypt", 8)
+    assert encrypt.into is encrypt.segments
+    assert read_device(store, 8 * 512, 8192) == bytes(encrypt.segments[0]) != bytes(8192)
+    assert volume.read(16 * 512, 8192) == bytes(8192)
+
+
 def test_a_failed_write_that_may_overwrite_writes_nothing(store: MemoryStore) -> None:
     def fail(request: EngineRequest) -> EngineResult:
         raise EngineFailed("engine fault")
@@ -219,3 +231,21 @@ def test_encrypting_in_place_writes_the_ciphertext_of_a_copy(
         devices.append(read_device(store, 4096, len(payload)))
     copied, in_place = devices
     assert in_place == copied != payload
+
+
+@pytest.mark.parametrize("dispatch_mode", ["bio", "request"])
+def test_write_zeroes_leave_the_ciphertext_of_written_zeros(dispatch_mode: str) -> None:
+    devices = []
+    for zero in (True, False):
+        store = MemoryStore(2048 * 512)
+        volume = make_volume(store, dispatch_mode=dispatch_mode)
+        try:
+            if zero:
+                volume.write_zeroes(4096, 24576)
+            else:
+                volume.write(4096, bytes(24576))
+        finally:
+            volume.remove()
+        devices.append(read_device(store, 4096, 24576))
+    zeroed, written = devices
+    assert zeroed == written != bytes(24576)

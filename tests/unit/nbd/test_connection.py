@@ -1,0 +1,192 @@
+"""An NBD connection driven in process through a stub transport: what becomes of a write's
+payload, and of the requests still waiting in the receive buffer behind it."""
+
+from __future__ import annotations
+
+import asyncio
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from app.io.admission import VolumeAdmission
+from app.io.executor import IoExecutor
+from app.io.ops import Io
+from app.nbd import protocol, server
+from app.nbd.protocol import Command, CommandFlag, RequestHeader
+from app.nbd.server import DIRECT_PAYLOAD, ExportStats, NbdConnection
+from app.storage.memory import MemoryStore
+from tests.support.volumes import SECTORS, make_volume
+
+SIZE = SECTORS * 512
+BLOCK = 4096
+
+
+class Transport:
+    """Collects what the connection sends."""
+
+    def __init__(self) -> None:
+        self.sent = bytearray()
+
+    def writelines(self, parts: list[bytes | memoryview]) -> None:
+        for part in parts:
+            self.sent += part
+
+    def write(self, data: bytes) -> None:
+        self.sent += data
+
+    def pause_reading(self) -> None: ...
+
+    def resume_reading(self) -> None: ...
+
+    def close(self) -> None: ...
+
+
+def request(
+    command: int, handle: int, offset: int, length: int, payload: bytes = b"", flags: int = 0
+) -> bytes:
+    return protocol.pack_request(RequestHeader(flags, command, handle, offset, length)) + payload
+
+
+def serve(volume: Any, pieces: list[bytes], max_in_flight: int) -> dict[int, tuple[int, bytes]]:
+    """Feed ``pieces`` to one connection, each as one socket read (as much as
+    ``get_buffer`` takes at a time), and return each handle's (error, read data)."""
+    executor = IoExecutor()
+    context = SimpleNamespace(
+        admission=VolumeAdmission(1024),
+        executor=executor,
+        max_in_flight=max_in_flight,
+        max_in_flight_bytes=64 << 20,
+        connections=set(),
+    )
+    stream = b"".join(pieces)
+    lengths = {}
+    position = 0
+    while position < len(stream):
+        header = protocol.parse_request(stream, position)
+        lengths[header.handle] = header.length if header.command == Command.READ else 0
+        carries = header.command == Command.WRITE
+        position += protocol.REQUEST.size + (header.length if carries else 0)
+
+    async def run() -> bytes:
+        connection = NbdConnection(context)  # type: ignore[arg-type]
+        transport = Transport()
+        connection.transport = transport  # type: ignore[assignment]
+        connection.volume = volume
+        connection.name = "v"
+        connection.export = protocol.Export("v", SIZE, 0, 1, BLOCK, 1 << 20)
+        connection.stats = ExportStats()
+        connection.transmission = True
+        for piece in pieces:
+            position = 0
+            while position < len(piece):
+                area = connection.get_buffer(len(piece) - position)
+                taken = min(len(area), len(piece) - position)
+                area[:taken] = piece[position : position + taken]
+                position += taken
+                connection.buffer_updated(taken)
+                await asyncio.sleep(0)
+        for _ in range(2000):
+            if connection.stats.batches and connection.in_flight == 0 and not connection.buffer:
+                break
+            await asyncio.sleep(0.001)
+        return bytes(transport.sent)
+
+    try:
+        sent = asyncio.run(run())
+    finally:
+        executor.shutdown()
+    answers = {}
+    position = 0
+    while position < len(sent):
+        magic, error, handle = protocol.SIMPLE_REPLY.unpack_from(sent, position)
+        assert magic == protocol.SIMPLE_REPLY_MAGIC
+        position += protocol.SIMPLE_REPLY.size
+        length = lengths[handle] if error == 0 else 0
+        answers[handle] = (error, sent[position : position + length])
+        position += length
+    assert answers.keys() == lengths.keys()
+    return answers
+
+
+def device(store: MemoryStore) -> bytes:
+    buffer = bytearray(SIZE)
+    store.read_into(0, memoryview(buffer))
+    return bytes(buffer)
+
+
+@pytest.fixture
+def submitted(monkeypatch: pytest.MonkeyPatch) -> list[Io]:
+    """Every ``Io`` the connection hands the I/O layer."""
+    ios: list[Io] = []
+    submit = server.submit
+
+    def recording(executor: IoExecutor, volume: Any, batch: list[Io], *, inline: bool) -> Any:
+        ios.extend(batch)
+        return submit(executor, volume, batch, inline=inline)
+
+    monkeypatch.setattr(server, "submit", recording)
+    return ios
+
+
+def test_writes_are_encrypted_in_their_payloads_into_the_ciphertext_of_a_copy(
+    submitted: list[Io],
+) -> None:
+    """Payloads the connection owns are encrypted where they lie, while requests behind
+    them wait in the receive buffer (the in-flight bound holds them there): the device ends
+    as writes of copies leave it, every request is answered, and reads see the plaintext."""
+    big = bytes(range(256)) * (DIRECT_PAYLOAD // 256)  # received into its own buffer
+    writes = [
+        (0, big),
+        *[(offset * BLOCK, bytes([offset]) * BLOCK) for offset in (20, 21, 22, 40)],
+        (30 * BLOCK, b"a" * 2 * BLOCK),
+        (31 * BLOCK, b"b" * BLOCK),  # over the second block of the write before it
+        (50 * BLOCK + 100, b"c" * 1000),  # partial blocks: read-modify-written
+    ]
+    first = request(Command.WRITE, 1, 0, len(big), big)
+    burst = b"".join(
+        request(Command.WRITE, handle, offset, len(data), data, CommandFlag.FUA * (handle == 5))
+        for handle, (offset, data) in enumerate(writes[1:], start=2)
+    )
+    burst += request(Command.WRITE_ZEROES, 9, 21 * BLOCK, BLOCK)
+    pieces = [first[:5000], first[5000:], burst[:6000], burst[6000:]]
+    store = MemoryStore(SIZE)
+    volume = make_volume(store)
+    try:
+        answers = serve(volume, pieces, max_in_flight=3)
+        assert {handle: error for handle, (error, _) in answers.items()} == dict.fromkeys(
+            range(1, 10), 0
+        )
+        reads = [(handle, *write) for handle, write in enumerate(writes, start=10)]
+        answers = serve(
+            volume,
+            [b"".join(request(Command.READ, h, offset, len(data)) for h, offset, data in reads)],
+            max_in_flight=64,
+        )
+    finally:
+        volume.remove()
+    expected = dict(writes)
+    expected[21 * BLOCK] = bytes(BLOCK)
+    expected[30 * BLOCK] = b"a" * BLOCK + b"b" * BLOCK
+    assert {h: answers[h][1] for h, offset, _ in reads} == {
+        h: expected.get(offset, data) for h, offset, data in reads
+    }
+
+    reference_store = MemoryStore(SIZE)
+    reference = make_volume(reference_store)
+    try:
+        for offset, data in writes:
+            reference.write(offset, data)
+        reference.write_zeroes(21 * BLOCK, BLOCK)
+    finally:
+        reference.remove()
+    ciphertext = device(store)
+    assert ciphertext == device(reference_store)
+
+    whole = [io for io in submitted if io.op == "write" and io.length % BLOCK == 0]
+    assert len(whole) == 7
+    for io in whole:
+        assert io.buffer is not None
+        if io.offset not in (21 * BLOCK, 30 * BLOCK):  # not written over afterwards
+            assert bytes(io.buffer) == ciphertext[io.offset : io.offset + io.length]
+        assert bytes(io.buffer) != dict(writes)[io.offset]
