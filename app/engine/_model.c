@@ -35,7 +35,9 @@ static int
 slot_offsets(PyObject *type, PyObject *const *names, Py_ssize_t *offsets, int n)
 {
     for (int i = 0; i < n; i++) {
-        PyObject *descr = _PyType_Lookup((PyTypeObject *)type, names[i]);
+        PyObject *descr = PyDict_GetItemWithError(((PyTypeObject *)type)->tp_dict, names[i]);
+        if (descr == NULL && PyErr_Occurred())
+            return -1;
         PyMemberDef *member = NULL;
         if (descr != NULL && Py_IS_TYPE(descr, &PyMemberDescr_Type))
             member = ((PyMemberDescrObject *)descr)->d_member;
