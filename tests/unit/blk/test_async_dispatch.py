@@ -41,6 +41,12 @@ def make_queue(device: AsyncDevice) -> BlockQueue:
     return BlockQueue(device.dispatch, limits=QueueLimits(), plug_window_us=0)
 
 
+def submit_and_wait(queue: BlockQueue, bios: list[Bio]) -> None:
+    queue.submit_bios(bios)
+    for bio in bios:
+        bio.wait(5)
+
+
 def scattered_reads(count: int) -> list[Bio]:
     """4 KiB reads with gaps between them: one request each."""
     return [read_bio(16 * index, 8) for index in range(count)]
@@ -49,9 +55,7 @@ def scattered_reads(count: int) -> list[Bio]:
 def test_a_batch_is_all_on_the_device_before_its_first_wait():
     device = AsyncDevice()
     bios = scattered_reads(16)
-    make_queue(device).submit_bios(bios)
-    for bio in bios:
-        bio.wait(5)
+    submit_and_wait(make_queue(device), bios)
     assert device.started_at_first_wait == 16
 
 
@@ -86,9 +90,7 @@ def test_a_failed_start_keeps_no_other_request_off_the_device():
 def test_an_overlapping_write_starts_only_after_the_earlier_one_is_done():
     device = AsyncDevice()
     bios = [write_bio(0, 8, fill=1), write_bio(0, 8, fill=2)]
-    make_queue(device).submit_bios(bios)
-    for bio in bios:
-        bio.wait(5)
+    submit_and_wait(make_queue(device), bios)
     assert device.events == [
         ("start", Op.WRITE, 0),
         ("done", Op.WRITE, 0),
@@ -121,9 +123,7 @@ def starts_and_dones(device: AsyncDevice) -> list[tuple[str, int]]:
 def test_a_queue_waits_for_its_batch_before_it_starts_the_next():
     device = AsyncDevice()
     bios = big_reads(3)
-    make_queue(device).submit_bios(bios)
-    for bio in bios:
-        bio.wait(5)
+    submit_and_wait(make_queue(device), bios)
     assert starts_and_dones(device) == [
         ("start", 0), ("done", 0), ("start", 512), ("done", 512), ("start", 1024), ("done", 1024)
     ]  # fmt: skip
@@ -134,9 +134,7 @@ def test_an_overlapped_queue_starts_every_ready_batch_before_it_waits():
     queue = make_queue(device)
     queue.set_overlapped(True)
     bios = big_reads(3)
-    queue.submit_bios(bios)
-    for bio in bios:
-        bio.wait(5)
+    submit_and_wait(queue, bios)
     assert starts_and_dones(device) == [
         ("start", 0), ("start", 512), ("start", 1024), ("done", 0), ("done", 512), ("done", 1024)
     ]  # fmt: skip
@@ -148,9 +146,7 @@ def test_an_overlapped_queue_keeps_to_its_tags():
     queue = BlockQueue(device.dispatch, limits=QueueLimits(), plug_window_us=0, queue_depth=2)
     queue.set_overlapped(True)
     bios = big_reads(3)
-    queue.submit_bios(bios)
-    for bio in bios:
-        bio.wait(5)
+    submit_and_wait(queue, bios)
     assert starts_and_dones(device) == [
         ("start", 0), ("start", 512), ("done", 0), ("start", 1024), ("done", 512), ("done", 1024)
     ]  # fmt: skip
@@ -161,9 +157,7 @@ def test_an_overlapped_queue_starts_an_overlapping_write_only_after_the_earlier_
     queue = make_queue(device)
     queue.set_overlapped(True)
     bios = [write_bio(0, 256, fill=1), write_bio(0, 256, fill=2), write_bio(512, 256, fill=3)]
-    queue.submit_bios(bios)
-    for bio in bios:
-        bio.wait(5)
+    submit_and_wait(queue, bios)
     events = starts_and_dones(device)
     assert events.index(("done", 0)) < len(events) - 1 - events[::-1].index(("start", 0))
     assert device.data[: 256 * SECTOR] == b"\x02" * 256 * SECTOR
