@@ -1987,6 +1987,222 @@ static PyObject *native_preadv_into(PyObject *module, PyObject *args)
     return vector_call(fd, buffers, offset, end, SSIZE_MAX, 0);
 }
 
+/* librbd's aio calls, reached through the addresses rbd_bind was given (the library is
+   loaded by ctypes, not linked): a request is started in one call and a batch's
+   completions are collected under one release of the GIL. */
+typedef struct {
+    int (*create_completion)(void *arg, void *callback, void **completion);
+    int (*aio_readv)(void *image, const struct iovec *iov, int count, uint64_t offset,
+                     void *completion);
+    int (*aio_writev)(void *image, const struct iovec *iov, int count, uint64_t offset,
+                      void *completion);
+    int (*wait_for_complete)(void *completion);
+    ssize_t (*get_return_value)(void *completion);
+    void (*release)(void *completion);
+} RbdCalls;
+
+static RbdCalls rbd_calls;
+
+PyDoc_STRVAR(rbd_bind_doc,
+             "rbd_bind(create_completion, aio_readv, aio_writev, wait_for_complete,\n"
+             "         get_return_value, release)\n--\n\n"
+             "The addresses of librbd's rbd_aio_create_completion, rbd_aio_readv,\n"
+             "rbd_aio_writev, rbd_aio_wait_for_complete, rbd_aio_get_return_value and\n"
+             "rbd_aio_release, which rbd_aio_start and rbd_collect call.");
+
+static PyObject *native_rbd_bind(PyObject *module, PyObject *args)
+{
+    unsigned long long address[6];
+    if (!PyArg_ParseTuple(args, "KKKKKK:rbd_bind", &address[0], &address[1], &address[2],
+                          &address[3], &address[4], &address[5]))
+        return NULL;
+    for (int i = 0; i < 6; i++) {
+        if (address[i] == 0) {
+            PyErr_SetString(PyExc_ValueError, "a librbd function's address is 0");
+            return NULL;
+        }
+    }
+    rbd_calls.create_completion = (void *)(uintptr_t)address[0];
+    rbd_calls.aio_readv = (void *)(uintptr_t)address[1];
+    rbd_calls.aio_writev = (void *)(uintptr_t)address[2];
+    rbd_calls.wait_for_complete = (void *)(uintptr_t)address[3];
+    rbd_calls.get_return_value = (void *)(uintptr_t)address[4];
+    rbd_calls.release = (void *)(uintptr_t)address[5];
+    Py_RETURN_NONE;
+}
+
+/* RbdAio: one started request. A read holds its segments (librbd fills them, and scatters
+   by the iovec array, at the end) until it is collected; a write's are let go at once
+   (librbd has copied them). */
+typedef struct {
+    PyObject_HEAD
+    void *completion; /* NULL once collected */
+    Py_ssize_t code;  /* librbd's return value, once collected */
+    Py_ssize_t length;
+    Segments segments;
+} RbdAioObject;
+
+static PyTypeObject RbdAioType;
+
+static void rbd_aio_dealloc(RbdAioObject *self)
+{
+    void *completion = self->completion;
+    if (completion != NULL) { /* never collected: librbd may still fill the segments */
+        Py_BEGIN_ALLOW_THREADS
+        rbd_calls.wait_for_complete(completion);
+        rbd_calls.release(completion);
+        Py_END_ALLOW_THREADS
+    }
+    release_segments(&self->segments);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyObject *rbd_aio_get_code(RbdAioObject *self, void *closure)
+{
+    if (self->completion != NULL)
+        Py_RETURN_NONE;
+    return PyLong_FromSsize_t(self->code);
+}
+
+static PyObject *rbd_aio_get_length(RbdAioObject *self, void *closure)
+{
+    return PyLong_FromSsize_t(self->length);
+}
+
+static PyGetSetDef rbd_aio_getset[] = {
+    {"code", (getter)rbd_aio_get_code, NULL,
+     "librbd's return value (bytes, or a negative errno); None until collected.", NULL},
+    {"length", (getter)rbd_aio_get_length, NULL, "The request's bytes.", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyTypeObject RbdAioType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "app._native.RbdAio",
+    .tp_basicsize = sizeof(RbdAioObject),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "One librbd aio request, started by rbd_aio_start; collected by rbd_collect (or\n"
+              "waited for when it is freed uncollected).",
+    .tp_dealloc = (destructor)rbd_aio_dealloc,
+    .tp_getset = rbd_aio_getset,
+};
+
+PyDoc_STRVAR(rbd_aio_start_doc,
+             "rbd_aio_start(image, offset, buffers, end, write)\n--\n\n"
+             "Start one librbd aio read into (or write of) the buffers at offset of the image\n"
+             "(an rbd_image_t's address), adjacent buffers as one iovec entry: an RbdAio.\n"
+             "ValueError, starting nothing, if the range passes end; OSError with librbd's\n"
+             "errno if librbd refuses the request.");
+
+static PyObject *native_rbd_aio_start(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (!positional_count("rbd_aio_start", nargs, 5))
+        return NULL;
+    void *image = PyLong_AsVoidPtr(args[0]);
+    long long offset = PyLong_AsLongLong(args[1]);
+    long long end = PyLong_AsLongLong(args[3]);
+    int write = PyObject_IsTrue(args[4]);
+    if (PyErr_Occurred() || write < 0)
+        return NULL;
+    if (rbd_calls.release == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "rbd_bind was not called");
+        return NULL;
+    }
+    RbdAioObject *self = PyObject_New(RbdAioObject, &RbdAioType);
+    if (self == NULL)
+        return NULL;
+    self->completion = NULL;
+    self->code = 0;
+    if (hold_segments(args[2], offset, end, !write, &self->segments) < 0) {
+        Py_DECREF(self);
+        return NULL;
+    }
+    self->length = (Py_ssize_t)self->segments.bytes;
+    void *completion = NULL;
+    int code = rbd_calls.create_completion(NULL, NULL, &completion);
+    if (code >= 0) {
+        int count = (int)self->segments.count;
+        if (count == 0) /* an empty request: librbd wants one (empty) entry */
+            count = 1;
+        Py_BEGIN_ALLOW_THREADS
+        code = (write ? rbd_calls.aio_writev : rbd_calls.aio_readv)(
+            image, self->segments.iov, count, (uint64_t)offset, completion);
+        Py_END_ALLOW_THREADS
+        if (code < 0)
+            rbd_calls.release(completion);
+        else
+            self->completion = completion;
+    }
+    if (write || code < 0) {
+        release_segments(&self->segments);
+        self->segments = (Segments){0};
+    }
+    if (code < 0) {
+        Py_DECREF(self);
+        errno = -code;
+        return PyErr_SetFromErrno(PyExc_OSError);
+    }
+    return (PyObject *)self;
+}
+
+PyDoc_STRVAR(rbd_collect_doc,
+             "rbd_collect(aios)\n--\n\n"
+             "Wait for every RbdAio of the list not yet collected, newest first, under one\n"
+             "release of the GIL, keep each return value (its code) and release its\n"
+             "completion. One caller at a time per RbdAio.");
+
+static PyObject *native_rbd_collect(PyObject *module, PyObject *arg)
+{
+    PyObject *fast = PySequence_Fast(arg, "aios must be a sequence");
+    if (fast == NULL)
+        return NULL;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(fast), pending = 0;
+    RbdAioObject **aios = PyMem_Malloc(((size_t)n + 1) * sizeof(*aios));
+    void **completions = PyMem_Malloc(((size_t)n + 1) * sizeof(*completions));
+    ssize_t *codes = PyMem_Malloc(((size_t)n + 1) * sizeof(*codes));
+    if (aios == NULL || completions == NULL || codes == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (Py_ssize_t i = n - 1; i >= 0; i--) {
+        PyObject *item = PySequence_Fast_GET_ITEM(fast, i);
+        if (!Py_IS_TYPE(item, &RbdAioType)) {
+            PyErr_SetString(PyExc_TypeError, "rbd_collect takes RbdAio objects");
+            goto done;
+        }
+        RbdAioObject *aio = (RbdAioObject *)item;
+        if (aio->completion == NULL)
+            continue;
+        aios[pending] = (RbdAioObject *)Py_NewRef(item);
+        completions[pending++] = aio->completion;
+    }
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t i = 0; i < pending; i++) {
+        rbd_calls.wait_for_complete(completions[i]);
+        codes[i] = rbd_calls.get_return_value(completions[i]);
+        rbd_calls.release(completions[i]);
+    }
+    Py_END_ALLOW_THREADS
+    for (Py_ssize_t i = 0; i < pending; i++) {
+        RbdAioObject *aio = aios[i];
+        aio->code = codes[i];
+        aio->completion = NULL;
+        release_segments(&aio->segments);
+        aio->segments = (Segments){0};
+        Py_DECREF(aio);
+    }
+    pending = 0;
+done:
+    for (Py_ssize_t i = 0; i < pending; i++)
+        Py_DECREF(aios[i]);
+    PyMem_Free(aios);
+    PyMem_Free(completions);
+    PyMem_Free(codes);
+    Py_DECREF(fast);
+    if (PyErr_Occurred())
+        return NULL;
+    Py_RETURN_NONE;
+}
+
 PyDoc_STRVAR(path_doc, "path()\n--\n\n"
                        "The path xts, xts_plain64, cbc_encrypt and cbc_decrypt take: the fastest\n"
                        "this CPU can run unless set_path chose another.");
@@ -2030,6 +2246,10 @@ static PyMethodDef methods[] = {
     {"cbc_essiv", (PyCFunction)(void (*)(void))native_cbc_essiv, METH_FASTCALL, cbc_essiv_doc},
     {"pwritev_chunks", native_pwritev_chunks, METH_VARARGS, pwritev_chunks_doc},
     {"preadv_into", native_preadv_into, METH_VARARGS, preadv_into_doc},
+    {"rbd_bind", native_rbd_bind, METH_VARARGS, rbd_bind_doc},
+    {"rbd_aio_start", (PyCFunction)(void (*)(void))native_rbd_aio_start, METH_FASTCALL,
+     rbd_aio_start_doc},
+    {"rbd_collect", native_rbd_collect, METH_O, rbd_collect_doc},
     {"path", native_path, METH_NOARGS, path_doc},
     {"set_path", native_set_path, METH_O, set_path_doc},
     {NULL, NULL, 0, NULL},
@@ -2066,7 +2286,9 @@ PyMODINIT_FUNC PyInit__native(void)
                       PyType_Ready(&XtsKeyType) < 0 ||
                       PyModule_AddObjectRef(m, "XtsKey", (PyObject *)&XtsKeyType) < 0 ||
                       PyType_Ready(&EssivKeyType) < 0 ||
-                      PyModule_AddObjectRef(m, "EssivKey", (PyObject *)&EssivKeyType) < 0))
+                      PyModule_AddObjectRef(m, "EssivKey", (PyObject *)&EssivKeyType) < 0 ||
+                      PyType_Ready(&RbdAioType) < 0 ||
+                      PyModule_AddObjectRef(m, "RbdAio", (PyObject *)&RbdAioType) < 0))
         Py_CLEAR(m);
     Py_XDECREF(paths);
     return m;

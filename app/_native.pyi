@@ -66,3 +66,23 @@ def pwritev_chunks(
     fd: int, buffers: Sequence[Buffer], offset: int, chunk: int, end: int, /
 ) -> None: ...
 def preadv_into(fd: int, buffers: Sequence[Buffer], offset: int, end: int, /) -> None: ...
+def rbd_bind(
+    create_completion: int,
+    aio_readv: int,
+    aio_writev: int,
+    wait_for_complete: int,
+    get_return_value: int,
+    release: int,
+    /,
+) -> None: ...
+
+class RbdAio:
+    @property
+    def code(self) -> int | None: ...
+    @property
+    def length(self) -> int: ...
+
+def rbd_aio_start(
+    image: int | None, offset: int, buffers: Sequence[Buffer], end: int, write: bool, /
+) -> RbdAio: ...
+def rbd_collect(aios: Sequence[RbdAio], /) -> None: ...

@@ -2,8 +2,9 @@
 
 The Python bindings run every aio completion as a Python callback on librbd's callback
 thread, under the GIL; the C API lets a completion carry no callback and be waited for
-by the thread that needs it. ctypes drops the GIL around every call that may block (CDLL);
-the calls that only create, read or free a completion keep it (PyDLL: no hand-over).
+by the thread that needs it. ctypes drops the GIL around every call that may block (CDLL).
+The aio calls run from ``app._native`` (``rbd_aio_start``, ``rbd_collect``) through the
+addresses ctypes finds: one call starts a request, one collects a batch's completions.
 Failures raise ``CephError`` with librados' / librbd's errno.
 """
 
@@ -17,19 +18,18 @@ from ctypes import (
     CFUNCTYPE,
     POINTER,
     byref,
-    c_char,
     c_char_p,
     c_int,
     c_size_t,
-    c_ssize_t,
     c_uint8,
     c_uint64,
     c_void_p,
 )
 from typing import Any
 
-import numpy as np
 from typing_extensions import Buffer
+
+from app import _native
 
 LOCK_MODE_EXCLUSIVE = 0  # rbd_lock_mode_t
 FEATURES = {
@@ -54,7 +54,6 @@ class _Libraries:
     def __init__(self) -> None:
         rados = ctypes.CDLL("librados.so.2")
         rbd = ctypes.CDLL("librbd.so.1")
-        quick = ctypes.PyDLL("librbd.so.1")
         self.free = ctypes.CDLL(None).free
         self.free.argtypes = (c_void_p,)
         self.free.restype = None
@@ -119,32 +118,27 @@ class _Libraries:
             "rbd_lock_get_owners_cleanup", POINTER(c_char_p), c_size_t, restype=None
         )
         self.rbd_watchers_list = declare("rbd_watchers_list", handle, c_void_p, POINTER(c_size_t))
-        iovec = POINTER(c_size_t)
-        self.rbd_aio_readv = declare("rbd_aio_readv", handle, iovec, c_int, c_uint64, handle)
-        self.rbd_aio_writev = declare("rbd_aio_writev", handle, iovec, c_int, c_uint64, handle)
-        self.rbd_aio_read = declare("rbd_aio_read", handle, c_uint64, c_size_t, c_void_p, handle)
-        self.rbd_aio_write = declare("rbd_aio_write", handle, c_uint64, c_size_t, c_void_p, handle)
-        self.rbd_aio_wait_for_complete = declare("rbd_aio_wait_for_complete", handle)
-        declare = _declarer(quick)
-        self.rbd_aio_create_completion = declare(
-            "rbd_aio_create_completion", c_void_p, c_void_p, POINTER(handle)
+        # The aio calls run from app._native, which starts a request in one call and
+        # collects a batch's completions under one release of the GIL.
+        _native.rbd_bind(
+            *(
+                _address(getattr(rbd, name))
+                for name in (
+                    "rbd_aio_create_completion",
+                    "rbd_aio_readv",
+                    "rbd_aio_writev",
+                    "rbd_aio_wait_for_complete",
+                    "rbd_aio_get_return_value",
+                    "rbd_aio_release",
+                )
+            )
         )
-        # One out-parameter for every creation: the call keeps the GIL, so reading it
-        # back right after is never interleaved with another thread's.
-        self._created = handle()
-        self._created_ref = byref(self._created)
-        self.rbd_aio_is_complete = declare("rbd_aio_is_complete", handle)
-        self.rbd_aio_get_return_value = declare(
-            "rbd_aio_get_return_value", handle, restype=c_ssize_t
-        )
-        self.rbd_aio_release = declare("rbd_aio_release", handle, restype=None)
 
-    def new_completion(self) -> int:
-        """A new ``rbd_completion_t`` without a callback, as an address."""
-        self.rbd_aio_create_completion(None, None, self._created_ref)
-        created = self._created.value
-        assert created is not None
-        return created
+
+def _address(function: Any) -> int:
+    address: int | None = ctypes.cast(function, c_void_p).value
+    assert address is not None
+    return address
 
 
 _DIFF_CALLBACK = CFUNCTYPE(c_int, c_uint64, c_size_t, c_int, c_void_p)
@@ -262,64 +256,6 @@ def remove_image(ioctx: Ioctx, name: str) -> None:
     _checked(libraries().rbd_remove(ioctx.handle, name.encode()), "remove")
 
 
-class Completion:
-    """One aio request's completion, without a callback: waited for by whoever needs it,
-    and ``buffers`` (those librbd fills) kept alive until then."""
-
-    __slots__ = ("_lib", "buffers", "handle")
-
-    def __init__(self, buffers: object) -> None:
-        lib = self._lib = libraries()
-        self.handle: int | None = lib.new_completion()
-        self.buffers = buffers
-
-    def wait(self) -> int:
-        """Wait (without the GIL unless it is done already), then release: the return value."""
-        lib, handle = self._lib, self.handle
-        assert handle is not None, "a completion is waited for once"
-        if not lib.rbd_aio_is_complete(handle):
-            lib.rbd_aio_wait_for_complete(handle)
-        code: int = lib.rbd_aio_get_return_value(handle)
-        self.handle = self.buffers = None
-        lib.rbd_aio_release(handle)
-        return code
-
-    def abandon(self) -> None:
-        """Release a completion no request was started with."""
-        handle, self.handle = self.handle, None
-        self._lib.rbd_aio_release(handle)
-
-    def __del__(self) -> None:
-        if self.handle is not None:  # never waited for: librbd may still fill its buffers
-            self.wait()
-
-
-def address(buffer: Buffer) -> tuple[int, object, int]:
-    """The buffer's address, the object that holds its memory exported (keep it while
-    librbd uses the memory) and its length."""
-    view = memoryview(buffer)
-    size = view.nbytes
-    if view.readonly or not size:
-        array = np.frombuffer(view, dtype=np.uint8)
-        return array.ctypes.data, array, size
-    head = c_char.from_buffer(view)  # the cheapest way to a writable buffer's address
-    return ctypes.addressof(head), head, size
-
-
-def iovecs(buffers: Sequence[Buffer]) -> tuple[Any, list[object], int]:
-    """The buffers as an iovec array (``struct iovec`` is two words), the objects that hold
-    their memory exported (keep them while librbd uses it) and the total length."""
-    words: list[int] = []
-    holders: list[object] = []
-    length = 0
-    for buffer in buffers:
-        start, holder, size = address(buffer)
-        holders.append(holder)
-        words += (start, size)
-        length += size
-    return (c_size_t * len(words))(*words), holders, length
-
-
 class Image:
     """One open RBD image (an ``rbd_image_t``)."""
 
@@ -336,40 +272,18 @@ class Image:
     def resize(self, size: int) -> None:
         _checked(self._lib.rbd_resize(self.handle, size), "resize")
 
-    def aio_readv(self, offset: int, buffers: Sequence[Buffer]) -> tuple[Completion, int]:
-        """Start a read into ``buffers`` (writable): its completion and length. One buffer
-        (most requests) goes as it is, without an iovec array."""
-        if len(buffers) == 1:
-            start, holder, length = address(buffers[0])
-            completion = Completion(holder)
-            code = self._lib.rbd_aio_read(self.handle, offset, length, start, completion.handle)
-        else:
-            vector, holders, length = iovecs(buffers)
-            completion = Completion((vector, holders))  # librbd scatters by them at the end
-            code = self._lib.rbd_aio_readv(
-                self.handle, vector, len(holders), offset, completion.handle
-            )
-        if code < 0:
-            completion.abandon()
-            raise CephError(-code, "aio_readv")
-        return completion, length
-
-    def aio_writev(self, offset: int, buffers: Sequence[Buffer]) -> Completion:
-        """Start a write of ``buffers``: librbd copies them before this returns (the
-        connection keeps ``rbd_disable_zero_copy_writes``), so the caller may reuse them."""
-        completion = Completion(None)
-        if len(buffers) == 1:
-            start, _holder, length = address(buffers[0])
-            code = self._lib.rbd_aio_write(self.handle, offset, length, start, completion.handle)
-        else:
-            vector, holders, _length = iovecs(buffers)
-            code = self._lib.rbd_aio_writev(
-                self.handle, vector, len(holders), offset, completion.handle
-            )
-        if code < 0:
-            completion.abandon()
-            raise CephError(-code, "aio_writev")
-        return completion
+    def aio_start(
+        self, offset: int, buffers: Sequence[Buffer], end: int, *, write: bool
+    ) -> _native.RbdAio:
+        """Start a read into ``buffers`` (writable; held until collected) or a write of them
+        (copied by librbd before this returns: the caller may reuse them). ``ValueError``
+        if the range passes ``end``; ``CephError`` if librbd refuses the request."""
+        try:
+            return _native.rbd_aio_start(self.handle.value, offset, buffers, end, write)
+        except OSError as exc:
+            raise CephError(
+                exc.errno or errno.EIO, "aio_writev" if write else "aio_readv"
+            ) from None
 
     def flush(self) -> None:
         _checked(self._lib.rbd_flush(self.handle), "flush")

@@ -20,6 +20,7 @@ from typing import Any, NoReturn
 
 from typing_extensions import Buffer
 
+from app import _native
 from app.errors import AlreadyExists, DeviceBusy, DeviceClaimed, Fenced, InvalidInput, Unavailable
 from app.storage import librbd
 from app.storage.base import BackingStore, close_all
@@ -167,13 +168,6 @@ def _io_error(code: int | None, what: str, detail: str) -> NoReturn:
     raise OSError(code or errno.EIO, f"{what}: {detail}") from None
 
 
-def _nbytes(buffers: Sequence[Buffer]) -> int:
-    """The segments' total length (most requests have one)."""
-    if len(buffers) == 1:
-        return memoryview(buffers[0]).nbytes
-    return sum(memoryview(buffer).nbytes for buffer in buffers)
-
-
 class _Group:
     """The aio requests one thread submitted since it last waited (a dispatch batch): the
     first wait collects all of them, newest first, so it sleeps about once (until the last
@@ -182,7 +176,7 @@ class _Group:
     __slots__ = ("closed", "lock", "members")
 
     def __init__(self) -> None:
-        self.members: list[_Aio] = []  # appended to once submitted (atomic under the GIL)
+        self.members: list[_native.RbdAio] = []  # appended to once started (atomic under the GIL)
         self.closed = False
         self.lock = threading.Lock()
 
@@ -191,40 +185,14 @@ class _Group:
         thread at a time (a completion is released by whoever collects it)."""
         with self.lock:
             self.closed = True
-            for aio in reversed(self.members):
-                aio.collect()
-
-
-class _Aio:
-    """One aio request: its completion (no callback) and, once collected, its result."""
-
-    __slots__ = ("code", "completion", "group")
-
-    def __init__(self, group: _Group, completion: librbd.Completion) -> None:
-        self.group = group
-        self.completion: librbd.Completion | None = completion
-        self.code: int | None = None
-        group.members.append(self)
-
-    def collect(self) -> None:
-        """Wait for the completion (the GIL dropped), keep its return value, release it."""
-        if self.completion is not None:
-            self.code = self.completion.wait()
-            self.completion = None
-
-    def result(self) -> int:
-        """The request's return value, once its group (and so it) is collected."""
-        if self.code is None:
-            self.group.wait()
-        assert self.code is not None
-        return self.code
+            _native.rbd_collect(self.members)
 
 
 class RbdStore(BackingStore):
     """One RBD image. librbd handles are thread-safe; every call that may block drops the GIL.
 
     ``submit_readv``/``submit_writev`` are librbd's aio calls on the request's segments
-    (an iovec each: a read lands in the segments, a write is copied once, by librbd), so
+    (adjacent segments one iovec entry: a read lands in them, librbd copies a write), so
     the requests of a dispatch batch are in flight on the OSDs together rather than one
     round trip each (``aio=False``: each request waited for before the next, as
     ``readv_into``/``writev``). Completions carry no callback, so librbd's threads never
@@ -296,7 +264,7 @@ class RbdStore(BackingStore):
         self.writev(offset, [data])
 
     def readv_into(self, offset: int, buffers: Sequence[memoryview]) -> None:
-        """One librbd read for the whole request, landing in its segments (an iovec each).
+        """One librbd read for the whole request, landing in its segments.
 
         Not one read per segment: contiguous segments then become as many OSD ops on the
         same object, measured at a third to a half of one read's throughput (16 x 64 KiB
@@ -316,9 +284,14 @@ class RbdStore(BackingStore):
             group = self._groups.group = _Group()
         return group
 
-    def _waited(self, aio: _Aio, verb: str, length: int | None) -> None:
-        """Wait for ``aio``; librbd's error (or a short read) raised as the domain's."""
-        code = aio.result()
+    def _waited(self, group: _Group, aio: _native.RbdAio, verb: str, length: int | None) -> None:
+        """Wait for ``aio`` (its group collected, unless it already was); librbd's error
+        (or a short read) raised as the domain's."""
+        code = aio.code
+        if code is None:
+            group.wait()
+            code = aio.code
+            assert code is not None
         if code < 0:
             self._failed_with(-code, f"{verb} {self.image_name}", os.strerror(-code))
         if length is not None and code != length:
@@ -326,20 +299,20 @@ class RbdStore(BackingStore):
             self._failed_with(errno.EIO, what, f"{code} of {length} bytes")
 
     def _readv(self, offset: int, buffers: Sequence[Buffer], group: _Group) -> Wait:
-        self.check_range(offset, _nbytes(buffers))
         try:
-            completion, length = self._open().aio_readv(offset, buffers)
+            aio = self._open().aio_start(offset, buffers, self._size, write=False)
         except CephError as exc:
             self._failed(exc, f"read of {self.image_name}")
-        return partial(self._waited, _Aio(group, completion), "read of", length)
+        group.members.append(aio)
+        return partial(self._waited, group, aio, "read of", aio.length)
 
     def _writev(self, offset: int, buffers: Sequence[Buffer], group: _Group) -> Wait:
-        self.check_range(offset, _nbytes(buffers))
         try:
-            completion = self._open().aio_writev(offset, buffers)
+            aio = self._open().aio_start(offset, buffers, self._size, write=True)
         except CephError as exc:
             self._failed(exc, f"write to {self.image_name}")
-        return partial(self._waited, _Aio(group, completion), "write to", None)
+        group.members.append(aio)
+        return partial(self._waited, group, aio, "write to", None)
 
     def submit_readv(self, offset: int, buffers: Sequence[memoryview]) -> Wait:
         """One aio read for the whole request, into its segments."""

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 import pytest
 
 from app.errors import AlreadyExists, DeviceBusy, DeviceClaimed, Fenced, InvalidInput
-from app.storage.rbd import CephCluster, RbdStore, _Aio, _Group
+from app.storage.rbd import CephCluster, RbdStore, _Group
 from tests.support import ceph
 from tests.support.conformance import SIZE, BlockDeviceTests, read
 
@@ -68,6 +68,17 @@ class TestRbdStore(BlockDeviceTests[RbdStore]):
         segments = [bytearray(512) for _ in range(128)]
         device.submit_readv(0, [memoryview(segment) for segment in segments])()
         assert b"".join(segments) == pattern
+
+    def test_a_read_into_adjacent_slices_of_one_buffer_fills_each(self, device: RbdStore) -> None:
+        """Adjacent segments go to librbd as one iovec entry; each still gets its bytes."""
+        pattern = bytes(range(256)) * 64  # 16 KiB
+        device.write(0, pattern)
+        whole = bytearray(len(pattern))
+        view = memoryview(whole)
+        segments = [view[start : start + 512] for start in range(0, len(pattern), 512)]
+        device.submit_readv(0, [*segments[:7], memoryview(bytearray(512)), *segments[8:]])()
+        assert whole[: 7 * 512] == pattern[: 7 * 512]
+        assert whole[8 * 512 :] == pattern[8 * 512 :]
 
     def test_one_segment_requests_land_where_vectored_ones_find_them(
         self, device: RbdStore
@@ -180,22 +191,25 @@ def test_a_write_after_a_flush_is_done_only_once_the_osd_has_it(
         store.remove()
 
 
-def test_a_request_joining_a_group_already_waited_for_waits_for_its_own_completion() -> None:
+def test_a_request_joining_a_group_already_waited_for_waits_for_its_own_completion(
+    cluster: CephCluster, image: str
+) -> None:
     """Another thread may close a group between a submission's look-up of it and its count:
-    the group's wait may then be over without it, and the request's own completion decides."""
-    group = _Group()
-    group.wait()  # closed, nothing in it
-    waited: list[None] = []
-
-    class Completion:
-        def wait(self) -> int:
-            waited.append(None)
-            return 4096
-
-    late = _Aio(group, Completion())  # type: ignore[arg-type]
-    assert late.result() == 4096
-    assert late.result() == 4096
-    assert len(waited) == 1  # collected once: a librbd completion is released when collected
+    the group's wait may then be over without it, and the request's own wait collects it."""
+    store = RbdStore(cluster.ioctx(ceph.POOL), image, SIZE, create=True)
+    try:
+        store.write(0, b"j" * 4096)
+        group = _Group()
+        group.wait()  # closed, nothing in it
+        buffer = bytearray(4096)
+        late = store._readv(0, [memoryview(buffer)], group)
+        assert group.members[0].code is None
+        late()
+        assert buffer == b"j" * 4096
+        assert group.members[0].code == 4096
+        late()  # collected once (a librbd completion is released when collected): the result stays
+    finally:
+        store.remove()
 
 
 def test_creating_an_existing_image_is_refused_and_keeps_it(
