@@ -1996,6 +1996,7 @@ typedef struct {
                      void *completion);
     int (*aio_writev)(void *image, const struct iovec *iov, int count, uint64_t offset,
                       void *completion);
+    int (*is_complete)(void *completion);
     int (*wait_for_complete)(void *completion);
     ssize_t (*get_return_value)(void *completion);
     void (*release)(void *completion);
@@ -2004,19 +2005,20 @@ typedef struct {
 static RbdCalls rbd_calls;
 
 PyDoc_STRVAR(rbd_bind_doc,
-             "rbd_bind(create_completion, aio_readv, aio_writev, wait_for_complete,\n"
-             "         get_return_value, release)\n--\n\n"
+             "rbd_bind(create_completion, aio_readv, aio_writev, is_complete,\n"
+             "         wait_for_complete, get_return_value, release)\n--\n\n"
              "The addresses of librbd's rbd_aio_create_completion, rbd_aio_readv,\n"
-             "rbd_aio_writev, rbd_aio_wait_for_complete, rbd_aio_get_return_value and\n"
-             "rbd_aio_release, which rbd_aio_start and rbd_collect call.");
+             "rbd_aio_writev, rbd_aio_is_complete, rbd_aio_wait_for_complete,\n"
+             "rbd_aio_get_return_value and rbd_aio_release, which rbd_aio_start and\n"
+             "rbd_collect call.");
 
 static PyObject *native_rbd_bind(PyObject *module, PyObject *args)
 {
-    unsigned long long address[6];
-    if (!PyArg_ParseTuple(args, "KKKKKK:rbd_bind", &address[0], &address[1], &address[2],
-                          &address[3], &address[4], &address[5]))
+    unsigned long long address[7];
+    if (!PyArg_ParseTuple(args, "KKKKKKK:rbd_bind", &address[0], &address[1], &address[2],
+                          &address[3], &address[4], &address[5], &address[6]))
         return NULL;
-    for (int i = 0; i < 6; i++) {
+    for (int i = 0; i < 7; i++) {
         if (address[i] == 0) {
             PyErr_SetString(PyExc_ValueError, "a librbd function's address is 0");
             return NULL;
@@ -2025,9 +2027,10 @@ static PyObject *native_rbd_bind(PyObject *module, PyObject *args)
     rbd_calls.create_completion = (void *)(uintptr_t)address[0];
     rbd_calls.aio_readv = (void *)(uintptr_t)address[1];
     rbd_calls.aio_writev = (void *)(uintptr_t)address[2];
-    rbd_calls.wait_for_complete = (void *)(uintptr_t)address[3];
-    rbd_calls.get_return_value = (void *)(uintptr_t)address[4];
-    rbd_calls.release = (void *)(uintptr_t)address[5];
+    rbd_calls.is_complete = (void *)(uintptr_t)address[3];
+    rbd_calls.wait_for_complete = (void *)(uintptr_t)address[4];
+    rbd_calls.get_return_value = (void *)(uintptr_t)address[5];
+    rbd_calls.release = (void *)(uintptr_t)address[6];
     Py_RETURN_NONE;
 }
 
@@ -2147,8 +2150,8 @@ static PyObject *native_rbd_aio_start(PyObject *module, PyObject *const *args, P
 PyDoc_STRVAR(rbd_collect_doc,
              "rbd_collect(aios)\n--\n\n"
              "Wait for every RbdAio of the list not yet collected, newest first, under one\n"
-             "release of the GIL, keep each return value (its code) and release its\n"
-             "completion. One caller at a time per RbdAio.");
+             "release of the GIL (none if all are complete), keep each return value (its\n"
+             "code) and release its completion. One caller at a time per RbdAio.");
 
 static PyObject *native_rbd_collect(PyObject *module, PyObject *arg)
 {
@@ -2175,13 +2178,21 @@ static PyObject *native_rbd_collect(PyObject *module, PyObject *arg)
         aios[pending] = (RbdAioObject *)Py_NewRef(item);
         completions[pending++] = aio->completion;
     }
-    Py_BEGIN_ALLOW_THREADS
+    /* The GIL is let go only to sleep: taking it back can wait behind the thread that
+       took it meanwhile. */
+    int all_complete = 1;
+    for (Py_ssize_t i = 0; i < pending && all_complete; i++)
+        all_complete = rbd_calls.is_complete(completions[i]);
+    if (!all_complete) {
+        Py_BEGIN_ALLOW_THREADS
+        for (Py_ssize_t i = 0; i < pending; i++)
+            rbd_calls.wait_for_complete(completions[i]);
+        Py_END_ALLOW_THREADS
+    }
     for (Py_ssize_t i = 0; i < pending; i++) {
-        rbd_calls.wait_for_complete(completions[i]);
         codes[i] = rbd_calls.get_return_value(completions[i]);
         rbd_calls.release(completions[i]);
     }
-    Py_END_ALLOW_THREADS
     for (Py_ssize_t i = 0; i < pending; i++) {
         RbdAioObject *aio = aios[i];
         aio->code = codes[i];

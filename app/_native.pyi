@@ -70,6 +70,7 @@ def rbd_bind(
     create_completion: int,
     aio_readv: int,
     aio_writev: int,
+    is_complete: int,
     wait_for_complete: int,
     get_return_value: int,
     release: int,

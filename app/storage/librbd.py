@@ -127,6 +127,7 @@ class _Libraries:
                     "rbd_aio_create_completion",
                     "rbd_aio_readv",
                     "rbd_aio_writev",
+                    "rbd_aio_is_complete",
                     "rbd_aio_wait_for_complete",
                     "rbd_aio_get_return_value",
                     "rbd_aio_release",
