@@ -862,44 +862,73 @@ AVX512_TARGET static inline void store_square_512(uint8_t *p, size_t stride, con
 #define PRAGMA_TEXT(text) #text
 #define UNROLL(n) _Pragma(PRAGMA_TEXT(GCC unroll n))
 
-/* How far the CBC encryption kernels unroll a square's blocks. Rolled on ymm, GCC kept the
- * lanes' CBC state in memory between the square's two blocks (a store and reload on every
- * lane's chain); unrolled it stays in registers. zmm keeps its loop, not yet measured
- * unrolled on an AVX-512 machine. */
+/* How far the CBC encryption kernels unroll a square's blocks. Rolled, GCC kept the lanes' CBC
+ * state in memory between a square's blocks (a store and reload on every lane's chain);
+ * unrolled it stays in registers. */
 #define SQUARE_UNROLL_128 1
 #define SQUARE_UNROLL_256 2
-#define SQUARE_UNROLL_512 1
+#define SQUARE_UNROLL_512 4
 
-/* Whether a square step also prefetches the next group's output lines: 16 lanes' stores 512
- * bytes apart missing the cache wait on their lines one by one, which the hardware
- * prefetchers do not fetch ahead. Not yet measured on an AVX-512 machine for zmm. */
+/* Whether a CBC encryption step also prefetches the next group's output lines: lanes' stores
+ * a unit apart missing the cache wait on their lines one by one, which the hardware
+ * prefetchers do not fetch ahead. */
 #define PREFETCH_DST_128 1
 #define PREFETCH_DST_256 1
-#define PREFETCH_DST_512 0
+#define PREFETCH_DST_512 1
+
+/* The L1 data cache the CBC encryption kernels plan for: 32 KiB on Zen 3, Zen 4 and Skylake
+ * (48 KiB from Ice Lake on). */
+#define L1_BYTES (32 * 1024)
+
+/* The next group's bytes a CBC encryption step reads (and, PREFETCH_DST_W, writes), `bytes`
+ * from `ahead`, no further than the request's `size`: into L1, or into L2 where to_l2. */
+#define CBC_PREFETCH(W, src, dst, ahead, bytes, size, to_l2)                                   \
+    do {                                                                                       \
+        for (size_t b_ = (ahead); b_ < (ahead) + (bytes) && b_ < (size); b_ += 64) {           \
+            if (to_l2) {                                                                       \
+                _mm_prefetch((const char *)((src) + b_), _MM_HINT_T2);                         \
+                if (PREFETCH_DST_##W)                                                          \
+                    _mm_prefetch((const char *)((dst) + b_), _MM_HINT_T2);                     \
+            } else {                                                                           \
+                _mm_prefetch((const char *)((src) + b_), _MM_HINT_T0);                         \
+                if (PREFETCH_DST_##W)                                                          \
+                    _mm_prefetch((const char *)((dst) + b_), _MM_HINT_T0);                     \
+            }                                                                                  \
+        }                                                                                      \
+    } while (0)
 
 /* CBC encryption of units in groups of LANES_W * REGS lanes. Inlined into each kernel, so a
- * constant unit_bytes stays one. A whole group goes LANES_W blocks at a time in squares; each
- * square step prefetches as many bytes of the next group as it reads (and, PREFETCH_DST_W, of
- * its output): lanes 512 bytes apart are no stream the hardware prefetchers follow (one
- * sequence of lines per 4 KiB page). The
- * blocks past the last square, and the last group if it is not whole, one step at a time. */
+ * constant unit_bytes stays one. Each step of a whole group prefetches as many bytes of the
+ * next group as it reads: lanes a unit apart are no stream the hardware prefetchers follow
+ * (one sequence of lines per 4 KiB page). The prefetches go to L2 where the group's and the
+ * next group's input and output would fill L1, so they do not evict lines the group still
+ * reads. A whole group goes LANES_W blocks at a time in squares, which read and write a
+ * lane's line whole (with 4096-byte units the lanes share an L1 set); 512-byte units, whose
+ * lanes spread over 8 L1 sets, one block at a time, which streamed from DRAM faster. The
+ * blocks past the last square, and the last group if it is not whole, one step at a time.
+ * The lanes' chains (state) end as ciphertext and are not wiped: taking their address for a
+ * wipe kept them in memory, a store and reload on every block's chain. */
 #define CBC_ENCRYPT_GROUPS(name, TARGET, W, REGS)                                              \
     TARGET static inline __attribute__((always_inline)) void name(                             \
         const AesSchedule *s, uint8_t *dst, const uint8_t *src, const uint8_t *ivs,            \
         size_t units, size_t unit_bytes)                                                       \
     {                                                                                          \
         enum { LANES = LANES_##W * (REGS), SQUARE_BYTES = 16 * LANES * LANES_##W };           \
-        VEC_##W rk[15], state[REGS];                                                           \
+        VEC_##W rk[15];                                                                        \
         __m128i lane_ivs[LANES];                                                               \
         size_t off[LANES];                                                                     \
         int rounds = s->rounds;                                                                \
         size_t blocks = unit_bytes / 16, size = units * unit_bytes;                            \
+        size_t squares = LANES_##W == 1 || unit_bytes > 512 ? blocks : 0;                      \
+        int to_l2 = 4 * LANES * unit_bytes >= L1_BYTES;                                        \
         for (int r = 0; r <= rounds; r++)                                                      \
             rk[r] = BROADCAST_##W(s->enc[r]);                                                  \
         for (size_t u0 = 0; u0 < units; u0 += LANES) {                                         \
             size_t n = units - u0 < LANES ? units - u0 : LANES;                                \
             const uint8_t *in = src + u0 * unit_bytes;                                         \
             uint8_t *out = dst + u0 * unit_bytes;                                              \
+            size_t next = (u0 + LANES) * unit_bytes;                                           \
+            VEC_##W state[REGS];                                                               \
             for (size_t l = 0; l < LANES; l++) {                                               \
                 size_t u = l < n ? l : n - 1;                                                  \
                 off[l] = u * unit_bytes;                                                       \
@@ -908,14 +937,9 @@ AVX512_TARGET static inline void store_square_512(uint8_t *p, size_t stride, con
             for (int r = 0; r < (REGS); r++)                                                   \
                 state[r] = LOADU_##W(lane_ivs + LANES_##W * r);                                \
             size_t j = 0;                                                                      \
-            for (; n == LANES && j + LANES_##W <= blocks; j += LANES_##W) {                    \
+            for (; n == LANES && j + LANES_##W <= squares; j += LANES_##W) {                   \
                 VEC_##W x[REGS][LANES_##W];                                                    \
-                size_t ahead = (u0 + LANES) * unit_bytes + 16 * LANES * j;                     \
-                for (size_t b = ahead; b < ahead + SQUARE_BYTES && b < size; b += 64) {        \
-                    _mm_prefetch((const char *)(src + b), _MM_HINT_T0);                        \
-                    if (PREFETCH_DST_##W)                                                      \
-                        _mm_prefetch((const char *)(dst + b), _MM_HINT_T0);                    \
-                }                                                                              \
+                CBC_PREFETCH(W, src, dst, next + 16 * LANES * j, SQUARE_BYTES, size, to_l2);   \
                 for (int r = 0; r < (REGS); r++)                                               \
                     load_square_##W(in + LANES_##W * r * unit_bytes, unit_bytes, x[r]);        \
                 UNROLL(SQUARE_UNROLL_##W) for (int k = 0; k < LANES_##W; k++) {               \
@@ -931,6 +955,8 @@ AVX512_TARGET static inline void store_square_512(uint8_t *p, size_t stride, con
                 out += 16 * LANES_##W;                                                         \
             }                                                                                  \
             for (; j < blocks; j++, in += 16, out += 16) {                                     \
+                if (n == LANES)                                                                \
+                    CBC_PREFETCH(W, src, dst, next + 16 * LANES * j, 16 * LANES, size, to_l2); \
                 for (int r = 0; r < (REGS); r++)                                               \
                     state[r] = XOR_##W(state[r], load_lanes_##W(in, off + LANES_##W * r));     \
                 ROUNDS(ENC_##W, ENCLAST_##W, XOR_##W, rk, rounds, state, REGS);                \
@@ -939,7 +965,6 @@ AVX512_TARGET static inline void store_square_512(uint8_t *p, size_t stride, con
             }                                                                                  \
         }                                                                                      \
         OPENSSL_cleanse(rk, sizeof rk);                                                        \
-        OPENSSL_cleanse(state, sizeof state);                                                  \
         OPENSSL_cleanse(lane_ivs, sizeof lane_ivs);                                            \
     }
 

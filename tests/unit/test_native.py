@@ -275,6 +275,7 @@ def cbc(encrypt: bool) -> Callable[[_Bytes, _Bytes, _Bytes, bytes, int], None]:
         (48, 17),
         (272, 4),
         (272, 37),
+        (528, 17),
     ],
 )
 @pytest.mark.parametrize("in_place", [False, True], ids=["out-of-place", "in-place"])
@@ -285,8 +286,9 @@ def test_cbc_equals_pyca_aes_cbc_unit_by_unit(
     """Unit counts that fill the lanes (16 on avx512 and avx2, 8 on aesni) and counts that leave
     lanes empty in the last group (1, 5, 9, 37, 257); one- and three-block units (no whole
     decryption step); 272 bytes, a 16-block step and one block: the tail chains from the
-    step's last ciphertext block. 17 and 37 units of 48 and 272 bytes: whole groups of lanes
-    whose units end in blocks past the last square of blocks (4 on zmm, 2 on ymm)."""
+    step's last ciphertext block. 17 and 37 units of 272 bytes and 17 of 528 (over 512 bytes:
+    in squares): whole groups of lanes whose units end in blocks past the last square of
+    blocks (4 on zmm, 2 on ymm)."""
     data, ivs, key = os.urandom(units * unit_bytes), os.urandom(16 * units), os.urandom(key_bytes)
     out = bytearray(data) if in_place else bytearray(len(data))
     cbc(encrypt)(out, out if in_place else data, ivs, key, unit_bytes)
