@@ -1536,6 +1536,32 @@ static int bool_argument(PyObject *arg, int *out)
     return *out >= 0;
 }
 
+/* xts_plain64's and cbc_essiv's arguments but their keys: dst, src, the IVs' first sector and
+ * step (arguments 1 to 4), and unit_bytes and encrypt (the last two). */
+typedef struct {
+    Py_buffer dst, src;
+    unsigned long long iv_sector, iv_step;
+    Py_ssize_t unit_bytes;
+    int encrypt;
+} SectorCall;
+
+/* Converts them from `wanted` arguments, in order, as PyArg_ParseTuple's w* y* K K ... n p
+ * would; on failure 0 with the exception set. The buffers are the caller's to release
+ * (PyBuffer_Release reads only obj): obj stays NULL where not held, as the caller sets it
+ * first. Inlined: a call would add instructions to every request. */
+static inline __attribute__((always_inline)) int sector_call_arguments(
+    const char *function, PyObject *const *args, Py_ssize_t nargs, Py_ssize_t wanted,
+    SectorCall *call)
+{
+    return positional_count(function, nargs, wanted) &&
+           buffer_argument(function, 1, args[0], &call->dst, 1) &&
+           buffer_argument(function, 2, args[1], &call->src, 0) &&
+           u64_argument(function, 3, args[2], &call->iv_sector) &&
+           u64_argument(function, 4, args[3], &call->iv_step) &&
+           ssize_argument(args[wanted - 2], &call->unit_bytes) &&
+           bool_argument(args[wanted - 1], &call->encrypt);
+}
+
 PyDoc_STRVAR(xts_plain64_doc,
              "xts_plain64(dst, src, iv_sector, iv_step, key, unit_bytes, encrypt)\n--\n\n"
              "xts() with dm-crypt's plain64 IVs made here: unit u's tweak is the le64 of\n"
@@ -1546,19 +1572,14 @@ PyDoc_STRVAR(xts_plain64_doc,
 static PyObject *native_xts_plain64(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
     static const char name[] = "xts_plain64";
-    Py_buffer dst = {0}, src = {0}, key = {0};
-    unsigned long long iv_sector, iv_step;
-    Py_ssize_t unit_bytes;
-    int encrypt;
+    SectorCall call;
+    Py_buffer key = {0};
     PyObject *result = NULL;
     uint8_t small[16 * 16];
     uint8_t *ivs = small;
     Py_ssize_t units = 0;
-    if (!positional_count(name, nargs, 7) || !buffer_argument(name, 1, args[0], &dst, 1) ||
-        !buffer_argument(name, 2, args[1], &src, 0) ||
-        !u64_argument(name, 3, args[2], &iv_sector) ||
-        !u64_argument(name, 4, args[3], &iv_step) || !ssize_argument(args[5], &unit_bytes) ||
-        !bool_argument(args[6], &encrypt))
+    call.dst.obj = call.src.obj = NULL;
+    if (!sector_call_arguments(name, args, nargs, 7, &call))
         goto done;
     PyObject *key_object = args[4];
     XtsKeyObject *xts_key = NULL;
@@ -1571,17 +1592,17 @@ static PyObject *native_xts_plain64(PyObject *module, PyObject *const *args, Py_
     } else if (PyObject_GetBuffer(key_object, &key, PyBUF_SIMPLE) < 0) {
         goto done;
     }
-    if (unit_bytes <= 0 || unit_bytes % 16 || unit_bytes > (1 << 20)) {
+    if (call.unit_bytes <= 0 || call.unit_bytes % 16 || call.unit_bytes > (1 << 20)) {
         PyErr_SetString(PyExc_ValueError, "unit_bytes must be a multiple of 16, at most 1 MiB");
         goto done;
     }
-    units = src.len / unit_bytes;
+    units = call.src.len / call.unit_bytes;
     if (units > 16 && (ivs = PyMem_Malloc((size_t)(16 * units))) == NULL) {
         PyErr_NoMemory();
         goto done;
     }
-    uint64_t sector = iv_sector;
-    for (Py_ssize_t u = 0; u < units; u++, sector += iv_step) {
+    uint64_t sector = call.iv_sector;
+    for (Py_ssize_t u = 0; u < units; u++, sector += call.iv_step) {
         store_le64(ivs + 16 * u, sector);
         store_le64(ivs + 16 * u + 8, 0);
     }
@@ -1598,13 +1619,13 @@ static PyObject *native_xts_plain64(PyObject *module, PyObject *const *args, Py_
         busy = &xts_key->busy;
 #endif
     }
-    result = xts_with_ivs(&dst, &src, ivs, 16 * units, key_bytes, key_len, schedules, busy,
-                          unit_bytes, encrypt);
+    result = xts_with_ivs(&call.dst, &call.src, ivs, 16 * units, key_bytes, key_len, schedules,
+                          busy, call.unit_bytes, call.encrypt);
 done:
     if (ivs != small)
         PyMem_Free(ivs);
-    PyBuffer_Release(&dst);
-    PyBuffer_Release(&src);
+    PyBuffer_Release(&call.dst);
+    PyBuffer_Release(&call.src);
     if (key.obj != NULL)
         PyBuffer_Release(&key);
     return result;
@@ -1753,17 +1774,12 @@ PyDoc_STRVAR(cbc_essiv_doc,
 static PyObject *native_cbc_essiv(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
     static const char name[] = "cbc_essiv";
-    Py_buffer dst = {0}, src = {0}, key = {0}, salt = {0};
-    unsigned long long iv_sector, iv_step;
-    Py_ssize_t unit_bytes;
-    int encrypt;
+    SectorCall call;
+    Py_buffer key = {0}, salt = {0};
     PyObject *result = NULL;
     Path path = current_path;
-    if (!positional_count(name, nargs, 8) || !buffer_argument(name, 1, args[0], &dst, 1) ||
-        !buffer_argument(name, 2, args[1], &src, 0) ||
-        !u64_argument(name, 3, args[2], &iv_sector) ||
-        !u64_argument(name, 4, args[3], &iv_step) || !ssize_argument(args[6], &unit_bytes) ||
-        !bool_argument(args[7], &encrypt))
+    call.dst.obj = call.src.obj = NULL;
+    if (!sector_call_arguments(name, args, nargs, 8, &call))
         goto done;
     PyObject *key_object = args[4], *salt_object = args[5];
     EssivKeyObject *essiv_key = NULL;
@@ -1778,14 +1794,15 @@ static PyObject *native_cbc_essiv(PyObject *module, PyObject *const *args, Py_ss
             PyErr_SetString(PyExc_ValueError, "the key was wiped");
             goto done;
         }
-        problem = cbc_arguments_problem(&dst, &src, NULL, unit_bytes);
+        problem = cbc_arguments_problem(&call.dst, &call.src, NULL, call.unit_bytes);
     } else {
         if (PyObject_GetBuffer(key_object, &key, PyBUF_SIMPLE) < 0 ||
             PyObject_GetBuffer(salt_object, &salt, PyBUF_SIMPLE) < 0)
             goto done;
         problem = !aes_key_size(key.len)    ? "key must be 16, 24 or 32 bytes"
                   : !aes_key_size(salt.len) ? "salt must be 16, 24 or 32 bytes"
-                                            : cbc_arguments_problem(&dst, &src, NULL, unit_bytes);
+                                            : cbc_arguments_problem(&call.dst, &call.src, NULL,
+                                                                    call.unit_bytes);
     }
     if (!cbc_refused(problem, path)) {
 #if X86_PATHS
@@ -1795,18 +1812,19 @@ static PyObject *native_cbc_essiv(PyObject *module, PyObject *const *args, Py_ss
             aes_schedule(&made[1], salt.buf, (int)salt.len);
         }
         const AesSchedule *use = essiv_key != NULL ? essiv_key->schedules : made;
-        RUN_RELEASING_ABOVE(src.len, essiv_key != NULL ? &essiv_key->busy : NULL,
-                            cbc_essiv_run(path, &use[0], &use[1], dst.buf, src.buf, iv_sector,
-                                          iv_step, (size_t)(src.len / unit_bytes),
-                                          (size_t)unit_bytes, encrypt));
+        RUN_RELEASING_ABOVE(call.src.len, essiv_key != NULL ? &essiv_key->busy : NULL,
+                            cbc_essiv_run(path, &use[0], &use[1], call.dst.buf, call.src.buf,
+                                          call.iv_sector, call.iv_step,
+                                          (size_t)(call.src.len / call.unit_bytes),
+                                          (size_t)call.unit_bytes, call.encrypt));
         if (essiv_key == NULL)
             OPENSSL_cleanse(made, sizeof made);
 #endif
         result = Py_NewRef(Py_None);
     }
 done:
-    PyBuffer_Release(&dst);
-    PyBuffer_Release(&src);
+    PyBuffer_Release(&call.dst);
+    PyBuffer_Release(&call.src);
     if (key.obj != NULL)
         PyBuffer_Release(&key);
     if (salt.obj != NULL)
