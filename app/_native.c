@@ -1998,14 +1998,40 @@ PyDoc_STRVAR(pwritev_chunks_doc,
              "buffers adjacent in memory written as one. ValueError, writing nothing, if the\n"
              "range passes end.");
 
-static PyObject *native_pwritev_chunks(PyObject *module, PyObject *args)
+/* Codes i and L: anything with __index__ that fits an int or a long long. */
+static int fd_argument(PyObject *arg, int *out)
+{
+    Py_ssize_t value;
+    if (!ssize_argument(arg, &value))
+        return 0;
+    if (value < INT_MIN || value > INT_MAX) {
+        PyErr_SetString(PyExc_OverflowError, "fd does not fit a C int");
+        return 0;
+    }
+    *out = (int)value;
+    return 1;
+}
+
+static int longlong_argument(PyObject *arg, long long *out)
+{
+    PyObject *index = PyNumber_Index(arg);
+    if (index == NULL)
+        return 0;
+    *out = PyLong_AsLongLong(index);
+    Py_DECREF(index);
+    return !(*out == -1 && PyErr_Occurred());
+}
+
+static PyObject *native_pwritev_chunks(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
     int fd;
-    PyObject *buffers;
     long long offset, end;
     Py_ssize_t chunk;
-    if (!PyArg_ParseTuple(args, "iOLnL:pwritev_chunks", &fd, &buffers, &offset, &chunk, &end))
+    if (!positional_count("pwritev_chunks", nargs, 5) || !fd_argument(args[0], &fd) ||
+        !longlong_argument(args[2], &offset) || !ssize_argument(args[3], &chunk) ||
+        !longlong_argument(args[4], &end))
         return NULL;
+    PyObject *buffers = args[1];
     if (chunk <= 0) {
         PyErr_SetString(PyExc_ValueError, "chunk must be positive");
         return NULL;
@@ -2020,14 +2046,14 @@ PyDoc_STRVAR(preadv_into_doc,
              "as zeros. ValueError, reading nothing, if the range passes end. The GIL is\n"
              "released for the whole loop.");
 
-static PyObject *native_preadv_into(PyObject *module, PyObject *args)
+static PyObject *native_preadv_into(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
     int fd;
-    PyObject *buffers;
     long long offset, end;
-    if (!PyArg_ParseTuple(args, "iOLL:preadv_into", &fd, &buffers, &offset, &end))
+    if (!positional_count("preadv_into", nargs, 4) || !fd_argument(args[0], &fd) ||
+        !longlong_argument(args[2], &offset) || !longlong_argument(args[3], &end))
         return NULL;
-    return vector_call(fd, buffers, offset, end, SSIZE_MAX, 0);
+    return vector_call(fd, args[1], offset, end, SSIZE_MAX, 0);
 }
 
 /* librbd's aio calls, reached through the addresses rbd_bind was given (the library is
@@ -2298,8 +2324,10 @@ static PyMethodDef methods[] = {
     {"cbc_decrypt", native_cbc_decrypt, METH_VARARGS, cbc_decrypt_doc},
     {"essiv", native_essiv, METH_VARARGS, essiv_doc},
     {"cbc_essiv", (PyCFunction)(void (*)(void))native_cbc_essiv, METH_FASTCALL, cbc_essiv_doc},
-    {"pwritev_chunks", native_pwritev_chunks, METH_VARARGS, pwritev_chunks_doc},
-    {"preadv_into", native_preadv_into, METH_VARARGS, preadv_into_doc},
+    {"pwritev_chunks", (PyCFunction)(void (*)(void))native_pwritev_chunks, METH_FASTCALL,
+     pwritev_chunks_doc},
+    {"preadv_into", (PyCFunction)(void (*)(void))native_preadv_into, METH_FASTCALL,
+     preadv_into_doc},
     {"rbd_bind", native_rbd_bind, METH_VARARGS, rbd_bind_doc},
     {"rbd_aio_start", (PyCFunction)(void (*)(void))native_rbd_aio_start, METH_FASTCALL,
      rbd_aio_start_doc},
