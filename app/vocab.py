@@ -56,6 +56,12 @@ def align_up(value: int, unit: int) -> int:
 Wait: TypeAlias = Callable[[], None]
 """Returns once a submitted I/O is done, raising its error (``wait_for_completion``)."""
 
+
+def completed() -> None:
+    """The wait of an I/O that was done before its submission returned: one object, so
+    that whoever gets it may take the I/O as done without calling it."""
+
+
 VolumeState: TypeAlias = Literal["active", "suspended"]
 """A volume admits I/O (``active``) or holds it at the gate (``suspended``), as dm's
 ``DM_SUSPEND_FLAG`` says."""

@@ -92,10 +92,6 @@ _InFlight = tuple[list[Request], list[int], list[Exception | None], list[tuple[i
 """A dispatched batch whose waits are still to run: requests, done times, statuses, waits."""
 
 
-def completed() -> None:
-    """The wait of an I/O that was done before its submission returned."""
-
-
 #: Overlap index granularity: 2^11 sectors = 1 MiB per bucket.
 _CHUNK_SHIFT = 11
 #: A dispatching thread stops taking ready requests once its batch holds this much.

@@ -32,7 +32,7 @@ from typing_extensions import Buffer
 from app.blk import mempool
 from app.blk.bio import Bio
 from app.blk.limits import QueueLimits
-from app.blk.queue import BlockQueue, completed
+from app.blk.queue import BlockQueue
 from app.blk.request import Request
 from app.blk.stats import QueueStats
 from app.blk.tuning import Tuning
@@ -40,7 +40,7 @@ from app.blk.wait import WaitQueue, WouldBlock
 from app.dm.generation import Generation, Precondition
 from app.dm.rangelock import RangeLock
 from app.dm.table import CryptParams, Table
-from app.dm.targets import MapContext, Target
+from app.dm.targets import MapContext, MapResult, Target
 from app.errors import (
     InvalidInput,
     InvalidState,
@@ -60,6 +60,7 @@ from app.vocab import (
     Wait,
     align_down,
     align_up,
+    completed,
 )
 
 _CONTEXTS = {mode: MapContext(dispatch_mode=mode) for mode in DISPATCH_MODES}
@@ -230,6 +231,10 @@ class DataPath:
         else:
             finish = live.target_at(sector).submit(request, context)
         stats = self.stats
+        if isinstance(finish, MapResult):  # done already: the queue has nothing to wait for
+            if finish.engine_calls:
+                stats.add_engine_calls(finish.engine_calls)
+            return None
 
         def wait() -> None:
             calls = finish().engine_calls

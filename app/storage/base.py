@@ -8,11 +8,7 @@ from typing import ClassVar, Protocol, TypeVar
 
 from typing_extensions import Buffer
 
-from app.vocab import Wait
-
-
-def completed() -> None:
-    """The wait of an I/O that was done before its submission returned."""
+from app.vocab import Wait, completed
 
 
 class _Closable(Protocol):

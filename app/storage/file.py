@@ -13,8 +13,8 @@ from typing_extensions import Buffer
 
 from app import _native
 from app.errors import DeviceClaimed
-from app.storage.base import BackingStore, completed
-from app.vocab import Wait
+from app.storage.base import BackingStore
+from app.vocab import Wait, completed
 
 _FALLOC_FL_KEEP_SIZE = 0x01
 _FALLOC_FL_PUNCH_HOLE = 0x02

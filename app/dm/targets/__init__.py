@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from app.dm.targets.base import BlockDevice, MapContext, Target
+from app.dm.targets.base import BlockDevice, MapContext, MapResult, Target
 from app.dm.targets.crypt import CryptTarget, crypt_message
 from app.dm.targets.error import ErrorTarget
 from app.dm.targets.linear import LinearTarget
@@ -14,6 +14,7 @@ __all__ = [
     "ErrorTarget",
     "LinearTarget",
     "MapContext",
+    "MapResult",
     "Target",
     "ZeroTarget",
     "crypt_message",

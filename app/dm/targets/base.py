@@ -5,12 +5,12 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, TypeAlias
 
 from typing_extensions import Buffer
 
 from app.blk.request import Request
-from app.vocab import DispatchMode, Wait
+from app.vocab import DispatchMode, Wait, completed
 
 
 class BlockDevice(Protocol):
@@ -62,12 +62,24 @@ class MapResult:
     modelled_ns: int = 0
 
 
-def finish_io(
-    device: BlockDevice, request: Request, wait: Wait, result: MapResult
-) -> Callable[[], MapResult]:
+Started: TypeAlias = "MapResult | Callable[[], MapResult]"
+"""What ``Target.submit`` returns: the result of a request already done, or what finishes it."""
+
+
+def finished(started: Started) -> MapResult:
+    """The result of a submitted request once it is done (``map`` of a target that submits)."""
+    return started if isinstance(started, MapResult) else started()
+
+
+def finish_io(device: BlockDevice, request: Request, wait: Wait, result: MapResult) -> Started:
     """What finishes a read or write started on ``device``: wait for it, then, for a FUA
     request, flush the device's cache (the block layer's post-flush: a ``BlockDevice``
-    has no FUA write), and answer ``result``."""
+    has no FUA write), and answer ``result``. A ``completed`` wait is not called: the
+    request is finished here, and ``result`` returned as it is."""
+    if wait is completed:
+        if request.fua:
+            device.flush()
+        return result
 
     def finish() -> MapResult:
         wait()
@@ -97,12 +109,12 @@ class Target(ABC):
     @abstractmethod
     def map(self, request: Request, context: MapContext) -> MapResult: ...
 
-    def submit(self, request: Request, context: MapContext) -> Callable[[], MapResult]:
+    def submit(self, request: Request, context: MapContext) -> Started:
         """Start ``request`` and return what finishes it (waits for the device, and what
         must follow it: a read's decryption, a FUA write's flush), so that a dispatcher can
-        put a whole batch on the device before it waits. Default: ``map`` at once."""
-        result = self.map(request, context)
-        return lambda: result
+        put a whole batch on the device before it waits; or its ``MapResult`` when it is
+        done already (nothing to wait for). Default: ``map`` at once."""
+        return self.map(request, context)
 
     def flush(self) -> None:  # noqa: B027 - optional hook, like a target_type without .flush
         """Make completed writes durable; targets with no device have nothing to do."""

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import replace
 
 from app.blk import mempool
@@ -12,10 +12,25 @@ from app.blk.trace import Tracer
 from app.crypto.keys import KeyMaterial
 from app.crypto.transform import CryptTransform
 from app.dm.table import CryptParams
-from app.dm.targets.base import BlockDevice, MapContext, MapResult, Target, finish_io
+from app.dm.targets.base import (
+    BlockDevice,
+    MapContext,
+    MapResult,
+    Started,
+    Target,
+    finish_io,
+    finished,
+)
 from app.engine.base import Engine, EngineRequest, EngineResult
 from app.errors import InvalidInput, InvalidState
-from app.vocab import REQ_OP_READ, REQ_OP_WRITE, REQ_OP_WRITE_ZEROES, SECTOR_SHIFT, Op
+from app.vocab import (
+    REQ_OP_READ,
+    REQ_OP_WRITE,
+    REQ_OP_WRITE_ZEROES,
+    SECTOR_SHIFT,
+    Op,
+    completed,
+)
 
 _NOTHING = MapResult()
 
@@ -51,9 +66,9 @@ class CryptTarget(Target):
         )
 
     def map(self, request: Request, context: MapContext) -> MapResult:
-        return self.submit(request, context)()
+        return finished(self.submit(request, context))
 
-    def submit(self, request: Request, context: MapContext) -> Callable[[], MapResult]:
+    def submit(self, request: Request, context: MapContext) -> Started:
         start = self.start
         relative = request.sector - start
         position = (self.params.offset + relative) << SECTOR_SHIFT  # on the device, in bytes
@@ -65,23 +80,12 @@ class CryptTarget(Target):
         if request.op == REQ_OP_READ:
             # The ciphertext lands in the bio's pages and is decrypted there, in place.
             reading = self.device.submit_readv(position, request.segments)
+            if reading is completed:  # read already: decrypted now, nothing left to wait for
+                return self._decrypt(request, relative, context, bios)
 
             def decrypt() -> MapResult:
                 reading()
-                done = self.engine.process(
-                    EngineRequest(
-                        "decrypt",
-                        self.transform,
-                        request.segments,
-                        relative,
-                        context.dispatch_mode,
-                        bios=bios,
-                        into=request.segments,
-                    )
-                )
-                if request.tracer is not None:
-                    self._trace(request.tracer, request, done)
-                return _result(done)
+                return self._decrypt(request, relative, context, bios)
 
             return decrypt
         if request.op == REQ_OP_WRITE_ZEROES or (
@@ -117,7 +121,26 @@ class CryptTarget(Target):
             self.device.discard(position, request.nr_sectors << SECTOR_SHIFT)
         if request.fua:
             self.device.flush()
-        return lambda: _NOTHING
+        return _NOTHING
+
+    def _decrypt(
+        self, request: Request, relative: int, context: MapContext, bios: list[tuple[int, int]]
+    ) -> MapResult:
+        """The request's ciphertext, read into its segments, decrypted where it lies."""
+        done = self.engine.process(
+            EngineRequest(
+                "decrypt",
+                self.transform,
+                request.segments,
+                relative,
+                context.dispatch_mode,
+                bios=bios,
+                into=request.segments,
+            )
+        )
+        if request.tracer is not None:
+            self._trace(request.tracer, request, done)
+        return _result(done)
 
     def _encrypt(
         self,

@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 from app.blk.request import Request
-from app.dm.targets.base import BlockDevice, MapContext, MapResult, Target, finish_io
+from app.dm.targets.base import (
+    BlockDevice,
+    MapContext,
+    MapResult,
+    Started,
+    Target,
+    finish_io,
+    finished,
+)
 from app.vocab import SECTOR_SHIFT, Op
 
 _NOTHING = MapResult()
@@ -25,9 +31,9 @@ class LinearTarget(Target):
         return (self.offset + request.sector - self.start) << SECTOR_SHIFT
 
     def map(self, request: Request, context: MapContext) -> MapResult:
-        return self.submit(request, context)()
+        return finished(self.submit(request, context))
 
-    def submit(self, request: Request, context: MapContext) -> Callable[[], MapResult]:
+    def submit(self, request: Request, context: MapContext) -> Started:
         position = self._device_offset(request)
         if request.op in (Op.READ, Op.WRITE):
             if request.op == Op.READ:
@@ -43,7 +49,7 @@ class LinearTarget(Target):
                 self.device.write_zeroes(position, length)
         if request.fua:
             self.device.flush()
-        return lambda: _NOTHING
+        return _NOTHING
 
     def flush(self) -> None:
         self.device.flush()

@@ -2,24 +2,30 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 import pytest
 from typing_extensions import Buffer
 
+from app.blk.bio import Bio
 from app.blk.limits import QueueLimits
+from app.blk.request import Request
 from app.dm.table import parse_table
+from app.dm.targets import CryptTarget, MapContext, MapResult
+from app.dm.targets.base import finished
 from app.dm.volume import Volume
 from app.engine.base import EngineRequest, EngineResult
 from app.engine.mock import MockEngine
 from app.errors import ReqcryptError
 from app.io.ops import Io
 from app.storage.memory import MemoryStore
+from app.vocab import Op, Wait
 from tests.support.keys import XTS_KEY
 from tests.support.volumes import make_volume
 
 # A crypt target that starts at sector 8, over the device from sector 0.
 TABLE = f"0 8 zero\n8 2040 crypt aes-xts-plain64 {XTS_KEY} 0 pv 0"
+CONTEXT = MapContext("request")
 
 
 class EngineFailed(ReqcryptError):
@@ -249,3 +255,93 @@ def test_write_zeroes_leave_the_ciphertext_of_written_zeros(dispatch_mode: str) 
         devices.append(read_device(store, 4096, 24576))
     zeroed, written = devices
     assert zeroed == written != bytes(24576)
+
+
+class DeferredStore(MemoryStore):
+    """A store whose reads and writes land only when their wait runs, as on a network."""
+
+    def __init__(self, size: int) -> None:
+        super().__init__(size)
+        self.waits: list[str] = []
+
+    def submit_readv(self, offset: int, buffers: Sequence[memoryview]) -> Wait:
+        def wait() -> None:
+            self.waits.append("read")
+            self.readv_into(offset, buffers)
+
+        return wait
+
+    def submit_writev(self, offset: int, buffers: Sequence[Buffer]) -> Wait:
+        data = b"".join(bytes(buffer) for buffer in buffers)
+
+        def wait() -> None:
+            self.waits.append("write")
+            self.write(offset, data)
+
+        return wait
+
+
+def crypt_target(volume: Volume) -> CryptTarget:
+    assert volume.live is not None
+    target = volume.live.targets[1]
+    assert isinstance(target, CryptTarget)
+    return target
+
+
+def request(op: Op, sector: int, data: bytes, *, fua: bool = False) -> Request:
+    bio = Bio(op, sector, len(data) // 512, [memoryview(bytearray(data))], fua=fua)
+    return Request.from_bio(bio, 1 << 20)
+
+
+@pytest.mark.parametrize("fua", [False, True])
+def test_a_write_the_device_answers_at_once_is_done_when_submitted(
+    volume: Volume, store: MemoryStore, engine: MockEngine, fua: bool
+) -> None:
+    started = crypt_target(volume).submit(request(Op.WRITE, 8, b"w" * 4096, fua=fua), CONTEXT)
+    assert started == MapResult(8, 0)  # the mock's profile: one call per unit, no time
+    assert store.flushes == (1 if fua else 0)
+    assert len(engine.requests) == 1
+
+
+def test_a_read_the_device_answers_at_once_is_decrypted_when_submitted(
+    volume: Volume, engine: MockEngine
+) -> None:
+    volume.write(8 * 512, b"r" * 4096)
+    rq = request(Op.READ, 8, bytes(4096))
+    assert isinstance(crypt_target(volume).submit(rq, CONTEXT), MapResult)
+    assert bytes(rq.segments[0]) == b"r" * 4096
+    assert [r.op for r in engine.requests] == ["encrypt", "decrypt"]
+
+
+def test_a_read_the_device_answers_later_is_decrypted_once_it_lands(engine: MockEngine) -> None:
+    store = DeferredStore(2048 * 512)
+    volume = open_volume(store, engine)
+    try:
+        volume.write(8 * 512, b"d" * 4096)
+        target = crypt_target(volume)
+        rq = request(Op.READ, 8, bytes(4096))
+        engine.requests.clear()
+        started = target.submit(rq, CONTEXT)
+        assert not isinstance(started, MapResult)
+        assert engine.requests == []
+        assert store.waits == ["write"]
+        assert finished(started) == MapResult(8, 0)
+        assert store.waits == ["write", "read"]
+        assert bytes(rq.segments[0]) == b"d" * 4096
+    finally:
+        volume.remove()
+
+
+def test_a_fua_write_the_device_answers_later_is_flushed_after_its_wait(
+    engine: MockEngine,
+) -> None:
+    store = DeferredStore(2048 * 512)
+    volume = open_volume(store, engine)
+    try:
+        started = crypt_target(volume).submit(request(Op.WRITE, 8, b"f" * 4096, fua=True), CONTEXT)
+        assert not isinstance(started, MapResult)
+        assert (store.waits, store.flushes) == ([], 0)
+        assert finished(started) == MapResult(8, 0)
+        assert (store.waits, store.flushes) == (["write"], 1)
+    finally:
+        volume.remove()
