@@ -526,7 +526,9 @@ class BlockQueue:
                     if merged is not None:
                         counts.merged(op, merged)
                         continue
-            rq = Request(op, sector, nr_sectors, [bio], [segments[0]], 1, start_time=now)
+            # start_time stored, not passed: a keyword makes the class call build a dict.
+            rq = Request(op, sector, nr_sectors, [bio], [segments[0]], 1)
+            rq.start_time = now
             for earlier in conflicts:
                 earlier.dependents.append(rq)
                 earlier.ordered = True

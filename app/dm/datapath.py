@@ -671,14 +671,10 @@ class DataPath:
         for io in admitted:
             buffer = io.buffer
             assert buffer is not None
-            bio = Bio(
-                io.op,
-                io.offset // SECTOR_SIZE,
-                len(buffer) // SECTOR_SIZE,
-                [buffer],
-                fua=io.fua,
-                may_overwrite=io.may_overwrite,
-            )
+            # Flags stored, not passed: keywords make the class call build a dict.
+            bio = Bio(io.op, io.offset // SECTOR_SIZE, len(buffer) // SECTOR_SIZE, [buffer])
+            bio.fua = io.fua
+            bio.may_overwrite = io.may_overwrite
             submitted.append((io, bio))
             bios.append(bio)
         return StartedBatch(self._queue(submitted, bios), hold)

@@ -133,13 +133,14 @@ class SimulatedEngine(Engine, Paced):
         self._counters.count(plan, cpu_ns)
         if self.pacing:
             self._pace(reservation)
+        # Positional: keywords would make the class call build and unpack a dict.
         return EngineResult(
-            outputs=outputs,
-            plan=plan,
-            modelled_ns=round(modelled),
-            cpu_ns=round(cpu_ns),
-            queue_wait_ns=reservation.start_ns - reservation.ready_ns,  # wait_ns, inline
-            completes_at_ns=reservation.end_ns,
+            outputs,
+            plan,
+            round(modelled),
+            round(cpu_ns),
+            reservation.start_ns - reservation.ready_ns,  # wait_ns, inline
+            reservation.end_ns,
         )
 
     def snapshot(self) -> EngineStats:

@@ -181,13 +181,15 @@ class NbdIo:
             self.io = Io(REQ_OP_READ, header.offset, header.length, buffer)
         else:
             fua = bool(header.flags & FUA) and command != NBD_CMD_FLUSH
+            # Positional (error None): a keyword makes the class call build a dict.
             self.io = Io(
                 OPS[command],
                 header.offset,
                 header.length,
                 self.payload,
                 fua,
-                may_overwrite=command == NBD_CMD_WRITE,
+                None,
+                command == NBD_CMD_WRITE,
             )
         return self.io
 

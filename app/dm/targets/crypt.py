@@ -128,14 +128,14 @@ class CryptTarget(Target):
     ) -> MapResult:
         """The request's ciphertext, read into its segments, decrypted where it lies."""
         done = self.engine.process(
-            EngineRequest(
+            EngineRequest(  # positional: keywords would make the class call build a dict
                 "decrypt",
                 self.transform,
                 request.segments,
                 relative,
                 context.dispatch_mode,
-                bios=bios,
-                into=request.segments,
+                bios,
+                request.segments,
             )
         )
         if request.tracer is not None:
@@ -153,14 +153,14 @@ class CryptTarget(Target):
     ) -> EngineResult:
         """``segments`` encrypted into ``into`` (None: in place)."""
         done = self.engine.process(
-            EngineRequest(
+            EngineRequest(  # positional: keywords would make the class call build a dict
                 "encrypt",
                 self.transform,
                 segments,
                 relative,
                 context.dispatch_mode,
-                bios=bios,
-                into=segments if into is None else into,
+                bios,
+                segments if into is None else into,
             )
         )
         if request.tracer is not None:
