@@ -81,6 +81,7 @@ from app.nbd.protocol import (
     ProtocolError,
     Reply,
     RequestHeader,
+    TransmissionFlag,
 )
 from app.vocab import REQ_OP_READ, Op
 
@@ -546,6 +547,7 @@ class NbdConnection(asyncio.BufferedProtocol):
         stats = self.stats
         assert export is not None
         assert stats is not None
+        size_limit, writable = export.size, not export.flags & TransmissionFlag.READ_ONLY
         try:
             while (
                 not self.closing
@@ -582,13 +584,21 @@ class NbdConnection(asyncio.BufferedProtocol):
                 if header.command == NBD_CMD_DISC:
                     self.shutdown()
                     break
-                error, message = protocol.check_request(header, export)
-                if error:
-                    if header.command == Command.WRITE and payload is None:
-                        self._discard = header.length  # oversized: its payload is dropped
-                    stats.errors += 1
-                    replies.append(self._error_reply(header.handle, error, message))
-                    continue
+                command = header.command
+                # The common valid shape, checked inline; ``check_request`` names any fault.
+                if (
+                    header.flags
+                    or not (command == NBD_CMD_READ or (command == NBD_CMD_WRITE and writable))
+                    or header.length > protocol.MAX_PAYLOAD
+                    or header.offset + header.length > size_limit
+                ):
+                    error, message = protocol.check_request(header, export)
+                    if error:
+                        if command == Command.WRITE and payload is None:
+                            self._discard = header.length  # oversized: its payload is dropped
+                        stats.errors += 1
+                        replies.append(self._error_reply(header.handle, error, message))
+                        continue
                 self._queue(header, payload)
         except ProtocolError as error:
             log.info("NBD client %s broke the protocol: %s", self.peer, error)

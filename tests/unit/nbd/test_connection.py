@@ -13,13 +13,14 @@ from app.io.admission import VolumeAdmission
 from app.io.executor import IoExecutor
 from app.io.ops import Io
 from app.nbd import protocol, server
-from app.nbd.protocol import Command, CommandFlag, RequestHeader
+from app.nbd.protocol import Command, CommandFlag, Errno, RequestHeader
 from app.nbd.server import DIRECT_PAYLOAD, ExportStats, NbdConnection
 from app.storage.memory import MemoryStore
 from tests.support.volumes import SECTORS, make_volume
 
 SIZE = SECTORS * 512
 BLOCK = 4096
+EXPORT = protocol.Export("v", SIZE, 0, 1, BLOCK, 1 << 20)
 
 
 class Transport:
@@ -48,7 +49,9 @@ def request(
     return protocol.pack_request(RequestHeader(flags, command, handle, offset, length)) + payload
 
 
-def serve(volume: Any, pieces: list[bytes], max_in_flight: int) -> dict[int, tuple[int, bytes]]:
+def serve(
+    volume: Any, pieces: list[bytes], max_in_flight: int, export: protocol.Export = EXPORT
+) -> dict[int, tuple[int, bytes]]:
     """Feed ``pieces`` to one connection, each as one socket read (as much as
     ``get_buffer`` takes at a time), and return each handle's (error, read data)."""
     executor = IoExecutor()
@@ -74,7 +77,7 @@ def serve(volume: Any, pieces: list[bytes], max_in_flight: int) -> dict[int, tup
         connection.transport = transport  # type: ignore[assignment]
         connection.volume = volume
         connection.name = "v"
-        connection.export = protocol.Export("v", SIZE, 0, 1, BLOCK, 1 << 20)
+        connection.export = export
         connection.stats = ExportStats()
         connection.transmission = True
         for piece in pieces:
@@ -190,3 +193,39 @@ def test_writes_are_encrypted_in_their_payloads_into_the_ciphertext_of_a_copy(
         if io.offset not in (21 * BLOCK, 30 * BLOCK):  # not written over afterwards
             assert bytes(io.buffer) == ciphertext[io.offset : io.offset + io.length]
         assert bytes(io.buffer) != dict(writes)[io.offset]
+
+
+@pytest.mark.parametrize("read_only", [False, True])
+def test_each_request_gets_the_error_check_request_gives_it(read_only: bool) -> None:
+    """Reads and writes of the shape the connection accepts inline, and the others it hands
+    to ``check_request``: each answer is the error that function gives on the export."""
+    flags = protocol.transmission_flags(read_only=read_only, trim=False)
+    export = protocol.Export("v", SIZE, flags, 1, BLOCK, 1 << 20)
+    shapes = [
+        (Command.READ, 0, BLOCK, 0),
+        (Command.READ, SIZE - BLOCK, BLOCK, 0),
+        (Command.READ, SIZE - BLOCK, 2 * BLOCK, 0),
+        (Command.READ, 0, BLOCK, 1 << 15),
+        (Command.WRITE, BLOCK, BLOCK, 0),
+        (Command.WRITE, SIZE - BLOCK, BLOCK, CommandFlag.FUA),
+        (Command.WRITE, SIZE, BLOCK, 0),
+        (Command.WRITE, 0, BLOCK, CommandFlag.NO_HOLE),
+        (Command.TRIM, 0, BLOCK, 0),
+    ]
+    headers = [
+        RequestHeader(int(flags), int(command), handle, offset, length)
+        for handle, (command, offset, length, flags) in enumerate(shapes, start=1)
+    ]
+    expected = {header.handle: protocol.check_request(header, export)[0] for header in headers}
+    assert {0, Errno.EINVAL, Errno.EPERM if read_only else Errno.ENOSPC} <= set(expected.values())
+    stream = b"".join(
+        protocol.pack_request(header)
+        + (bytes(header.length) if header.command == Command.WRITE else b"")
+        for header in headers
+    )
+    volume = make_volume(MemoryStore(SIZE))
+    try:
+        answers = serve(volume, [stream], max_in_flight=64, export=export)
+    finally:
+        volume.remove()
+    assert {handle: error for handle, (error, _) in answers.items()} == expected
