@@ -53,7 +53,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, TypeVar, cast
+from typing import Any, TypeAlias, TypeVar, cast
 
 from app.blk import mempool
 from app.config import NbdSettings
@@ -163,36 +163,22 @@ ERRNO: dict[IoStatus, Errno] = {
 for whatever it cannot act on."""
 
 
-@dataclass(slots=True, eq=False)
-class NbdIo:
-    """One accepted request: its header (for the reply) and, once submitted, its ``Io``."""
+Pending: TypeAlias = tuple[RequestHeader, memoryview | None]
+"""An accepted request waiting for its batch: its header (for the reply) and a write's
+payload (a tuple, not an object of a class: one is made per request)."""
 
-    header: RequestHeader
-    payload: memoryview | None = None
-    io: Io | None = None
 
-    def start(self) -> Io:
-        """The request as the neutral op; a read gets its page-aligned reply buffer, a
-        write's payload (the connection's own copy, dropped once answered) may be
-        encrypted in place."""
-        header = self.header
-        command = header.command
-        if command == NBD_CMD_READ:
-            buffer = mempool.page_aligned(header.length)
-            self.io = Io(REQ_OP_READ, header.offset, header.length, buffer)
-        else:
-            fua = bool(header.flags & FUA) and command != NBD_CMD_FLUSH
-            # Positional (error None): a keyword makes the class call build a dict.
-            self.io = Io(
-                OPS[command],
-                header.offset,
-                header.length,
-                self.payload,
-                fua,
-                None,
-                command == NBD_CMD_WRITE,
-            )
-        return self.io
+def start_io(header: RequestHeader, payload: memoryview | None) -> Io:
+    """The request as the neutral op; a read gets its page-aligned reply buffer, a write's
+    payload (the connection's own copy, dropped once answered) may be encrypted in place."""
+    command = header.command
+    if command == NBD_CMD_READ:
+        return Io(REQ_OP_READ, header.offset, header.length, mempool.page_aligned(header.length))
+    fua = bool(header.flags & FUA) and command != NBD_CMD_FLUSH
+    # Positional (error None): a keyword makes the class call build a dict.
+    return Io(
+        OPS[command], header.offset, header.length, payload, fua, None, command == NBD_CMD_WRITE
+    )
 
 
 # ------------------------------------------------------------------ the server
@@ -333,7 +319,7 @@ class NbdConnection(asyncio.BufferedProtocol):
         self.in_flight = 0
         self.in_flight_bytes = 0
         self.jobs = 0
-        self.pending: list[NbdIo] = []
+        self.pending: list[Pending] = []
         self.pending_bytes = 0
         self.closing = False
         self.closed = False
@@ -575,7 +561,7 @@ class NbdConnection(asyncio.BufferedProtocol):
                             self._direct = DirectWrite(header, payload, have)
                             position = size
                         break
-                    # A copy of its own: it is encrypted in place (``NbdIo.start``).
+                    # A copy of its own: it is encrypted in place (``start_io``).
                     end = position + body + header.length
                     payload = memoryview(bytearray(data[position + body : end]))
                 else:
@@ -616,7 +602,7 @@ class NbdConnection(asyncio.BufferedProtocol):
         self._update_reading()
 
     def _queue(self, header: RequestHeader, payload: memoryview | None) -> None:
-        self.pending.append(NbdIo(header, payload))
+        self.pending.append((header, payload))
         self.in_flight += 1
         if self._answered:
             self._answered -= 1
@@ -661,7 +647,7 @@ class NbdConnection(asyncio.BufferedProtocol):
             window = volume.queue.plug_window_us / 1e6
             if window and volume.dispatch_mode == "request":
                 delay = window
-                first = self.pending[0].header
+                first = self.pending[0][0]
                 if (
                     self._answered
                     and first.command <= Command.WRITE
@@ -698,16 +684,16 @@ class NbdConnection(asyncio.BufferedProtocol):
             return
         self.pending = batch[granted:]
         batch = batch[:granted]
-        last = batch[-1].header
+        last = batch[-1][0]
         self._stream_end = last.offset + last.length
         moved = self.pending_bytes
         if self.pending:
-            moved = sum(io.header.length for io in batch if io.header.command <= Command.WRITE)
+            moved = sum(header.length for header, _ in batch if header.command <= Command.WRITE)
         self.pending_bytes -= moved
         self.jobs += 1
-        ios = [io.start() for io in batch]
+        ios = [start_io(header, payload) for header, payload in batch]
         job = submit(self.server.executor, volume, ios, inline=moved < BIG_BATCH)
-        job.add_done_callback(self._completion(volume, batch))
+        job.add_done_callback(self._completion(volume, batch, ios))
 
     def _slot_freed(self) -> None:
         self._awaiting_slot = False
@@ -715,7 +701,7 @@ class NbdConnection(asyncio.BufferedProtocol):
             self._schedule()
 
     def _completion(
-        self, volume: Volume, batch: list[NbdIo]
+        self, volume: Volume, batch: list[Pending], ios: list[Io]
     ) -> Callable[[asyncio.Future[Any]], None]:
         def done(job: asyncio.Future[Any]) -> None:
             self.server.admission.leave(volume, len(batch))
@@ -729,15 +715,14 @@ class NbdConnection(asyncio.BufferedProtocol):
             pack = protocol.SIMPLE_REPLY.pack
             magic = protocol.SIMPLE_REPLY_MAGIC
             payload = read_bytes = written_bytes = 0
-            for io in batch:
-                header = io.header
+            for (header, _), io in zip(batch, ios, strict=True):
                 command = header.command
                 counts[COMMAND_NAMES[command]] += 1
                 if command <= NBD_CMD_WRITE:
                     payload += header.length
                 error = failure
-                if error is None and io.io is not None:
-                    error = io.io.error
+                if error is None:
+                    error = io.error
                 if error is not None:
                     stats.errors += 1
                     if not isinstance(error, ReqcryptError):
@@ -746,8 +731,7 @@ class NbdConnection(asyncio.BufferedProtocol):
                     errno = ERRNO[status_of(error)]
                     parts.append(self._error_reply(header.handle, errno, detail))
                 elif command == NBD_CMD_READ:
-                    assert io.io is not None
-                    assert io.io.buffer is not None
+                    assert io.buffer is not None
                     read_bytes += header.length
                     if structured:
                         parts.append(
@@ -755,7 +739,7 @@ class NbdConnection(asyncio.BufferedProtocol):
                         )
                     else:
                         parts.append(pack(magic, 0, header.handle))
-                    parts.append(io.io.buffer)
+                    parts.append(io.buffer)
                 else:
                     if command == NBD_CMD_WRITE:
                         written_bytes += header.length
