@@ -699,6 +699,19 @@ typedef struct {
 
 static PyObject *s_encrypt, *s_decrypt;
 
+/* Field ``index`` of a plan (plan_names' order in bind_plan): read from its slot when the
+ * plan is of the bound CallPlan class itself, else by name, with the same errors. */
+static PyObject *
+plan_field(PyObject *plan, int index, PyObject *name)
+{
+    if (CallPlan_type != NULL && Py_IS_TYPE(plan, (PyTypeObject *)CallPlan_type)) {
+        PyObject *value = *(PyObject **)((char *)plan + plan_offsets[index]);
+        if (value != NULL)
+            return Py_NewRef(value);
+    }
+    return PyObject_GetAttr(plan, name);
+}
+
 static PyObject *
 Counters_count(Counters *self, PyObject *const *args, Py_ssize_t nargs)
 {
@@ -707,12 +720,12 @@ Counters_count(Counters *self, PyObject *const *args, Py_ssize_t nargs)
         return NULL;
     }
     PyObject *plan = args[0];
-    PyObject *calls = PyObject_GetAttr(plan, s_calls);
+    PyObject *calls = plan_field(plan, 4, s_calls);
     if (calls == NULL) return NULL;
     Py_ssize_t nr_calls = PyObject_Length(calls);
     Py_DECREF(calls);
     if (nr_calls < 0) return NULL;
-    PyObject *reason = PyObject_GetAttr(plan, s_fallback_reason);
+    PyObject *reason = plan_field(plan, 5, s_fallback_reason);
     if (reason == NULL) return NULL;
     int bulk = reason == Py_None;
     Py_DECREF(reason);
@@ -720,7 +733,7 @@ Counters_count(Counters *self, PyObject *const *args, Py_ssize_t nargs)
     self->requests += 1;
     if (bulk) self->bulk_calls += nr_calls;
     else self->unit_calls += nr_calls;
-    PyObject *op = PyObject_GetAttr(plan, s_op);
+    PyObject *op = plan_field(plan, 0, s_op);
     if (op == NULL) return NULL;
     long long *bytes = NULL;
     if (PyUnicode_Check(op) && PyUnicode_Compare(op, s_encrypt) == 0) bytes = &self->encrypted;
@@ -728,7 +741,7 @@ Counters_count(Counters *self, PyObject *const *args, Py_ssize_t nargs)
     else PyErr_SetObject(PyExc_KeyError, op);
     Py_DECREF(op);
     if (bytes == NULL) return NULL;
-    PyObject *nbytes_obj = PyObject_GetAttr(plan, s_nbytes);
+    PyObject *nbytes_obj = plan_field(plan, 3, s_nbytes);
     if (nbytes_obj == NULL) return NULL;
     long long nbytes = PyLong_AsLongLong(nbytes_obj);
     Py_DECREF(nbytes_obj);

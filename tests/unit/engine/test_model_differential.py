@@ -8,6 +8,7 @@ import itertools
 import random
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -391,3 +392,11 @@ def test_counters_count_the_same_on_random_plans(seed: int) -> None:
     odd = dataclasses.replace(plan, op="hash")  # type: ignore[arg-type]
     assert outcome(native.count, odd, 0) == outcome(reference.count, odd, 0)
     assert native.totals() == reference.totals()
+    # Not a CallPlan: its fields are read by name, as the reference reads them.
+    whole = SimpleNamespace(**{f.name: getattr(plan, f.name) for f in dataclasses.fields(plan)})
+    partial = SimpleNamespace(op="encrypt", calls=plan.calls)  # no fallback_reason
+    requests = native.totals()[0]
+    for duck in (whole, partial):
+        assert outcome(native.count, duck, 1) == outcome(reference.count, duck, 1)
+        assert native.totals() == reference.totals()
+    assert native.totals()[0] == requests + 1  # the whole one counted, the partial one refused
