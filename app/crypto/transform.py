@@ -175,8 +175,13 @@ class CryptTransform(ABC):
         return self._convert(view, sector, encrypt)
 
     def _run_into(self, data: Buffer, sector: int, out: Buffer, encrypt: bool) -> None:
-        view = memoryview(data).cast("B")
-        target = memoryview(out).cast("B")
+        # A flat byte view is taken as it is, and in place ``out`` is the same view: a new
+        # view and its cast cost more than the test.
+        if type(data) is memoryview and data.c_contiguous and data.ndim == 1 and data.format == "B":
+            view = data
+        else:
+            view = memoryview(data).cast("B")
+        target = view if out is data else memoryview(out).cast("B")
         size = self.sector_size
         nbytes = len(view)
         # The common valid shape, checked inline; ``_check`` names any fault.

@@ -68,7 +68,14 @@ class EngineRequest:
         """The segments as byte views, checked against ``into``."""
         segments, into = self.segments, self.into
         if len(segments) == 1:  # a lone bio's page: no comprehensions
-            view = memoryview(segments[0]).cast("B")
+            view = segments[0]
+            if not (  # a flat byte view is taken as it is: no new view and cast
+                type(view) is memoryview
+                and view.c_contiguous
+                and view.ndim == 1
+                and view.format == "B"
+            ):
+                view = memoryview(view).cast("B")
             if into is not None and (len(into) != 1 or len(into[0]) != view.nbytes):
                 raise ValueError("output buffers must match the input segments")
             return [view]

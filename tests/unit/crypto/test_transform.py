@@ -132,6 +132,34 @@ def test_encrypt_into_writes_the_same_bytes_as_encrypt():
     assert back == data
 
 
+def test_encrypt_into_takes_flat_views_and_others_alike_in_place_or_not():
+    """A flat byte view is used as it is; a view of another shape is cast first: the same bytes
+    either way, in place or into a buffer apart."""
+    transform = make_transform(parse_cipher_spec("aes-xts-plain64"), KeyMaterial(os.urandom(64)))
+    data = os.urandom(16 * 512)
+    expected = transform.encrypt(data, 8)
+
+    def views() -> list[memoryview]:
+        """Each over its own copy of ``data``."""
+        return [
+            memoryview(bytearray(data)),
+            memoryview(bytearray(data)).cast("I"),
+            memoryview(bytearray(data)).cast("B", (16, 512)),
+            memoryview(bytearray(data))[:],
+        ]
+
+    for view in views():
+        transform.encrypt_into(view, 8, view)  # in place
+        assert view.tobytes() == expected
+    for view in views():
+        out = bytearray(len(data))
+        transform.encrypt_into(view, 8, memoryview(out).cast("I"))
+        assert bytes(out) == expected
+    strided = memoryview(bytearray(2 * len(data)))[::2]
+    with pytest.raises(TypeError):
+        transform.encrypt_into(strided, 8, bytearray(len(data)))
+
+
 @settings(FAST, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(geometries(["aes-xts-plain64", "capi:xts(aes)-plain64"]), st.integers(0, 2**32))
 def test_xts_plain64_into_equals_reference_for_any_geometry(aes_path, case, seed):
