@@ -11,8 +11,6 @@ printed beside each figure, and a round where fio came near a core is flagged, n
 from __future__ import annotations
 
 import json
-import signal
-import subprocess
 from pathlib import Path
 from statistics import median
 from typing import Any
@@ -20,6 +18,7 @@ from typing import Any
 import pytest
 
 from tests.bench.cores import SERVER_CORE, busy_clients, cpu_seconds, pin, run_client
+from tests.bench.qemu_nbd import QemuNbd
 from tests.support.keys import XTS_KEY
 from tests.support.nbd_servers import make_export
 from tests.support.ports import free_port
@@ -30,7 +29,6 @@ MIB = 1 << 20
 SIZE = 512 * MIB
 DURATION_S = 6
 ROUNDS = 3
-SECRET = "reqcrypt-bench-passphrase"
 WORKLOADS = {  # name: (fio rw, block size, iodepth, target ratio reqcrypt / qemu-nbd)
     "seq write 1 MiB": ("write", "1M", 8, 4.0),
     "rand write 4 KiB": ("randwrite", "4k", 32, 0.6),
@@ -76,56 +74,11 @@ def timed_fio(pid: int, uri: str, rw: str, bs: str, iodepth: int) -> dict[str, f
     }
 
 
-class QemuNbd:
-    """qemu-nbd serving a LUKS (version 1, as qemu-img writes it) aes-xts-plain64 image with a
-    512-bit key, as the reqcrypt table's (PBKDF cut to 10 ms)."""
-
-    def __init__(self, directory: Path) -> None:
-        self.image = directory / "luks.img"
-        self.port = free_port()
-        self.uri = f"nbd://127.0.0.1:{self.port}/luks"
-        self.process: subprocess.Popen[bytes] | None = None
-
-    def start(self) -> None:
-        secret = f"secret,id=sec0,data={SECRET}"
-        create = [
-            "qemu-img", "create", "-q", "-f", "luks", "--object", secret,
-            "-o", "key-secret=sec0,cipher-alg=aes-256,cipher-mode=xts,ivgen-alg=plain64,iter-time=10",
-            str(self.image), str(SIZE),
-        ]  # fmt: skip
-        # qemu times its PBKDF with getrusage and gives up ("Unable to get accurate CPU
-        # usage") now and then on a busy machine: a few tries.
-        for _ in range(10):
-            if subprocess.run(create, capture_output=True, timeout=120).returncode == 0:
-                break
-        else:
-            raise AssertionError("qemu-img could not create the LUKS image")
-        self.process = subprocess.Popen(
-            [
-                "qemu-nbd", "--object", secret, "--image-opts",
-                f"driver=luks,key-secret=sec0,file.filename={self.image}",
-                "-b", "127.0.0.1", "-p", str(self.port), "-x", "luks", "-t", "-e", "8",
-            ],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )  # fmt: skip
-        for _ in range(100):
-            if subprocess.run(["nbdinfo", "--size", self.uri], capture_output=True).returncode == 0:
-                return
-            subprocess.run(["sleep", "0.1"], check=True)
-        raise AssertionError("qemu-nbd did not start")
-
-    def stop(self) -> None:
-        if self.process is not None:
-            self.process.send_signal(signal.SIGTERM)
-            self.process.wait(timeout=15)
-
-
 def test_nbd_against_qemu_nbd_and_queue_merging(tmp_path: Path) -> None:
     nbd_port = free_port()
     server = Server(tmp_path / "data", REQCRYPT_NBD_PORT=str(nbd_port))
     server.start()
-    qemu = QemuNbd(tmp_path)
+    qemu = QemuNbd(tmp_path, SIZE)
     try:
         qemu.start()
         assert server.process is not None

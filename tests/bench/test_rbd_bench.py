@@ -6,7 +6,8 @@ on an RBD image exported over NBD (fio's nbd engine) by a reqcrypt with aio (the
 default) and by one with ``REQCRYPT_RBD_AIO=false`` (one synchronous librbd call per
 request, as before aio); one on a sparse file; and a bare RBD image through fio's own
 rbd engine (librbd, no crypto, no NBD): the peer, what the cluster gives a client that
-adds nothing. The cluster is the throwaway mon + memstore OSD of ``tests/support/ceph.py``;
+adds nothing. Beside them, qemu-nbd serving a LUKS image of the same cipher on an RBD image
+of the same cluster (qemu's rbd driver, ``--cache=none``): the peer doing the same job in C. The cluster is the throwaway mon + memstore OSD of ``tests/support/ceph.py``;
 memstore stalls 0.3-1 s now and then, so this prints figures and asserts none of them: the
 issue's targets against the peer (``TARGETS``) are printed as met or not met.
 The reqcrypt servers run on one core and fio on the other (``tests/bench/cores.py``; the
@@ -35,6 +36,7 @@ from tests.bench.cores import (
     pin,
     run_client,
 )
+from tests.bench.qemu_nbd import QemuNbd
 from tests.support import ceph
 from tests.support.keys import XTS_KEY
 from tests.support.nbd_servers import make_export
@@ -59,6 +61,7 @@ TARGETS = {  # workload: reqcrypt rbd aio / fio rbd to reach (issue #27)
     "seq read 1 MiB": 0.6,
 }
 PEER = "fio rbd"
+SAME_JOB = "qemu-nbd rbd"
 PEER_CEPH_ARGS = "--rbd_cache=false"
 """The service opens librbd without its cache (``app/storage/rbd.py``: the cache acknowledges
 writes before the OSDs have them, which fencing forbids); the peer gets the same, through
@@ -126,6 +129,7 @@ def test_rbd_volume_against_a_file_volume_and_librbd(
     }
     peer = "bench-peer"
     ceph_cluster.run("rbd", "create", "--size", f"{SIZE // MIB}M", f"{ceph.POOL}/{peer}")
+    qemu = QemuNbd(tmp_path, SIZE, rbd=(ceph_cluster.conf, ceph.POOL, "bench-qemu"))
     env = {**os.environ, "CEPH_CONF": str(ceph_cluster.conf)}
     peer_env = {**env, "CEPH_ARGS": PEER_CEPH_ARGS}
     (osd,) = [daemon.pid for daemon in ceph_cluster.processes if daemon.args[0] == "ceph-osd"]
@@ -140,6 +144,7 @@ def test_rbd_volume_against_a_file_volume_and_librbd(
         "reqcrypt rbd sync": nbd("false", "on-rbd"),
         "reqcrypt file": nbd("true", "on-file"),
         PEER: {"ioengine": "rbd", "pool": ceph.POOL, "rbdname": peer, "clientname": "admin"},
+        SAME_JOB: {"ioengine": "nbd", "uri": qemu.uri},
     }
     exports = {
         "true": (("on-rbd", "rbd0", "rbd"), ("on-file", "pv", "file")),
@@ -147,6 +152,9 @@ def test_rbd_volume_against_a_file_volume_and_librbd(
     }
     results: dict[str, dict[str, list[dict[str, float]]]] = {}
     try:
+        qemu.start()
+        assert qemu.process is not None
+        pin(qemu.process.pid)
         for aio, server in servers.items():
             server.start()
             assert server.process is not None
@@ -169,6 +177,8 @@ def test_rbd_volume_against_a_file_volume_and_librbd(
                 for who, target in targets.items():
                     if who == PEER:
                         run = fio(target, rw, bs, iodepth, peer_env, None, osd, SERVER_CORE)
+                    elif who == SAME_JOB:
+                        run = fio(target, rw, bs, iodepth, env, qemu.process.pid, osd)
                     else:
                         process = servers[servers_of[who]].process
                         assert process is not None
@@ -182,7 +192,9 @@ def test_rbd_volume_against_a_file_volume_and_librbd(
     finally:
         for server in servers.values():
             server.stop()
+        qemu.stop()
         ceph_cluster.run("rbd", "rm", f"{ceph.POOL}/{peer}")
+        ceph_cluster.run("rbd", "rm", f"{ceph.POOL}/bench-qemu")
     assert not [image for image in ceph_cluster.images() if image.startswith("bench-")]
 
     print(
@@ -195,7 +207,7 @@ def test_rbd_volume_against_a_file_volume_and_librbd(
     print(
         f"{'workload':<18}"
         + "".join(f"{who:>22}" for who in targets)
-        + f"{'aio/sync':>10}{'aio/file':>10}{'aio/peer':>10}"
+        + f"{'aio/sync':>10}{'aio/file':>10}{'aio/peer':>10}{'aio/qemu':>10}"
     )
     for name, runs in results.items():
         figures = {who: [run["figure"] for run in found] for who, found in runs.items()}
@@ -206,7 +218,7 @@ def test_rbd_volume_against_a_file_volume_and_librbd(
         ours = median(figures["reqcrypt rbd aio"])
         ratios = "".join(
             f"{ours / median(figures[other]):>9.2f}x"
-            for other in ("reqcrypt rbd sync", "reqcrypt file", PEER)
+            for other in ("reqcrypt rbd sync", "reqcrypt file", PEER, SAME_JOB)
         )
         print(f"{name:<18}{cells}{ratios}")
     for name, floor in TARGETS.items():
