@@ -51,6 +51,29 @@ def cpu_seconds(pid: int) -> tuple[float, float]:
     return main, others
 
 
+def thread_group_seconds(pid: int) -> dict[str, float]:
+    """User + system CPU seconds of ``pid``'s threads by kind: ``own`` (the threads named as
+    the process is: neither CPython nor qemu names its threads), ``messenger`` (librados'
+    ``msgr-worker-*``) and ``librados`` (librados' and librbd's other named threads)."""
+    groups = {"own": 0.0, "messenger": 0.0, "librados": 0.0}
+    process = Path(f"/proc/{pid}/comm").read_text()
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            comm = (task / "comm").read_text()
+            fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
+        except FileNotFoundError:  # a thread that just ended
+            continue
+        group = (
+            "own"
+            if comm == process
+            else "messenger"
+            if comm.startswith("msgr-worker")
+            else "librados"
+        )
+        groups[group] += (int(fields[11]) + int(fields[12])) / TICKS
+    return groups
+
+
 def runqueue_seconds(pid: int) -> float:
     """Seconds the main thread (the event loop) of ``pid`` has been runnable but not running
     (``/proc/<pid>/task/<pid>/schedstat``): behind other processes, and behind the server's

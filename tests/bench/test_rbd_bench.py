@@ -16,7 +16,8 @@ client in one process, so it runs on the servers' core, as qemu-img convert does
 HTTP bench, and with the librbd options that change what an acknowledged write means set
 as the service sets them (``PEER_CEPH_ARGS``). Each figure has the server's CPU per I/O and
 per MiB (for the peer, fio's own), the OSD's CPU per I/O (is the OSD the ceiling?) and
-fio's CPU (``/proc/<pid>/stat``) beside it.
+fio's CPU (``/proc/<pid>/stat``) beside it; for the servers on RBD, their CPU is also split
+by thread: their own, librados' messenger, and librados' and librbd's other threads.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from tests.bench.cores import (
     cpu_seconds,
     pin,
     run_client,
+    thread_group_seconds,
 )
 from tests.bench.qemu_nbd import QemuNbd
 from tests.support import ceph
@@ -95,11 +97,16 @@ def fio(
         "output-format": "json",
     }
     before = sum(cpu_seconds(server)) if server is not None else 0.0
+    groups_before = thread_group_seconds(server) if server is not None else {}
     osd_before = sum(cpu_seconds(osd))
     run = run_client(["fio", *(f"--{key}={value}" for key, value in options.items())], env, core)
     server_cpu = (
         (sum(cpu_seconds(server)) - before) / (DURATION_S + 1) if server is not None else run.cores
     )
+    groups = {
+        group: (seconds - groups_before[group]) / (DURATION_S + 1)
+        for group, seconds in (thread_group_seconds(server) if server is not None else {}).items()
+    }
     osd_cpu = (sum(cpu_seconds(osd)) - osd_before) / (DURATION_S + 1)
     assert run.returncode == 0, run.stderr
     job: dict[str, Any] = json.loads(run.stdout[run.stdout.index("{") :])["jobs"][0]
@@ -107,6 +114,7 @@ def fio(
     side = job["read"] if "read" in rw else job["write"]
     return {
         "figure": float(side["iops"] if bs == "4k" else side["bw_bytes"] / 1e6),
+        **{f"{group}_us_per_io": cpu / side["iops"] * 1e6 for group, cpu in groups.items()},
         "us_per_io": server_cpu / side["iops"] * 1e6,
         "ms_per_mib": server_cpu / (side["bw_bytes"] / MIB) * 1e3,
         "osd_us_per_io": osd_cpu / side["iops"] * 1e6,
@@ -239,6 +247,22 @@ def test_rbd_volume_against_a_file_volume_and_librbd(
             if who != PEER:  # the peer's fio is its server: a busy one is what it measures
                 client_cores[f"{name} on {who}"] = [run["client"] for run in found]
             cells += f"{per_io:>8.0f} {per_mib:6.2f} {osd_per_io:5.0f} {client:5.2f}".rjust(32)
+        print(f"{name:<18}{cells}")
+    print(
+        "\nserver CPU by thread, µs/IO (1 MiB: ms/MiB): its own threads (reqcrypt's Python, "
+        "qemu-nbd's), librados' messenger, librados' and librbd's other threads"
+    )
+    split = ("reqcrypt rbd aio", "reqcrypt rbd sync", SAME_JOB)
+    print(f"{'workload':<18}" + "".join(f"{who:>24}" for who in split))
+    for name, runs in results.items():
+        scale = 1.0 if name.endswith("4 KiB") else 1e-3  # a 1 MiB I/O is a MiB
+        cells = "".join(
+            " / ".join(
+                f"{median(run[f'{group}_us_per_io'] for run in runs[who]) * scale:.{0 if scale == 1 else 2}f}"
+                for group in ("own", "messenger", "librados")
+            ).rjust(24)
+            for who in split
+        )
         print(f"{name:<18}{cells}")
     for warning in busy_clients(client_cores):
         print(warning)
