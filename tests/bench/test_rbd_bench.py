@@ -1,15 +1,16 @@
 """RBD-backed volumes with and without librbd aio, next to file-backed ones and next to
 librbd alone, in one run (run with -m bench).
 
-fio drives four targets with the same jobs, interleaved ROUNDS times: an aes-xts volume
+fio drives five targets with the same jobs, interleaved ROUNDS times: an aes-xts volume
 on an RBD image exported over NBD (fio's nbd engine) by a reqcrypt with aio (the
 default) and by one with ``REQCRYPT_RBD_AIO=false`` (one synchronous librbd call per
-request, as before aio); one on a sparse file; and a bare RBD image through fio's own
-rbd engine (librbd, no crypto, no NBD): the peer, what the cluster gives a client that
-adds nothing. Beside them, qemu-nbd serving a LUKS image of the same cipher on an RBD image
-of the same cluster (qemu's rbd driver, ``--cache=none``): the peer doing the same job in C. The cluster is the throwaway mon + memstore OSD of ``tests/support/ceph.py``;
-memstore stalls 0.3-1 s now and then, so this prints figures and asserts none of them: the
-issue's targets against the peer (``TARGETS``) are printed as met or not met.
+request, as before aio); one on a sparse file; a bare RBD image through fio's own rbd
+engine (librbd, no crypto, no NBD): the peer, what the cluster gives a client that adds
+nothing; and qemu-nbd serving a LUKS image of the same cipher on an RBD image of the same
+cluster (qemu's rbd driver, ``--cache=none``): the peer doing the same job in C. The
+cluster is the throwaway mon + memstore OSD of ``tests/support/ceph.py``; memstore stalls
+0.3-1 s now and then, so this prints figures and asserts none of them: the issue's targets
+against the peer (``TARGETS``) are printed as met or not met.
 The reqcrypt servers run on one core and fio on the other (``tests/bench/cores.py``; the
 cluster's daemons are left where the scheduler puts them). fio's rbd engine is server and
 client in one process, so it runs on the servers' core, as qemu-img convert does in the
