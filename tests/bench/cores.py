@@ -19,6 +19,7 @@ import shutil
 import subprocess
 import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -35,16 +36,22 @@ CORE_CROWDED = 0.1
 the run is flagged: that work, not the server, may have set its rate."""
 
 
-def cpu_seconds(pid: int) -> tuple[float, float]:
-    """(main thread, all other threads) user + system CPU seconds of ``pid``."""
-    main = others = 0.0
+def _task_seconds(pid: int) -> Iterator[tuple[str, str, float]]:
+    """(thread id, thread name, user + system CPU seconds) of each thread of ``pid``."""
     for task in Path(f"/proc/{pid}/task").iterdir():
         try:
+            comm = (task / "comm").read_text()
             fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
         except FileNotFoundError:  # a thread that just ended
             continue
-        seconds = (int(fields[11]) + int(fields[12])) / TICKS
-        if task.name == str(pid):
+        yield task.name, comm, (int(fields[11]) + int(fields[12])) / TICKS
+
+
+def cpu_seconds(pid: int) -> tuple[float, float]:
+    """(main thread, all other threads) user + system CPU seconds of ``pid``."""
+    main = others = 0.0
+    for tid, _, seconds in _task_seconds(pid):
+        if tid == str(pid):
             main += seconds
         else:
             others += seconds
@@ -57,20 +64,13 @@ def thread_group_seconds(pid: int) -> dict[str, float]:
     ``msgr-worker-*``) and ``librados`` (librados' and librbd's other named threads)."""
     groups = {"own": 0.0, "messenger": 0.0, "librados": 0.0}
     process = Path(f"/proc/{pid}/comm").read_text()
-    for task in Path(f"/proc/{pid}/task").iterdir():
-        try:
-            comm = (task / "comm").read_text()
-            fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
-        except FileNotFoundError:  # a thread that just ended
-            continue
-        group = (
-            "own"
-            if comm == process
-            else "messenger"
-            if comm.startswith("msgr-worker")
-            else "librados"
-        )
-        groups[group] += (int(fields[11]) + int(fields[12])) / TICKS
+    for _, comm, seconds in _task_seconds(pid):
+        if comm == process:
+            groups["own"] += seconds
+        elif comm.startswith("msgr-worker"):
+            groups["messenger"] += seconds
+        else:
+            groups["librados"] += seconds
     return groups
 
 

@@ -97,17 +97,14 @@ def fio(
         "ramp_time": "1",
         "output-format": "json",
     }
-    before = sum(cpu_seconds(server)) if server is not None else 0.0
-    groups_before = thread_group_seconds(server) if server is not None else {}
+    before = thread_group_seconds(server) if server is not None else {}
     osd_before = sum(cpu_seconds(osd))
     run = run_client(["fio", *(f"--{key}={value}" for key, value in options.items())], env, core)
-    server_cpu = (
-        (sum(cpu_seconds(server)) - before) / (DURATION_S + 1) if server is not None else run.cores
-    )
     groups = {
-        group: (seconds - groups_before[group]) / (DURATION_S + 1)
+        group: (seconds - before[group]) / (DURATION_S + 1)
         for group, seconds in (thread_group_seconds(server) if server is not None else {}).items()
     }
+    server_cpu = sum(groups.values()) if server is not None else run.cores
     osd_cpu = (sum(cpu_seconds(osd)) - osd_before) / (DURATION_S + 1)
     assert run.returncode == 0, run.stderr
     job: dict[str, Any] = json.loads(run.stdout[run.stdout.index("{") :])["jobs"][0]
@@ -136,9 +133,9 @@ def test_rbd_volume_against_a_file_volume_and_librbd(
         )
         for aio in ("true", "false")
     }
-    peer = "bench-peer"
+    peer, same_job_image = "bench-peer", "bench-qemu"
     ceph_cluster.run("rbd", "create", "--size", f"{SIZE // MIB}M", f"{ceph.POOL}/{peer}")
-    qemu = QemuNbd(tmp_path, SIZE, rbd=(ceph_cluster.conf, ceph.POOL, "bench-qemu"))
+    qemu = QemuNbd(tmp_path, SIZE, rbd=(ceph_cluster.conf, ceph.POOL, same_job_image))
     env = {**os.environ, "CEPH_CONF": str(ceph_cluster.conf)}
     peer_env = {**env, "CEPH_ARGS": PEER_CEPH_ARGS}
     (osd,) = [daemon.pid for daemon in ceph_cluster.processes if daemon.args[0] == "ceph-osd"]
@@ -203,7 +200,7 @@ def test_rbd_volume_against_a_file_volume_and_librbd(
             server.stop()
         qemu.stop()
         ceph_cluster.run("rbd", "rm", f"{ceph.POOL}/{peer}")
-        ceph_cluster.run("rbd", "rm", f"{ceph.POOL}/bench-qemu")
+        ceph_cluster.run("rbd", "rm", f"{ceph.POOL}/{same_job_image}")
     assert not [image for image in ceph_cluster.images() if image.startswith("bench-")]
 
     print(
@@ -256,14 +253,16 @@ def test_rbd_volume_against_a_file_volume_and_librbd(
     split = ("reqcrypt rbd aio", "reqcrypt rbd sync", SAME_JOB)
     print(f"{'workload':<18}" + "".join(f"{who:>24}" for who in split))
     for name, runs in results.items():
-        scale = 1.0 if name.endswith("4 KiB") else 1e-3  # a 1 MiB I/O is a MiB
-        cells = "".join(
-            " / ".join(
-                f"{median(run[f'{group}_us_per_io'] for run in runs[who]) * scale:.{0 if scale == 1 else 2}f}"
+        cells = ""
+        for who in split:
+            per_io = [
+                median(run[f"{group}_us_per_io"] for run in runs[who])
                 for group in ("own", "messenger", "librados")
-            ).rjust(24)
-            for who in split
-        )
+            ]
+            if name.endswith("4 KiB"):
+                cells += " / ".join(f"{us:.0f}" for us in per_io).rjust(24)
+            else:  # a 1 MiB I/O is a MiB: µs per I/O / 1000 = ms per MiB
+                cells += " / ".join(f"{us / 1000:.2f}" for us in per_io).rjust(24)
         print(f"{name:<18}{cells}")
     for warning in busy_clients(client_cores):
         print(warning)
