@@ -100,10 +100,8 @@ def fio(
     before = thread_group_seconds(server) if server is not None else {}
     osd_before = sum(cpu_seconds(osd))
     run = run_client(["fio", *(f"--{key}={value}" for key, value in options.items())], env, core)
-    groups = {
-        group: (seconds - before[group]) / (DURATION_S + 1)
-        for group, seconds in (thread_group_seconds(server) if server is not None else {}).items()
-    }
+    after = thread_group_seconds(server) if server is not None else {}
+    groups = {group: (after[group] - before[group]) / (DURATION_S + 1) for group in after}
     server_cpu = sum(groups.values()) if server is not None else run.cores
     osd_cpu = (sum(cpu_seconds(osd)) - osd_before) / (DURATION_S + 1)
     assert run.returncode == 0, run.stderr
