@@ -6,19 +6,16 @@ import ctypes
 import ctypes.util
 import gc
 import sys
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from pydantic import ValidationError
 from typer import _click as click
 from typer._click.exceptions import NoArgsIsHelpError, UsageError
 from typer.core import TyperArgument, TyperGroup, TyperOption
 
 from app.bench.cli import bench_app
-from app.commands.client import fail
 from app.commands.dev import dev_app
 from app.commands.engines import engines
 from app.commands.io import io_app
@@ -26,8 +23,9 @@ from app.commands.iostat import iostat
 from app.commands.luks import luks_app
 from app.commands.trace import trace
 from app.commands.vol import vol_app
-from app.config import Settings, describe
+from app.config import Settings
 from app.dmsetup import dmsetup_app
+from app.startup import load_settings, refusals
 
 
 class PlaceholderOption(TyperOption):
@@ -119,6 +117,26 @@ cli = typer.Typer(
 )
 
 
+def _print_version(asked: bool) -> None:
+    if asked:
+        from importlib.metadata import version
+
+        typer.echo(f"reqcrypt {version('reqcrypt')}")
+        raise typer.Exit()
+
+
+@cli.callback()
+def root(
+    show_version: Annotated[
+        bool,
+        typer.Option(
+            "--version", callback=_print_version, is_eager=True, help="print the version and exit"
+        ),
+    ] = False,
+) -> None:
+    """reqcrypt: encrypted block volumes over HTTP."""
+
+
 GC_YOUNG_THRESHOLD = 20_000
 """Allocations less deallocations of container objects that start a young-generation
 collection in ``serve`` (CPython's default is 700)."""
@@ -154,16 +172,6 @@ def tune_malloc() -> None:
     libc.mallopt(m_trim_threshold, 256 << 20)
 
 
-def load_settings(**overrides: object) -> Settings:
-    """Settings from the environment; a bad one is a line on stderr and exit 2, no traceback."""
-    try:
-        return Settings(**overrides)  # type: ignore[arg-type]
-    except ValidationError as error:
-        for line in describe(error):
-            typer.echo(f"reqcrypt: {line}", err=True)
-        raise typer.Exit(2) from None
-
-
 def startup_lines(settings: Settings, admin_token_file: Path) -> list[str]:
     """Every listener (HTTP, NBD and whether it has TLS), where the tokens and the key are."""
     shown = "localhost" if settings.host in ("127.0.0.1", "::1") else settings.host
@@ -191,22 +199,6 @@ def startup_lines(settings: Settings, admin_token_file: Path) -> list[str]:
     if settings.master_key is None:
         lines.append(f"the master key is in {settings.resolved_master_key_file}")
     return lines
-
-
-@contextmanager
-def refusals(command: str) -> Iterator[None]:
-    """A refusal to run (the database, the master key, a running service, the system) as
-    the one error line every command prints: ``reqcrypt: <command>: <why>``, exit 1."""
-    from app.db.checks import DatabaseRefused
-    from app.keyfiles import MasterKeyError, ServiceRunning
-
-    try:
-        yield
-    except (DatabaseRefused, MasterKeyError, ServiceRunning) as error:
-        fail(f"{command}: {error}")
-    except OSError as error:
-        where = f"{error.filename}: " if error.filename is not None else ""
-        fail(f"{command}: {where}{error.strerror or error}")
 
 
 @cli.command()

@@ -1,9 +1,9 @@
 """``reqcrypt bench``: run benchmark jobs and built-in scenarios in-process, or a workload over HTTP.
 
 In-process runs build their own application state (``build_state``) against a
-temporary data directory by default, so they never touch a running service's
-volumes; ``--data-dir`` points at a stopped service's directory to benchmark
-its volumes by name.
+temporary data directory and database by default, so they never touch a running
+service's volumes or records; ``--data-dir`` points at a stopped service's directory
+(and its database) to benchmark its volumes by name.
 """
 
 from __future__ import annotations
@@ -27,7 +27,12 @@ from app.sizes import format_size, parse_size
 DEFAULT_ROUND_SECONDS = 0.25
 
 DataDirOption = Annotated[
-    Path | None, typer.Option(metavar="DIR", help="state directory (default: a temporary one)")
+    Path | None,
+    typer.Option(
+        metavar="DIR",
+        help="a stopped service's state directory, opened with its database "
+        "(default: a temporary directory and database)",
+    ),
 ]
 NumjobsOption = Annotated[int, typer.Option(metavar="N", help="jobs, each over its own region")]
 SeedOption = Annotated[int, typer.Option(metavar="N", help="seed of the random offsets")]
@@ -42,16 +47,34 @@ bench_app = typer.Typer(help="Benchmarks: fio-like workloads, sweeps and built-i
 
 
 @contextmanager
-def _state(data_dir: Path | None) -> Iterator[Any]:
-    """Application state over ``data_dir`` (a fresh temporary directory when None)."""
+def _state(command: str, data_dir: Path | None) -> Iterator[Any]:
+    """Application state for an in-process run.
+
+    Without ``data_dir``: a temporary directory with its own SQLite database and master
+    key, whatever the environment says of a service's (``REQCRYPT_DATABASE_URL``, its key,
+    its node), so a run beside a service never touches the service's state. With it: that
+    stopped service's directory, database and key, as ``serve`` would open them.
+    """
     from prometheus_client import CollectorRegistry
 
-    from app.config import Settings
     from app.main import build_state
+    from app.startup import load_settings, refusals
 
     with tempfile.TemporaryDirectory(prefix="reqcrypt-bench-") as scratch:
-        settings = Settings(data_dir=data_dir or Path(scratch), auth="disabled")
-        state = build_state(settings, CollectorRegistry())
+        if data_dir is None:
+            settings = load_settings(
+                data_dir=Path(scratch),
+                auth="disabled",
+                database_url=None,
+                master_key=None,
+                master_key_file=None,
+                node_id=None,
+                node_url=None,
+            )
+        else:
+            settings = load_settings(data_dir=data_dir, auth="disabled")
+        with refusals(f"bench {command}"):
+            state = build_state(settings, CollectorRegistry())
         try:
             yield state
         finally:
@@ -204,7 +227,7 @@ def run(
         job["volume"] = volume
     try:
         spec = JobSpec.from_dict(job)
-        with _state(data_dir) as state:
+        with _state("run", data_dir) as state:
             bar = _Bar("bench") if not as_json else None
             try:
                 result = state.benchmarks.run_now(spec, bar.update if bar else None)
@@ -263,7 +286,7 @@ def run_scenario(
 
     try:
         scenarios.scenario(name)
-        with _state(data_dir) as state:
+        with _state("scenario", data_dir) as state:
             bars: dict[str, _Bar] = {}
 
             def progress(label: str, fraction: float) -> None:
@@ -320,6 +343,7 @@ def replay_command(
 
     from app.bench import replay, report
     from app.engine.presets import DEVICE_MODELS, ENGINES
+    from app.startup import refusals
 
     if engine not in ENGINES or device_model not in DEVICE_MODELS:
         typer.echo(
@@ -328,7 +352,10 @@ def replay_command(
             err=True,
         )
         raise typer.Exit(2)
-    text = sys.stdin.read() if str(trace_file) == "-" else trace_file.read_text(errors="replace")
+    with refusals("bench replay"):
+        text = (
+            sys.stdin.read() if str(trace_file) == "-" else trace_file.read_text(errors="replace")
+        )
     config = replay.ReplayConfig(
         cipher=cipher,
         sector_size=sector_size,

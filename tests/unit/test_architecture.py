@@ -51,6 +51,7 @@ ALLOWED: dict[str, set[str]] = {
         "vocab",
         "commands",  # `bench http` finds the service and token as every client command does
         "main",  # `reqcrypt bench` builds the service's state in process
+        "startup",  # in-process runs load settings and refuse to start as every command does
     },
     "metrics": {"cluster", "control", "nbd"},
     "nbd": {"blk", "config", "control", "dm", "errors", "io", "vocab"},
@@ -92,7 +93,9 @@ ALLOWED: dict[str, set[str]] = {
     # `trace --summary` reads blkparse text with app.blk.trace (pure text, no queue)
     "commands": {"blk", "config", "errors", "sizes"},
     "dmsetup": {"commands", "config"},
-    "cli": {"bench", "commands", "config", "db", "dmsetup", "keyfiles", "main"},
+    # an in-process command's settings and refusals to start (database, key, data directory)
+    "startup": {"commands", "config", "db", "keyfiles"},
+    "cli": {"bench", "commands", "config", "db", "dmsetup", "keyfiles", "main", "startup"},
 }
 WEB = {"fastapi", "starlette"}
 SQL = {"sqlalchemy", "alembic"}

@@ -76,3 +76,11 @@ def test_a_size_that_is_not_whole_bytes_is_a_usage_error() -> None:
         "reqcrypt: dev create: Invalid value for 'SIZE': size '1.3k': not a whole number of "
         "bytes (see reqcrypt dev create --help)\n"
     )
+
+
+def test_version_is_the_installed_distributions() -> None:
+    from importlib.metadata import version
+
+    result = CliRunner().invoke(cli, ["--version"], prog_name="reqcrypt")
+    assert result.exit_code == 0
+    assert result.stdout == f"reqcrypt {version('reqcrypt')}\n"
