@@ -81,7 +81,7 @@ def test_secrets_come_from_the_env_file_not_the_image() -> None:
 
 def test_the_image_builds_the_wheel_from_what_the_wheel_test_builds_it_from() -> None:
     """No docker here: the build stage must copy every input the tested wheel build uses."""
-    from tests.support.build import BUILD_INPUTS
+    from tests.support.build import BUILD_INPUTS, IMAGE_LOCK
 
     build_stage = (ROOT / "Dockerfile").read_text().split("FROM ")[1]
     copied = {
@@ -90,8 +90,23 @@ def test_the_image_builds_the_wheel_from_what_the_wheel_test_builds_it_from() ->
         if line.startswith("COPY ")
         for word in line.split()[1:-1]
     }
-    assert copied == set(BUILD_INPUTS)
-    assert "pip wheel" in build_stage
+    assert copied == {*BUILD_INPUTS, IMAGE_LOCK}
+    assert "pip wheel --no-cache-dir --no-deps --no-build-isolation" in build_stage
+
+
+def test_every_package_in_the_image_comes_from_the_lock_checked_by_hash() -> None:
+    """Both stages install the runtime lock with --require-hashes (no resolver at build
+    time), and the wheel itself goes in without its dependencies."""
+    from tests.support.build import IMAGE_LOCK
+
+    dockerfile = (ROOT / "Dockerfile").read_text()
+    installs = [line for line in dockerfile.splitlines() if line.startswith("RUN pip install")]
+    assert len(installs) == 2
+    assert all("--require-hashes" in line for line in installs)
+    assert installs[0].endswith(f"-r {IMAGE_LOCK}")
+    assert installs[1].endswith("-r /tmp/runtime.txt \\")
+    assert f"COPY {IMAGE_LOCK} /tmp/runtime.txt" in dockerfile
+    assert "pip install --no-deps /tmp/wheels/*.whl" in dockerfile
 
 
 @pytest.fixture

@@ -11,6 +11,7 @@ import uvicorn
 from uvicorn.server import ServerState
 
 from app.api.connections import HEAD_READ_BYTES, BodySink, _content_length, bounded_head_protocol
+from tests.support.transport import Transport
 
 
 def test_only_a_single_content_length_without_transfer_encoding_frames_a_body() -> None:
@@ -76,31 +77,6 @@ def test_a_chunked_body_never_lands_in_place() -> None:
         assert bytes(buffer) == b"abcd"
 
     asyncio.run(scenario())
-
-
-class Transport:
-    """What the protocol asks of a socket's transport; records whether reading is paused."""
-
-    def __init__(self) -> None:
-        self.paused = False
-
-    def get_extra_info(self, name: str, default: Any = None) -> Any:
-        return default
-
-    def pause_reading(self) -> None:
-        self.paused = True
-
-    def resume_reading(self) -> None:
-        self.paused = False
-
-    def is_closing(self) -> bool:
-        return False
-
-    def write(self, data: bytes) -> None:
-        pass
-
-    def close(self) -> None:
-        pass
 
 
 def test_a_body_waits_in_the_socket_until_its_route_reads_it() -> None:
