@@ -19,6 +19,18 @@ from tests.support.database import (
     migrated_postgres_template,
     migrated_template,
 )
+from tests.support.scheduling import DealtWorkStealing, slow_first
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    slow_first(items)
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> DealtWorkStealing | None:
+    """``--dist worksteal`` (scripts/test) deals the slow tests out first."""
+    if config.getvalue("dist") == "worksteal":
+        return DealtWorkStealing(config, log)
+    return None
 
 
 @pytest.fixture

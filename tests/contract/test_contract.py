@@ -92,12 +92,14 @@ def server() -> Iterator[Server]:
         shutil.rmtree(SERVER.data_dir.parent, ignore_errors=True)
 
 
+@pytest.mark.slow
 @schema.parametrize()
 def test_operation(case: Any) -> None:
     """Examples, coverage and fuzzing phases, one operation at a time."""
     case.call_and_validate()
 
 
+@pytest.mark.slow
 def test_stateful() -> None:
     """Sequences that follow the links: device -> volume -> data and lifecycle calls,
     and benchmark runs -> their results.

@@ -77,6 +77,7 @@ def make_volume(server: Server, name: str, size: int = 8 * MIB) -> None:
     reqcrypt(server, "dmsetup", "create", name, "--table", table)
 
 
+@pytest.mark.slow
 def test_dev_create_ls_rm_with_sizes_and_a_model(server: Server) -> None:
     reqcrypt(server, "dev", "create", "small", "64M")
     reqcrypt(server, "dev", "create", "card", "1G", "--model", "sdcard-bbb")
@@ -94,6 +95,7 @@ def test_dev_create_ls_rm_with_sizes_and_a_model(server: Server) -> None:
     assert "card" not in names
 
 
+@pytest.mark.slow
 def test_user_errors_are_the_problem_detail_on_stderr_without_traceback(server: Server) -> None:
     odd = reqcrypt(server, "dev", "create", "odd", "1000", ok=False)
     assert odd.returncode == 1
@@ -128,6 +130,7 @@ def test_user_errors_are_the_problem_detail_on_stderr_without_traceback(server: 
         assert b"Traceback" not in result.stderr
 
 
+@pytest.mark.slow
 def test_io_write_then_read_round_trips_files_and_pipes(server: Server, tmp_path: Path) -> None:
     make_volume(server, "rt")
     payload = random.Random(7).randbytes(5 * MIB + 123)  # more than one 4 MiB chunk, unaligned
@@ -328,6 +331,7 @@ def _trace_while_writing(server: Server, name: str, *options: str) -> str:
         return out.read().decode()
 
 
+@pytest.mark.slow
 def test_trace_prints_blkparse_lines_and_btt_summary(server: Server) -> None:
     make_volume(server, "traced")
     text = _trace_while_writing(server, "traced")

@@ -107,6 +107,7 @@ def stack_on(node: Node, name: str, lower: str) -> httpx.Response:
         return client.post("/v1/volumes", json={"name": name, "table": table})
 
 
+@pytest.mark.slow
 def test_nodes_racing_for_one_free_lease_give_it_one_owner(
     cluster: Callable[..., Node],
 ) -> None:
@@ -135,6 +136,7 @@ def test_nodes_racing_for_one_free_lease_give_it_one_owner(
     assert owners[0]["lease_epoch"] == 2  # created (1), then taken once more
 
 
+@pytest.mark.slow
 def test_a_killed_owner_fails_over_with_flushed_data_intact(
     cluster: Callable[..., Node],
 ) -> None:
@@ -146,6 +148,7 @@ def test_a_killed_owner_fails_over_with_flushed_data_intact(
     assert b.metric("reqcrypt_node_takeovers_total") >= 1
 
 
+@pytest.mark.slow
 def test_a_frozen_owner_drops_the_volume_without_writing(
     cluster: Callable[..., Node],
 ) -> None:
@@ -191,6 +194,7 @@ def assert_given_up_within_about_a_lease(answer: httpx.Response, waited: float) 
     assert waited < LEASE + 10 * RENEW, waited
 
 
+@pytest.mark.slow
 def test_a_control_call_forwarded_to_a_frozen_owner_answers_503_within_about_a_lease(
     cluster: Callable[[str], Node],
 ) -> None:
@@ -442,6 +446,7 @@ def test_moving_a_lower_volume_moves_its_stack(pair: tuple[Node, Node]) -> None:
         assert read(client, 0, 4096, "mu") == upper_data
 
 
+@pytest.mark.slow
 def test_a_killed_owner_fails_over_a_stack_with_flushed_data_intact(
     cluster: Callable[..., Node],
 ) -> None:
@@ -470,6 +475,7 @@ def test_a_killed_owner_fails_over_a_stack_with_flushed_data_intact(
         assert shown["lease_epoch"] == 2, name
 
 
+@pytest.mark.slow
 def test_a_proxying_node_streams_the_data_path_to_the_owner(
     cluster: Callable[..., Node],
 ) -> None:
@@ -503,6 +509,7 @@ def test_a_proxying_node_streams_the_data_path_to_the_owner(
         assert read(client, 4096, 262144) == data
 
 
+@pytest.mark.slow
 def test_a_proxied_read_of_a_frozen_owner_answers_503_within_about_a_lease(
     cluster: Callable[..., Node],
 ) -> None:

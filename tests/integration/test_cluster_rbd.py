@@ -84,6 +84,7 @@ def blocklist(cluster: ceph.Cluster) -> set[str]:
     return {entry["addr"] for entry in listed}
 
 
+@pytest.mark.slow
 def test_a_killed_rbd_owner_fails_over_with_flushed_data_intact(
     rbd_cluster: tuple[Callable[[str], Node], str], ceph_cluster: ceph.Cluster
 ) -> None:
@@ -102,6 +103,7 @@ def test_a_killed_rbd_owner_fails_over_with_flushed_data_intact(
     assert b.metric("reqcrypt_node_takeovers_total") >= 1
 
 
+@pytest.mark.slow
 def test_a_frozen_rbd_owner_is_blocklisted_and_never_writes_again(
     rbd_cluster: tuple[Callable[[str], Node], str], ceph_cluster: ceph.Cluster
 ) -> None:
@@ -156,6 +158,7 @@ def test_a_frozen_rbd_owner_is_blocklisted_and_never_writes_again(
         assert client.get("/v1/volumes/v").json()["owner"]["node"] == "b"
 
 
+@pytest.mark.slow
 def test_a_blocklisted_node_hands_its_rbd_volumes_over_and_reconnects(
     rbd_cluster: tuple[Callable[[str], Node], str], ceph_cluster: ceph.Cluster
 ) -> None:

@@ -221,6 +221,7 @@ def verify(client: httpx.Client, histories: dict[int, BlockHistory], kill: int) 
         assert run["state"] in ("done", "failed"), run
 
 
+@pytest.mark.slow
 def test_sigkill_at_random_points_loses_no_flushed_write(server: Server) -> None:
     seed = 1
     rng = random.Random(seed)

@@ -73,6 +73,7 @@ def test_oversized_body_is_413_before_it_is_read(tmp_path: Path) -> None:
         small.stop()
 
 
+@pytest.mark.slow
 def test_256_mib_put_and_get_stream_within_the_memory_bound(server: Server) -> None:
     total = 256 * MIB
     piece = 4 * MIB

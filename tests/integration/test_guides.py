@@ -98,6 +98,7 @@ def home(tmp_path: Path) -> Iterator[tuple[Path, dict[str, str], int, int]]:
         server.wait(timeout=15)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("guide", GUIDES)
 def test_the_guide_runs_as_written(guide: str, home: tuple[Path, dict[str, str], int, int]) -> None:
     work, env, port, nbd_port = home
@@ -119,6 +120,7 @@ def test_the_quickstart_starts_with_scripts_run_then_four_commands() -> None:
     assert len(cli.strip().splitlines()) == 4
 
 
+@pytest.mark.slow
 def test_the_quickstart_reads_back_what_it_wrote(
     home: tuple[Path, dict[str, str], int, int],
 ) -> None:

@@ -174,6 +174,7 @@ def test_the_null_endpoint_takes_a_body_in_pieces(tmp_path: Path) -> None:
         ceiling.stop()
 
 
+@pytest.mark.slow
 def test_a_route_busy_past_the_body_timeout_does_not_time_the_client_out(tmp_path: Path) -> None:
     """The per-piece body deadline counts from when the route asks for the next piece: a
     write waiting on a suspended volume for longer than it keeps the client's body coming."""

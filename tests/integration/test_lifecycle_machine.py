@@ -337,10 +337,12 @@ def run_machine(backend: str, examples: int, template: Path | str) -> None:
     runner.runTest()
 
 
+@pytest.mark.slow
 def test_lifecycle_matches_the_model_across_restarts_on_sqlite(sqlite_template: Path) -> None:
     run_machine("sqlite", 100, sqlite_template)
 
 
+@pytest.mark.slow
 @pytest.mark.postgres
 def test_lifecycle_matches_the_model_across_restarts_on_postgres(postgres_template: str) -> None:
     run_machine("postgres", 8, postgres_template)

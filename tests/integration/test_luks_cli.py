@@ -95,6 +95,7 @@ def on_terminal(server: Server, args: list[str], answers: list[bytes]) -> tuple[
     return process.wait(timeout=60), shown
 
 
+@pytest.mark.slow
 def test_format_prompts_without_echo_and_cryptsetup_opens_the_image(
     server: Server, tmp_path: Path
 ) -> None:

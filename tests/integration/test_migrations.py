@@ -123,6 +123,7 @@ def test_the_alembic_command_line_migrates_from_the_source_tree(tmp_path: Path) 
     assert table_names(url) == EXPECTED_TABLES
 
 
+@pytest.mark.slow
 @pytest.mark.e2e
 def test_an_installed_wheel_migrates_without_the_source_tree(tmp_path: Path) -> None:
     """The image installs the wheel only: its `reqcrypt migrate` must find the migrations."""

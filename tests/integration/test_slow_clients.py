@@ -96,6 +96,7 @@ def nothing_to_read(sock: socket.socket) -> bool:
     return False
 
 
+@pytest.mark.slow
 def test_trickling_bodies_block_no_one_and_end_in_408_with_nothing_written(
     server: Server,
 ) -> None:

@@ -14,6 +14,7 @@ from tests.support.servers import Server
 pytestmark = pytest.mark.e2e
 
 
+@pytest.mark.slow
 def test_a_ten_second_soak_loses_nothing_and_keeps_memory_bounded(server: Server) -> None:
     result = CliRunner().invoke(
         cli,
