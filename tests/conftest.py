@@ -11,7 +11,7 @@ import pytest
 from fastapi import FastAPI
 
 from app.config import Settings
-from tests.support import ceph
+from tests.support import aes_paths, ceph
 from tests.support.app import ADMIN_TOKEN, IO_TOKEN, asgi_client, make_settings, started
 from tests.support.database import (
     copy_database,
@@ -20,6 +20,18 @@ from tests.support.database import (
     migrated_template,
 )
 from tests.support.scheduling import DealtWorkStealing, slow_first
+
+_aes_paths_run: set[str] = set()
+
+
+def pytest_testnodedown(node: object, error: object) -> None:
+    """An xdist worker is done: the AES paths it ran join the run's (tests/unit/conftest.py)."""
+    output = getattr(node, "workeroutput", {})
+    _aes_paths_run.update(output.get(aes_paths.WORKER_OUTPUT_KEY, ()))
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    aes_paths.report(terminalreporter, _aes_paths_run)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

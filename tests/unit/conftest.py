@@ -9,8 +9,8 @@ from collections.abc import Iterator
 import pytest
 
 from app import _native
+from tests.support import aes_paths
 
-ALL_PATHS = ("avx512", "avx2", "aesni", "openssl")
 LANE_PATHS = tuple(name for name in _native.PATHS if name != "openssl")
 """The paths with native AES-CBC lanes: every one but openssl."""
 
@@ -39,20 +39,12 @@ def lane_path(request: pytest.FixtureRequest) -> Iterator[str]:
     yield from _take(str(request.param))
 
 
-def why_not(path: str) -> str:
-    """What the CPU lacks for path, in set_path's words."""
-    try:
-        _native.set_path(path)
-    except RuntimeError as error:
-        return str(error)
-    raise AssertionError(f"{path} is runnable")
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """Under xdist, this worker's paths go to the controller, which reports them."""
+    output = getattr(session.config, "workeroutput", None)
+    if output is not None:
+        output[aes_paths.WORKER_OUTPUT_KEY] = sorted(_ran)
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
-    if not _ran:
-        return
-    order = [name for name in ALL_PATHS if name in _ran]
-    terminalreporter.write_line(f"AES paths run: {', '.join(order)}")
-    for name in ALL_PATHS:
-        if name not in _native.PATHS:
-            terminalreporter.write_line(f"AES path not run: {why_not(name)}")
+    aes_paths.report(terminalreporter, _ran)

@@ -22,7 +22,7 @@ import pytest
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 
 from app import _native
-from tests.unit.conftest import ALL_PATHS
+from tests.support.aes_paths import ALL_PATHS
 
 _Bytes = bytes | bytearray | memoryview | npt.NDArray[Any]
 
