@@ -3,27 +3,21 @@ reqcrypt itself), for scripts/setup to remove: an install holds what the lock sa
 
 from __future__ import annotations
 
-import re
 import sys
 from importlib.metadata import distributions
 
-
-def normalized(name: str) -> str:
-    return re.sub(r"[-_.]+", "-", name).lower()
+from packaging.utils import canonicalize_name
 
 
 def locked_names(lock: str) -> set[str]:
+    """The names a pip-compile lock pins (``NAME==VERSION \\`` lines)."""
     with open(lock, encoding="utf-8") as lines:
-        return {
-            normalized(re.split(r"[=<>~!\[ ;]", line, maxsplit=1)[0])
-            for line in lines
-            if line[:1].isalnum()
-        }
+        return {canonicalize_name(line.split("==", 1)[0]) for line in lines if line[:1].isalnum()}
 
 
 def main() -> None:
     keep = locked_names(sys.argv[1]) | {"pip", "reqcrypt"}
-    installed = {normalized(dist.metadata["Name"]) for dist in distributions()}
+    installed = {canonicalize_name(dist.metadata["Name"]) for dist in distributions()}
     print(" ".join(sorted(installed - keep)))
 
 

@@ -507,12 +507,7 @@ class BulkTransform(CryptTransform):
         first = self._ecb_into(self._ecb("tweak", key_index, True), ivs, "tweak0")
         flat = out.reshape(-1)
         _native.whiten(flat, source, first, self.sector_size)
-        context = self._ecb("data", key_index, encrypt)
-        crypted = (
-            flat
-            if isinstance(context, _ciphers.NullContext)
-            else self._ecb_into(context, flat, "crypted")
-        )
+        crypted = self._ecb_into(self._ecb("data", key_index, encrypt), flat, "crypted")
         _native.whiten(flat, crypted, first, self.sector_size)
 
     def _cbc_lanes(self) -> bool:
