@@ -276,10 +276,11 @@ def migrate(
     """Upgrade the database to REVISION (default: head)."""
     from app.db import migrate as migrations
     from app.db.checks import check_server
+    from app.keyfiles import make_data_dir
 
     settings = load_settings()
     with refusals("migrate"):
-        settings.data_dir.mkdir(parents=True, exist_ok=True)
+        make_data_dir(settings)
         check_server(settings.resolved_database_url)
     migrations.upgrade(settings.resolved_database_url, revision)
     typer.echo(f"reqcrypt: database at {revision}")

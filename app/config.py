@@ -27,6 +27,14 @@ def default_data_dir() -> Path:
     return Path(base) / "reqcrypt"
 
 
+def physical_memory() -> int:
+    """Bytes of RAM (POSIX sysconf); 2 GiB where the platform does not say."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return 2 << 30
+
+
 def is_loopback(host: str) -> bool:
     if host == "localhost":
         return True
@@ -73,6 +81,8 @@ class HttpLimits(SettingsView):
     head_timeout_seconds: float
     suspend_wait_seconds: float
     max_volume_ios: int
+    max_connections: int
+    send_timeout_seconds: float
 
 
 class ClusterSettings(SettingsView):
@@ -93,6 +103,8 @@ class NbdSettings(SettingsView):
     nbd_port: int
     nbd_max_in_flight: int
     nbd_max_in_flight_bytes: int
+    nbd_max_connections: int
+    send_timeout_seconds: float
     nbd_tls_cert: Path | None
     nbd_tls_key: Path | None
     nbd_tls_ca: Path | None
@@ -106,13 +118,15 @@ class BenchmarkSettings(SettingsView):
 
 
 class LuksSettings(SettingsView):
-    """LUKS key derivation: the most one may cost (REQCRYPT_LUKS_MAX_PBKDF_*), and how many
-    run at once."""
+    """LUKS key derivation: the most one may cost (REQCRYPT_LUKS_MAX_PBKDF_*), the most all
+    those of one unlock may cost together (REQCRYPT_LUKS_MAX_UNLOCK_WORK), and how many run
+    at once."""
 
     luks_max_pbkdf_memory_kib: int
     luks_max_pbkdf_time: int
     luks_max_pbkdf_parallel: int
     luks_max_pbkdf_iterations: int
+    luks_max_unlock_work: int
     luks_pbkdf_workers: int
 
 
@@ -197,6 +211,39 @@ class Settings(BaseSettings):
         "connection or of their first byte (else 408; a connection that sent nothing closes)",
     )
     suspend_wait_seconds: float = Field(default=30.0, ge=0)
+    max_connections: int = Field(
+        default=1024,
+        ge=1,
+        le=1 << 20,
+        description="HTTP connections open at once; past it a new connection is answered "
+        "503 and closed, the open ones served as before",
+    )
+    nbd_max_connections: int = Field(
+        default=256,
+        ge=1,
+        le=1 << 20,
+        description="NBD connections open at once; past it a new connection is closed "
+        "before negotiation, the open ones served as before",
+    )
+    max_buffered_bytes: int | None = Field(
+        default=None,
+        ge=1 << 20,
+        description="bytes held for clients at once, HTTP and NBD together (bodies being "
+        "received, replies not yet taken); past it new requests wait or get 503; unset: "
+        "an eighth of physical memory, between 256 MiB and 4 GiB",
+    )
+    send_timeout_seconds: float = Field(
+        default=30.0,
+        gt=0,
+        le=3600,
+        description="longest a client may leave the server's reply unread (HTTP and NBD): "
+        "no progress for this long closes the connection",
+    )
+    metrics_auth: Literal["none", "io"] = Field(
+        default="none",
+        description="who may read /metrics: anyone (the Prometheus convention), or callers "
+        "with the io or admin token",
+    )
     plug_window_us: int = Field(default=50, ge=0, le=1_000_000)
     nbd_port: int | None = Field(
         default=None, ge=0, le=65535, description="serve exported volumes over NBD; unset: off"
@@ -280,6 +327,17 @@ class Settings(BaseSettings):
     )
     luks_max_pbkdf_iterations: int = Field(
         default=50_000_000, ge=1000, description="PBKDF2 iterations a LUKS keyslot may ask"
+    )
+    luks_max_unlock_work: int = Field(
+        default=200_000_000,
+        ge=1000,
+        description="key-derivation work one LUKS unlock (open, add-key, kill-slot) may cost: "
+        "every keyslot a wrong passphrase would try and the digest checked after each, "
+        "counted from the header before any runs (else 422). Unit: one HMAC, i.e. a PBKDF2 "
+        "iteration per hash-sized block derived (SHA-512 counts 2); an Argon2 keyslot costs "
+        "4 per KiB of memory per pass, whatever its threads. The default, about 45 s of one "
+        "core, opens four keyslots of 1 GiB x 11 Argon2 passes or eight LUKS1 keyslots of "
+        "10,000,000 PBKDF2-SHA256 iterations",
     )
     luks_pbkdf_workers: int = Field(
         default=1, ge=1, le=64, description="LUKS key derivations run at once (more wait)"
@@ -369,6 +427,13 @@ class Settings(BaseSettings):
     @property
     def http(self) -> HttpLimits:
         return HttpLimits.model_validate(self)
+
+    @property
+    def buffered_bytes(self) -> int:
+        """``max_buffered_bytes``, or its default sized to this machine's memory."""
+        if self.max_buffered_bytes is not None:
+            return self.max_buffered_bytes
+        return min(max(physical_memory() // 8, 256 << 20), 4 << 30)
 
     @property
     def renew_interval(self) -> float:

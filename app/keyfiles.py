@@ -1,4 +1,4 @@
-"""Secrets kept as 0600 files in the data directory, created on first start.
+"""Secrets kept as 0600 files in the data directory (itself 0700), created on first start.
 
 Master key rotation keeps the key file and the database in step across a crash:
 the new key is first written durably beside the file (``master.key.new``), the
@@ -20,6 +20,7 @@ import hashlib
 import hmac
 import os
 import secrets
+import stat
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -53,8 +54,25 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
+def _private_dir(path: Path) -> None:
+    """``path`` as a directory only its owner enters: made 0700, or tightened to it when
+    it is ours and looser (a data directory made 0755 by an older reqcrypt). Another
+    user's directory, or a shared one with the sticky bit (``/tmp``), keeps its mode."""
+    path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    info = path.stat()
+    if info.st_uid == os.geteuid() and info.st_mode & 0o077 and not info.st_mode & stat.S_ISVTX:
+        path.chmod(stat.S_IMODE(info.st_mode) & ~0o077)
+
+
+def make_data_dir(settings: Settings) -> None:
+    """The data directory and its devices directory, 0700: the database, the key files and
+    the device images in them are nobody else's to list or open."""
+    _private_dir(settings.data_dir)
+    _private_dir(settings.devices_dir)
+
+
 def _write_private(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     with os.fdopen(fd, "w") as handle:
         handle.write(text + "\n")
@@ -171,7 +189,7 @@ def settle_master_key(settings: Settings, unwraps: KeyProbe, recorded: bytes | N
 @contextlib.contextmanager
 def data_dir_lock(settings: Settings, *, exclusive: bool) -> Iterator[None]:
     """``serve`` holds it shared for its lifetime; ``rotate-master-key`` needs it alone."""
-    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    make_data_dir(settings)
     fd = os.open(settings.data_dir / "reqcrypt.lock", os.O_RDWR | os.O_CREAT, 0o600)
     try:
         try:

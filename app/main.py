@@ -22,6 +22,7 @@ from app.api import docs, manual, problems
 from app.api.bodylimit import ControlBodyLimit
 from app.api.connections import bounded_head_protocol
 from app.api.ownership import OwnerRouting
+from app.api.paths import CanonicalPath
 from app.api.routes import (
     benchmarks,
     ceiling,
@@ -48,6 +49,7 @@ from app.db.records import Records, master_key_unwraps, rewrap_keys
 from app.db.session import make_engine, make_sessionmaker
 from app.engine.registry import EngineRegistry
 from app.io.admission import VolumeAdmission
+from app.io.budget import ByteBudget, trim_after
 from app.io.executor import IoExecutor
 from app.keyfiles import (
     MasterKeyError,
@@ -55,6 +57,7 @@ from app.keyfiles import (
     commit_pending_master_key,
     key_check_value,
     load_admin_token,
+    make_data_dir,
     not_the_recorded_key,
     settle_master_key,
     write_pending_master_key,
@@ -63,6 +66,7 @@ from app.metrics import (
     HttpMetrics,
     RequestContextMiddleware,
     ScrapeCollector,
+    budget_metrics,
     cluster_metrics,
     nbd_metrics,
     volume_metrics,
@@ -103,7 +107,13 @@ def http_protocol(settings: Settings) -> type[asyncio.Protocol]:
     """What ``serve`` runs uvicorn with: its protocol plus a bounded request head, read
     into buffers it gives."""
     # uvicorn only instantiates the class, and the loop serves a buffered protocol as well.
-    return cast("type[asyncio.Protocol]", bounded_head_protocol(settings.http.head_timeout_seconds))
+    http = settings.http
+    protocol = bounded_head_protocol(
+        http.head_timeout_seconds,
+        send_timeout=http.send_timeout_seconds,
+        max_connections=http.max_connections,
+    )
+    return cast("type[asyncio.Protocol]", protocol)
 
 
 def ceph_cluster(settings: Settings) -> CephCluster | None:
@@ -134,7 +144,7 @@ def migrated_engine(settings: Settings) -> Engine:
     """The database engine once the server and schema are checked (``checks.DatabaseRefused``
     if not usable) and, unless ``migrate_on_start`` is off, migrated to head. Off, a
     database behind the code is served as it is and ``/readyz`` answers 503."""
-    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    make_data_dir(settings)
     url = settings.resolved_database_url
     checks.check_server(url)
     db_engine = make_engine(url)
@@ -212,6 +222,8 @@ def build_state(settings: Settings, registry: CollectorRegistry) -> State:
     control = Control(Records(sessions, master_key), devices, engines, settings.control, serving)
     control.restore()
     registry.register(ScrapeCollector(partial(volume_metrics, control)))
+    budget = ByteBudget(settings.buffered_bytes, drained=trim_after)
+    registry.register(ScrapeCollector(partial(budget_metrics, budget)))
     cluster = None
     if cluster_settings is not None and serving is not None:
         cluster = ClusterNode(control, serving, cluster_settings)
@@ -231,6 +243,7 @@ def build_state(settings: Settings, registry: CollectorRegistry) -> State:
         benchmarks=benchmarks_runner,
         io_executor=IoExecutor(),
         admission=VolumeAdmission(http.max_volume_ios),
+        budget=budget,
         cluster=cluster,
     )
 
@@ -243,7 +256,9 @@ async def start_nbd(state: State) -> NbdServer:
         tls = make_tls_context(
             str(settings.nbd_tls_cert), str(settings.nbd_tls_key), str(settings.nbd_tls_ca)
         )
-    server = NbdServer(state.control, state.io_executor, state.admission, settings, tls=tls)
+    server = NbdServer(
+        state.control, state.io_executor, state.admission, settings, budget=state.budget, tls=tls
+    )
     await server.start()
     state.registry.register(ScrapeCollector(partial(nbd_metrics, server)))
     log.info("NBD on %s:%d%s", settings.host, server.port, " (TLS required)" if tls else "")
@@ -392,6 +407,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     if settings.node_id is not None:
         app.add_middleware(OwnerRouting)
     app.add_middleware(ControlBodyLimit, max_bytes=settings.http.max_control_body_bytes)
+    app.add_middleware(CanonicalPath)
     app.add_middleware(RequestContextMiddleware, metrics=HttpMetrics(registry))
     # Data routes first: FastAPI tries routers in this order on every request.
     app.include_router(data.router)

@@ -15,6 +15,7 @@ from prometheus_client.registry import Collector
 if TYPE_CHECKING:
     from app.cluster import ClusterNode
     from app.control import Control
+    from app.io.budget import ByteBudget
     from app.nbd.server import NbdServer
 
 Scope = MutableMapping[str, Any]
@@ -183,6 +184,24 @@ def volume_metrics(control: Control) -> Iterator[Metric]:
     yield busy
 
 
+def budget_metrics(budget: ByteBudget) -> Iterator[Metric]:
+    """Bytes held for clients (REQCRYPT_MAX_BUFFERED_BYTES): now, at most, and refusals."""
+    yield GaugeMetricFamily(
+        "reqcrypt_buffered_bytes", "bytes held for clients now", value=budget.held
+    )
+    yield GaugeMetricFamily(
+        "reqcrypt_buffered_bytes_peak", "most bytes held for clients at once", value=budget.peak
+    )
+    yield GaugeMetricFamily(
+        "reqcrypt_buffered_bytes_limit", "the budget of bytes held for clients", value=budget.limit
+    )
+    yield CounterMetricFamily(
+        "reqcrypt_buffered_refusals",
+        "requests answered 503 because the budget was spent",
+        value=budget.refused,
+    )
+
+
 def nbd_metrics(server: NbdServer) -> Iterator[Metric]:
     """NBD requests, bytes and connections per exported volume."""
     requests = CounterMetricFamily(
@@ -211,6 +230,21 @@ def nbd_metrics(server: NbdServer) -> Iterator[Metric]:
     yield moved
     yield errors
     yield connections
+    yield GaugeMetricFamily(
+        "reqcrypt_nbd_connections_open",
+        "NBD connections open, negotiating ones included (REQCRYPT_NBD_MAX_CONNECTIONS)",
+        value=len(server.connections),
+    )
+    yield CounterMetricFamily(
+        "reqcrypt_nbd_connections_refused",
+        "NBD connections closed at once: REQCRYPT_NBD_MAX_CONNECTIONS were open",
+        value=server.refused,
+    )
+    yield CounterMetricFamily(
+        "reqcrypt_nbd_send_timeouts",
+        "NBD connections aborted: no reply taken for REQCRYPT_SEND_TIMEOUT_SECONDS",
+        value=server.send_timeouts,
+    )
 
 
 def cluster_metrics(cluster: ClusterNode) -> Iterator[Metric]:

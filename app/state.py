@@ -15,6 +15,7 @@ from app.config import HttpLimits, Settings
 from app.control import Control
 from app.engine.registry import EngineRegistry
 from app.io.admission import VolumeAdmission
+from app.io.budget import ByteBudget
 from app.io.executor import IoExecutor
 from app.nbd.server import NbdServer
 
@@ -34,6 +35,8 @@ class State:
     benchmarks: BenchmarkJobs
     io_executor: IoExecutor
     admission: VolumeAdmission
+    budget: ByteBudget
+    """Bytes held for clients, HTTP and NBD together (REQCRYPT_MAX_BUFFERED_BYTES)."""
     nbd: NbdServer | None = None
     cluster: ClusterNode | None = None
     """This process as a cluster node (REQCRYPT_NODE_ID); None: the only node."""

@@ -1,10 +1,11 @@
 """A bound on control-plane request bodies (JSON), enforced before they are read.
 
-FastAPI reads a JSON body whole before any dependency or route runs, so the
-bound has to sit in front of it. The data path (``…/data``) is exempt: it
-streams and checks its own limits (REQCRYPT_MAX_BODY_BYTES, MAX_BATCH_BYTES)
-from Content-Length, as this does. A chunked body without Content-Length is
-counted as it arrives and refused once past the bound.
+FastAPI reads a JSON body whole before any dependency or route runs, and a cluster node
+reads a create call's body to place it, so the bound has to sit in front of both. Only
+the data path (``/v1/volumes/{name}/data``, exactly: ``paths.DATA_PATH``) is exempt: it
+streams and checks its own limits (REQCRYPT_MAX_BODY_BYTES, MAX_BATCH_BYTES) from
+Content-Length, as this does. A chunked body without Content-Length is counted as it
+arrives and refused once past the bound, whoever is reading it.
 """
 
 from __future__ import annotations
@@ -14,7 +15,14 @@ from collections.abc import Awaitable
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from app.api.paths import DATA_PATH
 from app.api.problems import problem
+from app.api.ranges import content_length
+
+
+class _Overflow(HTTPException):
+    """A chunked body went past the bound while something read it: FastAPI answers it as
+    any HTTPException, and here answers it when a middleware was reading."""
 
 
 class ControlBodyLimit:
@@ -30,35 +38,47 @@ class ControlBodyLimit:
         )
 
     def __call__(self, scope: Scope, receive: Receive, send: Send) -> Awaitable[None]:
-        if scope["type"] != "http" or scope["path"].endswith("/data"):
+        if scope["type"] != "http" or DATA_PATH.match(scope["path"]):
             # Handed on, not awaited: no frame of this middleware for the event loop to
             # re-enter each time a data request resumes.
             return self.app(scope, receive, send)
         return self._limited(scope, receive, send)
 
+    async def _refuse(self, scope: Scope, receive: Receive, send: Send, size: int | None) -> None:
+        response = problem(
+            413, self._too_large(size), instance=scope["path"], headers={"Connection": "close"}
+        )
+        await response(scope, receive, send)
+
     async def _limited(self, scope: Scope, receive: Receive, send: Send) -> None:
         declared = next((v for k, v in scope["headers"] if k == b"content-length"), None)
         if declared is not None:
-            # The server has already refused a malformed Content-Length.
-            if declared.isdigit() and int(declared) > self.max_bytes:
-                response = problem(
-                    413,
-                    self._too_large(int(declared)),
-                    instance=scope["path"],
-                    headers={"Connection": "close"},
-                )
-                await response(scope, receive, send)
+            # The server has already refused a Content-Length that is not digits.
+            size = content_length(declared)
+            if size is not None and size > self.max_bytes:
+                await self._refuse(scope, receive, send, size)
                 return
             await self.app(scope, receive, send)
             return
         received = 0
+        started = False
 
         async def counted() -> Message:
             nonlocal received
             message = await receive()
             received += len(message.get("body", b""))
             if received > self.max_bytes:
-                raise HTTPException(413, self._too_large(None), headers={"Connection": "close"})
+                raise _Overflow(413, self._too_large(None), headers={"Connection": "close"})
             return message
 
-        await self.app(scope, counted, send)
+        async def watched(message: Message) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, counted, watched)
+        except _Overflow:
+            if started:  # an answer already under way can only be cut short
+                raise
+            await self._refuse(scope, receive, send, None)

@@ -1,7 +1,12 @@
 """uvicorn's HTTP/1.1 protocol with the bounds it lacks on a request's head.
 
 uvicorn bounds an idle keep-alive connection (``timeout_keep_alive``) and nothing
-else before a request exists: a connection that never sends a byte is kept for
+else: no cap on connections before a request exists (``limit_concurrency`` answers 503
+only once a head has been read), and a client that stops reading its answer keeps it
+in the transport's buffer for ever. Here a connection past ``max_connections`` is
+answered 503 and closed at once, and a reply that makes no progress towards its client
+for ``send_timeout`` seconds (nginx's ``send_timeout``) closes the connection, which
+frees what it held. Before a request exists, a connection that never sends a byte is kept for
 ever, and the keep-alive timer stops at the first byte, so headers sent one byte a
 minute (slowloris) hold a connection for ever too; with httptools no size bounds
 the head either. Here every request's line and headers must arrive within
@@ -27,6 +32,7 @@ pauses once a head whose body goes on has been parsed, until the route asks for 
 from __future__ import annotations
 
 import asyncio
+import gc
 import threading
 from asyncio import TimerHandle
 from collections import deque
@@ -201,8 +207,14 @@ _receive = _Receive()
 
 class BoundedHeadProtocol(HttpToolsProtocol):
     head_timeout: float = 10.0
+    send_timeout: float = 30.0
+    max_connections: int = 1 << 20
+    refused = 0
+    """Connections refused at the cap, by this process (the class is made per server)."""
 
     _head_deadline: TimerHandle | None = None
+    _send_deadline: TimerHandle | None = None
+    _unsent: int = 0
     _head_bytes: int = 0
     _in_head: bool = False
     _sink: BodySink | None = None
@@ -210,11 +222,27 @@ class BoundedHeadProtocol(HttpToolsProtocol):
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
+        if len(self.server_state.connections) > self.max_connections:
+            type(self).refused += 1
+            self._close_with(
+                503,
+                "Service Unavailable",
+                "the server has REQCRYPT_MAX_CONNECTIONS connections open; retry shortly",
+                "retry-after: 1\r\n",
+            )
+            return
         self._start_head()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._end_head()
+        self._end_send()
+        cycle = self.cycle
+        if cycle is not None and not cycle.response_complete:
+            _collect_soon(self.loop)
         super().connection_lost(exc)
+        # uvicorn cancels its keep-alive timer only on a clean close: after a reset the
+        # timer would keep this connection, and all it held, for timeout_keep_alive.
+        self._unset_keepalive_if_required()
         if self._sink is not None:
             self._sink.wake()
 
@@ -227,6 +255,8 @@ class BoundedHeadProtocol(HttpToolsProtocol):
         return _receive.head if self._in_head else _receive.buffer
 
     def buffer_updated(self, nbytes: int) -> None:
+        if self.transport.is_closing():  # refused at the cap, or timed out: nothing to read
+            return
         landing = self._reading
         self._reading = None
         if landing is not None:
@@ -321,19 +351,71 @@ class BoundedHeadProtocol(HttpToolsProtocol):
         else:
             self.transport.close()
 
+    def pause_writing(self) -> None:
+        super().pause_writing()
+        if self._send_deadline is None:
+            self._unsent = self.transport.get_write_buffer_size()
+            self._send_deadline = self.loop.call_later(self.send_timeout, self._send_timed_out)
+
+    def resume_writing(self) -> None:
+        super().resume_writing()
+        self._end_send()
+
+    def _end_send(self) -> None:
+        if self._send_deadline is not None:
+            self._send_deadline.cancel()
+            self._send_deadline = None
+
+    def _send_timed_out(self) -> None:
+        """The client took nothing of its answer for ``send_timeout``: drop it (abort, not
+        close: a close would wait to send what it will not take)."""
+        unsent = self.transport.get_write_buffer_size()
+        if 0 < unsent < self._unsent:  # it is reading, slowly: another period
+            self._unsent = unsent
+            self._send_deadline = self.loop.call_later(self.send_timeout, self._send_timed_out)
+            return
+        self._send_deadline = None
+        self.transport.abort()
+
     def _refuse(self, status: int, phrase: str) -> None:
         self._end_head()
-        body = (
+        self._close_with(
+            status,
+            phrase,
             f"{phrase}: a request's line and headers must arrive within "
-            f"REQCRYPT_HEAD_TIMEOUT_SECONDS and {MAX_HEAD_BYTES} bytes"
+            f"REQCRYPT_HEAD_TIMEOUT_SECONDS and {MAX_HEAD_BYTES} bytes",
         )
+
+    def _close_with(self, status: int, phrase: str, body: str, headers: str = "") -> None:
         self.transport.write(
             (
                 f"HTTP/1.1 {status} {phrase}\r\ncontent-type: text/plain; charset=utf-8\r\n"
-                f"content-length: {len(body)}\r\nconnection: close\r\n\r\n{body}"
+                f"content-length: {len(body)}\r\n{headers}connection: close\r\n\r\n{body}"
             ).encode("ascii")
         )
         self.transport.close()
+
+
+COLLECT_AFTER = 0.1
+"""Seconds from a client leaving mid-answer to the collection that frees what it held: a
+burst of such clients is one collection."""
+
+_collection: dict[asyncio.AbstractEventLoop, asyncio.TimerHandle] = {}
+
+
+def _collect_soon(loop: asyncio.AbstractEventLoop) -> None:
+    """A client that leaves mid-request (its body or its answer cut short) ends the request
+    with an exception whose traceback holds the frames that held its buffers: a reference
+    cycle that the cyclic collector frees only at its next full collection (``reqcrypt
+    serve`` lets the young generation grow). Collect once, shortly, so the memory comes back
+    when the client goes."""
+    if loop not in _collection:
+        _collection[loop] = loop.call_later(COLLECT_AFTER, _collect, loop)
+
+
+def _collect(loop: asyncio.AbstractEventLoop) -> None:
+    del _collection[loop]
+    gc.collect()
 
 
 def _parser(protocol: BoundedHeadProtocol) -> httptools.HttpRequestParser:
@@ -383,7 +465,17 @@ class BufferedConnection(asyncio.BufferedProtocol):
         self.http.resume_writing()
 
 
-def bounded_head_protocol(head_timeout: float) -> type[BufferedConnection]:
+def bounded_head_protocol(
+    head_timeout: float, *, send_timeout: float = 30.0, max_connections: int = 1 << 20
+) -> type[BufferedConnection]:
     """The protocol class for ``uvicorn.run(http=…)``, which instantiates it itself."""
-    http_class = type("BoundedHeadProtocol", (BoundedHeadProtocol,), {"head_timeout": head_timeout})
+    http_class = type(
+        "BoundedHeadProtocol",
+        (BoundedHeadProtocol,),
+        {
+            "head_timeout": head_timeout,
+            "send_timeout": send_timeout,
+            "max_connections": max_connections,
+        },
+    )
     return type("BufferedConnection", (BufferedConnection,), {"http_class": http_class})

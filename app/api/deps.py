@@ -20,6 +20,7 @@ from starlette.exceptions import HTTPException
 from app.config import HttpLimits
 from app.control import Control
 from app.io.admission import VolumeAdmission
+from app.io.budget import ByteBudget
 from app.io.executor import IoExecutor
 from app.state import State
 
@@ -97,6 +98,7 @@ class IoContext:
     limits: HttpLimits
     executor: IoExecutor
     admission: VolumeAdmission
+    budget: ByteBudget
     role: Role
 
 
@@ -105,7 +107,9 @@ async def get_io_context(request: Request) -> IoContext:
     tens of microseconds, which a 4 KiB I/O notices."""
     state: State = request.app.state.reqcrypt
     role = authorize(state, request.headers.get("authorization"))
-    return IoContext(state.control, state.http, state.io_executor, state.admission, role)
+    return IoContext(
+        state.control, state.http, state.io_executor, state.admission, state.budget, role
+    )
 
 
 IoDep = Annotated[IoContext, Depends(get_io_context)]

@@ -8,7 +8,15 @@ import binascii
 from dataclasses import fields
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, SecretStr, model_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    SecretStr,
+    field_validator,
+    model_validator,
+)
 from pydantic.config import JsonDict
 
 from app.integers import integral_float
@@ -40,6 +48,15 @@ PASSPHRASE_NOT_BOTH: JsonDict = {
 }
 
 
+def utf8(text: SecretStr, field: str) -> bytes:
+    """The UTF-8 bytes the PBKDF hashes. JSON may escape a lone surrogate (``"\\ud800"``),
+    which no UTF-8 text holds: refused as invalid input, not left to fail mid-request."""
+    try:
+        return text.get_secret_value().encode()
+    except UnicodeEncodeError:
+        raise ValueError(f"{field} is not valid UTF-8 text (a lone surrogate)") from None
+
+
 class OptionalSecret(BaseModel):
     """A passphrase, or a key file's bytes in base64: at most one."""
 
@@ -55,6 +72,13 @@ class OptionalSecret(BaseModel):
         description="the key file's bytes, base64 (as `cryptsetup --key-file`)",
     )
 
+    @field_validator("passphrase")
+    @classmethod
+    def _text(cls, passphrase: SecretStr | None) -> SecretStr | None:
+        if passphrase is not None:
+            utf8(passphrase, "passphrase")
+        return passphrase
+
     @model_validator(mode="after")
     def _at_most_one(self) -> OptionalSecret:
         if self.passphrase is not None and self.key_file is not None:
@@ -69,7 +93,7 @@ class OptionalSecret(BaseModel):
     def optional_secret(self) -> bytearray | None:
         """The bytes the PBKDF hashes, if given; the caller zeroes them after use."""
         if self.passphrase is not None:
-            return bytearray(self.passphrase.get_secret_value().encode())
+            return bytearray(utf8(self.passphrase, "passphrase"))
         if self.key_file is not None:
             return bytearray(base64.b64decode(self.key_file.get_secret_value(), validate=True))
         return None
@@ -141,6 +165,16 @@ class LuksFormatIn(Secret):
 class LuksKeyslotIn(Secret):
     new_passphrase: SecretStr = Field(min_length=1, max_length=MAX_PASSPHRASE)
     pbkdf: PbkdfIn = Field(default_factory=PbkdfIn)
+
+    @field_validator("new_passphrase")
+    @classmethod
+    def _new_text(cls, new_passphrase: SecretStr) -> SecretStr:
+        utf8(new_passphrase, "new_passphrase")
+        return new_passphrase
+
+    def new_secret(self) -> bytearray:
+        """The new passphrase's bytes; the caller zeroes them after use."""
+        return bytearray(utf8(self.new_passphrase, "new_passphrase"))
 
 
 class LuksKillIn(OptionalSecret):

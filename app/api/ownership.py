@@ -9,7 +9,6 @@ path, the owner's answer relayed, and refusals rendered as problem+json.
 
 from __future__ import annotations
 
-import re
 from typing import TYPE_CHECKING
 
 import anyio
@@ -18,14 +17,13 @@ from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app.api.deps import authorize
+from app.api.paths import VOLUME_PATH
 from app.api.problems import problem
-from app.cluster.relay import OwnerUnreachable, Relay, forwarded, read_body, target_url
+from app.cluster.relay import OwnerUnreachable, Relay, forwarded, target_url
 from app.cluster.routing import Elsewhere, Refused, Route, Router
 
 if TYPE_CHECKING:
     from app.state import State
-
-_VOLUME_PATH = re.compile(r"^/v1/volumes/([^/]+)(/.*)?$")
 
 
 class OwnerRouting:
@@ -38,7 +36,7 @@ class OwnerRouting:
             return
         state: State = scope["app"].state.reqcrypt
         path: str = scope["path"]
-        match = _VOLUME_PATH.match(path)
+        match = VOLUME_PATH.match(path)
         create = path == "/v1/volumes" and scope["method"] == "POST"
         if (
             # first: a served volume's data path costs nothing more here
@@ -55,7 +53,8 @@ class OwnerRouting:
             table_limits=state.control.table_limits,
         )
         if match is None:
-            body = await read_body(receive)
+            # Bounded by REQCRYPT_MAX_CONTROL_BODY_BYTES (``ControlBodyLimit``, outside this).
+            body = await _read_body(receive)
             receive = _replay(body, receive)
             route = await anyio.to_thread.run_sync(router.create, body)
         else:
@@ -81,18 +80,12 @@ class OwnerRouting:
             return
         assert state.cluster is not None
         assert state.forwarder is not None
-        relay = Relay(state.cluster, state.forwarder)
         try:
-            if route.how == "proxy":
-                await relay.proxy(scope, receive, send, route.node, route.url)
-                return
-            status, headers, content = await relay.forward(
-                scope, await read_body(receive), route.node, route.url
+            await Relay(state.cluster, state.forwarder).proxy(
+                scope, receive, send, route.node, route.url
             )
         except OwnerUnreachable as unreachable:
             await _refuse(scope, send, 503, unreachable.detail)
-            return
-        await Response(content, status_code=status, headers=headers)(scope, _no_body, send)
 
 
 def _replay(body: bytes, receive: Receive) -> Receive:
@@ -107,6 +100,18 @@ def _replay(body: bytes, receive: Receive) -> Receive:
         return {"type": "http.request", "body": body, "more_body": False}
 
     return replay
+
+
+async def _read_body(receive: Receive) -> bytes:
+    chunks = []
+    while True:
+        message = await receive()
+        if message["type"] != "http.request":
+            break
+        chunks.append(message.get("body", b""))
+        if not message.get("more_body"):
+            break
+    return b"".join(chunks)
 
 
 def _authorized(state: State, scope: Scope) -> bool:

@@ -8,8 +8,9 @@ from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.requests import ClientDisconnect
 from starlette.routing import Match
 
 from app import errors
@@ -85,7 +86,9 @@ async def _domain_error(request: Request, exc: Exception) -> JSONResponse:
         extra = {"line": exc.line, "field": exc.field}
     if isinstance(exc, errors.BatchFailed):
         extra = {"failed": exc.failed}
-    if status >= 500:
+    if isinstance(exc, errors.Unavailable):  # a bound doing its job: retried, not a fault
+        log.debug("request %s refused for now: %s", request.url.path, exc.detail)
+    elif status >= 500:
         log.error("request %s failed: %s", request.url.path, exc.detail)
     return problem(
         status,
@@ -152,7 +155,15 @@ async def _unhandled(request: Request, exc: Exception) -> JSONResponse:
     )
 
 
+async def _client_gone(request: Request, exc: Exception) -> Response:
+    """The client left mid-request (a body cut short): nothing to answer, nothing wrong
+    here. Its request wrote nothing it acknowledged."""
+    log.debug("client left during %s %s", request.method, request.url.path)
+    return Response(status_code=499)
+
+
 def install(app: FastAPI) -> None:
+    app.add_exception_handler(ClientDisconnect, _client_gone)
     app.add_exception_handler(errors.ReqcryptError, _domain_error)
     app.add_exception_handler(StarletteHTTPException, _http_error)
     app.add_exception_handler(RequestValidationError, _validation_error)

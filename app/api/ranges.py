@@ -19,6 +19,14 @@ def _position(digits: str) -> int:
     return int(significant or "0") if len(significant) <= 20 else _BEYOND
 
 
+def content_length(value: bytes) -> int | None:
+    """A Content-Length header's value (None when it is not digits), never handed whole to
+    ``int()``: thousands of leading zeros are digits too."""
+    if not value.isdigit():
+        return None
+    return _position(value.decode("ascii"))
+
+
 @dataclass(frozen=True, slots=True)
 class ByteRange:
     first: int

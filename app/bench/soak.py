@@ -30,6 +30,10 @@ import httpx
 from app.errors import InvalidInput
 
 BLOCK = 4096
+KEEPALIVE_EXPIRY_S = 1.0
+"""A client drops an idle connection well before the server may (REQCRYPT_KEEP_ALIVE_SECONDS,
+5 s by default): at the same expiry the server's close races the client's next request on
+it, which then fails with a read error though nothing went wrong."""
 BOUNDARY = "reqcrypt-soak"
 LIFECYCLE_EVERY_S = 0.5
 
@@ -258,7 +262,11 @@ async def soak(
     """Create ``volumes`` volumes, run ``clients`` clients for ``duration_s``, check, clean up."""
     check_loopback(url)
     headers = {"Authorization": f"Bearer {token}"} if token else {}
-    limits = httpx.Limits(max_connections=clients + 2, max_keepalive_connections=clients + 2)
+    limits = httpx.Limits(
+        max_connections=clients + 2,
+        max_keepalive_connections=clients + 2,
+        keepalive_expiry=KEEPALIVE_EXPIRY_S,
+    )
     tag = os.urandom(3).hex()
     names = [f"soak-{tag}-{i}" for i in range(volumes)]
     ciphers = ["aes-xts-plain64", "aes-cbc-essiv:sha256", "aes-xts-plain64"]

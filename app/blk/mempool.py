@@ -4,11 +4,18 @@ A worker that keeps its buffers reuses warm memory instead of page-faulting a
 fresh one per request. Buffers start on a page boundary, like a bio's pages,
 because the kernel's copy into user memory (pread, recv) is much slower into
 malloc's large blocks, which start 16 bytes past a page.
+
+Slabs and large buffers are anonymous mappings, not malloc's: a buffer freed goes back
+to a small warm pool (``MAPPED_POOL`` bytes) or to the system at once, so memory that a
+burst of clients made the process hold comes back when they go, whatever malloc's
+thresholds (raised for speed by ``reqcrypt serve``) would keep.
 """
 
 from __future__ import annotations
 
+import mmap
 import threading
+import weakref
 
 import numpy as np
 
@@ -17,6 +24,11 @@ PAGE = 4096
 #: SLAB bytes (a slab is freed with its last piece).
 SLAB = 1 << 20
 SLAB_PIECE = 64 << 10
+#: Buffers a thread's free list keeps: enough for nested borrows; past it, a burst of
+#: concurrent requests' buffers are freed rather than kept for ever.
+FREE_LIST = 8
+#: Freed mappings kept warm for the next buffer of their size; the rest are unmapped.
+MAPPED_POOL = 8 << 20
 
 
 class _FreeList(threading.local):
@@ -29,10 +41,40 @@ class _FreeList(threading.local):
 _free = _FreeList()
 
 
+class _Mapped:
+    """Freed mappings by size, for any thread (a buffer is freed where its last view goes)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.free: dict[int, list[mmap.mmap]] = {}
+        self.pooled = 0
+
+
+_mapped = _Mapped()
+
+
 def _aligned(size: int) -> memoryview:
-    raw = np.empty(size + PAGE, dtype=np.uint8)
-    start = -raw.ctypes.data % PAGE
-    return raw.data[start : start + size]
+    """A mapping of ``size`` bytes (page-aligned by nature), through an ndarray: its
+    finalizer hands the mapping back when the last view of it goes."""
+    length = max(size, 1)
+    with _mapped.lock:
+        stack = _mapped.free.get(length)
+        mapping = stack.pop() if stack else None
+        if mapping is not None:
+            _mapped.pooled -= length
+    if mapping is None:
+        mapping = mmap.mmap(-1, length)
+    array = np.frombuffer(mapping, dtype=np.uint8)
+    weakref.finalize(array, _recycle, mapping)
+    return array.data[:size]
+
+
+def _recycle(mapping: mmap.mmap) -> None:
+    length = len(mapping)
+    with _mapped.lock:
+        if _mapped.pooled + length <= MAPPED_POOL:
+            _mapped.free.setdefault(length, []).append(mapping)
+            _mapped.pooled += length
 
 
 def page_aligned(size: int) -> memoryview:
@@ -65,8 +107,10 @@ def take(size: int) -> memoryview:
 
 
 def give(buffer: memoryview) -> None:
-    """Return a buffer ``take`` gave to this thread's free list."""
-    _free.buffers.append(buffer)
+    """Return a buffer ``take`` gave to this thread's free list (or drop it, when full)."""
+    free = _free.buffers
+    if len(free) < FREE_LIST:
+        free.append(buffer)
 
 
 def borrow(size: int) -> _Borrowed:

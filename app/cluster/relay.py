@@ -1,10 +1,10 @@
 """Relaying a request to the node that owns its volume, over plain ASGI.
 
-``forward`` replays a control call (its body read whole) with the caller's headers, its
-token included, and returns the owner's answer; ``proxy`` streams a data-path request
-to the owner and its answer back, chunk by chunk, with every end-to-end header (Range,
-If-Match, ETag, Content-Range…). Both add ``Reqcrypt-Forwarded-By``, so the owner never
-passes the request on again.
+``proxy`` streams a request to the owner and its answer back, chunk by chunk, with every
+end-to-end header (the caller's token, Range, If-Match, ETag, Content-Range…), and adds
+``Reqcrypt-Forwarded-By``, so the owner never passes the request on again. Control calls
+and the data path go the same way: nothing is held whole here (the client's connection
+paces the owner's answer), so a relayed answer costs this node what a local one does.
 
 How long either may wait is tied to the owner's heartbeat, not to a fixed timeout: a
 suspend that drains, or a move that flushes and hands over, may legitimately take
@@ -39,8 +39,6 @@ _CONNECTION = frozenset(
     {b"host", b"connection", b"keep-alive", b"transfer-encoding", b"te", b"upgrade"}
 )
 """Headers of one connection, never relayed."""
-_HOP_BY_HOP = _CONNECTION | {b"content-length"}
-"""Also Content-Length where a body is read whole and sent again (httpx sets it)."""
 
 
 class OwnerUnreachable(Exception):
@@ -71,28 +69,26 @@ def target_url(base: str, scope: Scope) -> str:
     return url
 
 
-async def read_body(receive: Receive) -> bytes:
-    chunks = []
-    while True:
-        message = await receive()
-        if message["type"] != "http.request":
-            break
-        chunks.append(message.get("body", b""))
-        if not message.get("more_body"):
-            break
-    return b"".join(chunks)
+async def _stream_body(receive: Receive, done: anyio.Event) -> AsyncIterator[bytes]:
+    try:
+        while True:
+            message = await receive()
+            if message["type"] != "http.request":
+                raise _ClientGone
+            chunk: bytes = message.get("body", b"")
+            if chunk:
+                yield chunk
+            if not message.get("more_body"):
+                return
+    finally:
+        done.set()
 
 
-async def _stream_body(receive: Receive) -> AsyncIterator[bytes]:
-    while True:
-        message = await receive()
-        if message["type"] != "http.request":
-            raise _ClientGone
-        chunk: bytes = message.get("body", b"")
-        if chunk:
-            yield chunk
-        if not message.get("more_body"):
-            return
+async def _until_disconnect(receive: Receive, body_read: anyio.Event) -> None:
+    """Returns once the client has gone (its body, if any, read to its end before)."""
+    await body_read.wait()
+    while (await receive())["type"] != "http.disconnect":
+        pass
 
 
 class Relay:
@@ -100,44 +96,13 @@ class Relay:
         self.cluster = cluster
         self.client = client
 
-    async def forward(
-        self, scope: Scope, body: bytes, node: str, base: str
-    ) -> tuple[int, dict[str, str], bytes]:
-        """Replay a control request to ``base`` (another node, ``node``): the answer's
-        status, relayable headers and body."""
-        headers = [
-            (key.decode("latin-1"), value.decode("latin-1"))
-            for key, value in scope["headers"]
-            if key not in _HOP_BY_HOP
-        ]
-        headers.append((FORWARDED_BY, self.cluster.node))
-        url = target_url(base, scope)
-        answers: list[httpx.Response] = []
-
-        async def call() -> None:
-            answers.append(
-                await self.client.request(scope["method"], url, headers=headers, content=body)
-            )
-
-        try:
-            alive = await self._unless_dead(node, call)
-        except httpx.HTTPError as error:
-            raise OwnerUnreachable(_did_not_answer(base, error)) from None
-        if not alive:
-            raise OwnerUnreachable(_stopped_heartbeating(node, base))
-        answer = answers[0]
-        relayed = {
-            key: value
-            for key, value in answer.headers.items()
-            if key.lower().encode() not in _HOP_BY_HOP and key.lower() != "content-encoding"
-        }
-        return answer.status_code, relayed, answer.content
-
     async def proxy(self, scope: Scope, receive: Receive, send: Send, node: str, base: str) -> None:
-        """Stream a data-path request to ``base`` (the owner, ``node``) and its answer back:
-        no body is held whole here, the owner applies its own body limits, and every
-        end-to-end header (Authorization, Range, If-*, Content-Range, ETag, Content-Length)
-        passes unchanged, so HEAD and conditional requests answer as the owner would.
+        """Stream a request to ``base`` (the owner, ``node``) and its answer back: no body
+        is held whole here, the owner applies its own body limits, and every end-to-end
+        header (Authorization, Range, If-*, Content-Range, ETag, Content-Length) passes
+        unchanged, so HEAD and conditional requests answer as the owner would. Each piece
+        of the answer waits until the client's connection takes the last (the server's
+        flow control), and a client that leaves ends the relay.
         ``OwnerUnreachable`` before the answer started; ``OwnerGone`` after."""
         headers = [
             (key.decode("latin-1"), value.decode("latin-1"))
@@ -149,11 +114,14 @@ class Relay:
             (key == b"content-length" and value != b"0") or key == b"transfer-encoding"
             for key, value in scope["headers"]
         )
+        body_read = anyio.Event()
+        if not has_body:
+            body_read.set()
         request = self.client.build_request(
             scope["method"],
             target_url(base, scope),
             headers=headers,
-            content=_stream_body(receive) if has_body else None,
+            content=_stream_body(receive, body_read) if has_body else None,
         )
         answers: list[httpx.Response] = []
         started = False
@@ -177,7 +145,7 @@ class Relay:
             await send({"type": "http.response.body", "body": b"", "more_body": False})
 
         try:
-            alive = await self._unless_dead(node, relay)
+            alive = await self._unless_dead(node, relay, _until_disconnect(receive, body_read))
         except _ClientGone:
             return
         except httpx.HTTPError as error:
@@ -187,19 +155,22 @@ class Relay:
         finally:
             for answer in answers:
                 await answer.aclose()
-        if alive:
+        if alive is not False:
             return
         if started:
             raise OwnerGone(f"node {node} stopped heartbeating while its answer was relayed")
         raise OwnerUnreachable(_stopped_heartbeating(node, base))
 
-    async def _unless_dead(self, node: str, work: Callable[[], Awaitable[None]]) -> bool:
-        """Run ``work`` for as long as ``node`` heartbeats: False when it was abandoned
-        because that node's heartbeat grew older than a lease. ``work``'s own exception
-        is raised as it is (not in a group)."""
+    async def _unless_dead(
+        self, node: str, work: Callable[[], Awaitable[None]], client_gone: Awaitable[None]
+    ) -> bool | None:
+        """Run ``work`` for as long as ``node`` heartbeats and the client stays: False when
+        it was abandoned because that node's heartbeat grew older than a lease, None when
+        the client left first. ``work``'s own exception is raised as it is (not in a group)."""
         cluster = self.cluster
         failures: list[Exception] = []
         finished = False
+        left = False
 
         async def run(scope: anyio.CancelScope) -> None:
             nonlocal finished
@@ -220,12 +191,19 @@ class Relay:
                 if not alive:
                     scope.cancel()
 
+        async def leave(scope: anyio.CancelScope) -> None:
+            nonlocal left
+            await client_gone
+            left = True
+            scope.cancel()
+
         async with anyio.create_task_group() as group:
             group.start_soon(run, group.cancel_scope)
             group.start_soon(watch, group.cancel_scope)
+            group.start_soon(leave, group.cancel_scope)
         if failures:
             raise failures[0]
-        return finished
+        return None if left and not finished else finished
 
 
 def _did_not_answer(base: str, error: httpx.HTTPError) -> str:

@@ -2,17 +2,31 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
 from pathlib import Path
 
 from sqlalchemy import Engine, create_engine, event
+from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session, sessionmaker
+
+
+def _create_private_sqlite_file(url: str) -> None:
+    """Create a SQLite database file 0600 before SQLite would (0644 less the umask), in a
+    directory made 0700 if missing. SQLite gives the -wal, -shm and -journal files it makes
+    beside the database the database file's mode, so they are private from their creation."""
+    database = make_url(url).database
+    if not database or database == ":memory:" or database.startswith("file:"):
+        return
+    path = Path(database)
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    with contextlib.suppress(FileExistsError):
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
 
 
 def make_engine(url: str) -> Engine:
     if url.startswith("sqlite"):
-        path = url.split("///", 1)[-1]
-        if path and path != ":memory:":
-            Path(path).parent.mkdir(parents=True, exist_ok=True)
+        _create_private_sqlite_file(url)
         engine = create_engine(url, connect_args={"check_same_thread": False})
 
         @event.listens_for(engine, "connect")

@@ -92,6 +92,8 @@ class IoExecutor:
                 if job is not None:
                     first = not self._done
                     self._done.append((future, *outcome))
+                    # Idle, this frame would keep the last job's buffers alive.
+                    del func, args, future, outcome
                 job = self._jobs.popleft() if self._jobs else None
                 if job is None and self._closed:
                     self._workers -= 1

@@ -16,6 +16,7 @@ import json
 import os
 import secrets
 import uuid as uuid_module
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
@@ -57,6 +58,7 @@ from app.luks.kdf import (
     KdfCeiling,
     KdfType,
     pbkdf2,
+    pbkdf2_work,
     timed_argon2,
     timed_pbkdf2,
 )
@@ -116,7 +118,9 @@ class PbkdfOptions:
                     f"Argon2 needs iterations >= {ARGON2_MIN_TIME} and memory_kib >= "
                     f"{ARGON2_MIN_MEMORY_KIB}"
                 )
-            if self.iter_time_ms is not None and parallel <= ceiling.parallel:
+            # Refused before timing too: the benchmark itself needs 8 KiB per thread.
+            Kdf(kind, salt, time=time, memory_kib=memory, parallel=parallel).check(ceiling)
+            if self.iter_time_ms is not None:
                 time, memory = timed_argon2(
                     kind,
                     key_bytes,
@@ -181,15 +185,42 @@ def _try_slot(
     return None
 
 
+def _candidates(keyslots: dict[int, Keyslot]) -> list[tuple[int, Keyslot]]:
+    """The keyslots a passphrase is tried on, in cryptsetup's order: by priority, then
+    number; priority 0 (ignore) never."""
+    return sorted(
+        (item for item in keyslots.items() if item[1].priority > 0),
+        key=lambda item: (-item[1].priority, item[0]),
+    )
+
+
+def unlock_work(slots: Iterable[Keyslot], digest: Digest) -> int:
+    """Work units (``app.luks.kdf``) of trying ``slots``: each one's KDF, and the digest
+    checked after each, as a wrong passphrase makes ``unlock`` do."""
+    per_try = pbkdf2_work(digest.hash, digest.iterations, len(digest.value))
+    return sum(slot.kdf.work(slot.area_key_size) + per_try for slot in slots)
+
+
+def check_unlock_work(slots: Collection[Keyslot], digest: Digest, ceiling: KdfCeiling) -> None:
+    """Refuse, before any derivation, an unlock of ``slots`` costing more than the ceiling:
+    32 keyslots, each within the per-keyslot ceilings, would still cost an hour."""
+    work = unlock_work(slots, digest)
+    if work > ceiling.unlock_work:
+        raise LuksError(
+            f"unlocking tries {len(slots)} keyslot(s) and the digest after each: {work:,} "
+            f"units of key-derivation work, over the ceiling of {ceiling.unlock_work:,} "
+            "(REQCRYPT_LUKS_MAX_UNLOCK_WORK)"
+        )
+
+
 def unlock(
     disk: Disk, passphrase: Buffer, ceiling: KdfCeiling, *, header: Header | None = None
 ) -> tuple[Header, bytearray, int]:
-    """The header, volume key and keyslot ``passphrase`` opens; slots by priority, as cryptsetup."""
+    """The header, volume key and keyslot ``passphrase`` opens; slots by priority, as cryptsetup.
+    The work of trying them all is checked against the ceiling first."""
     header = header or read_header(disk, ceiling)
-    order = sorted(
-        (slot for slot in header.keyslots.items() if slot[1].priority > 0),
-        key=lambda item: (-item[1].priority, item[0]),
-    )
+    order = _candidates(header.keyslots)
+    check_unlock_work([slot for _, slot in order], header.digest, ceiling)
     for number, slot in order:
         key = _try_slot(disk, header, slot, passphrase, ceiling)
         if key is not None:
@@ -384,10 +415,21 @@ def format_device(
         digest_iterations = DIGEST_ITERATIONS
     digest_iterations = min(digest_iterations, ceiling.iterations)
     digest_hash = options.pbkdf.hash
-    key = bytearray(secrets.token_bytes(key_bytes))
+    slot = Keyslot(
+        key_bytes,
+        kdf,
+        offsets[0] if version == 1 else 2 * LUKS2_HDR_SIZE,
+        area_size,
+        options.cipher,
+        key_bytes,
+        AF_STRIPES,
+        digest_hash,
+    )
     salt = secrets.token_bytes(SALT_BYTES)
     digest_size = LUKS1_DIGEST_SIZE if version == 1 else hashlib.new(digest_hash).digest_size
-    digest = Digest(digest_hash, digest_iterations, salt, b"")
+    digest = Digest(digest_hash, digest_iterations, salt, bytes(digest_size))
+    check_unlock_work([slot], digest, ceiling)  # a header made here must open here
+    key = bytearray(secrets.token_bytes(key_bytes))
     digest.value = pbkdf2(digest_hash, key, salt, digest_iterations, digest_size)
     header = Header(
         version=version,
@@ -434,16 +476,6 @@ def format_device(
                 "keyslots_size": str(header.keyslots_size),
             },
         }
-    slot = Keyslot(
-        key_bytes,
-        kdf,
-        offsets[0] if version == 1 else 2 * LUKS2_HDR_SIZE,
-        area_size,
-        options.cipher,
-        key_bytes,
-        AF_STRIPES,
-        digest_hash,
-    )
     try:
         _wipe(disk, 0, data_offset)
         _store_keyslot(disk, header, 0, slot, key, passphrase, ceiling)
@@ -515,6 +547,8 @@ def add_key(
                 AF_STRIPES,
                 model.af_hash if model else "sha256",
             )
+        after = _candidates({**header.keyslots, number: slot})
+        check_unlock_work([kept for _, kept in after], header.digest, ceiling)
         _store_keyslot(disk, header, number, slot, key, new_passphrase, ceiling)
         write_header(disk, header)
         return header, number

@@ -2,7 +2,9 @@
 
 A header names its own costs, so a hostile one could ask for terabytes of memory or
 years of hashing: every derivation is checked against ``KdfCeiling`` first, before any
-work, and refused as ``LuksError``.
+work, and refused as ``LuksError``. One derivation within its ceilings is not enough: a
+wrong passphrase tries every keyslot, so an unlock's total is bounded too, counted in
+``work`` units before any derivation runs.
 """
 
 from __future__ import annotations
@@ -30,15 +32,38 @@ ARGON2_MIN_TIME = 4
 ARGON2_MAX_PARALLEL = 4
 """cryptsetup's threads ceiling for a new keyslot (a header may name more, within the ceiling)."""
 
+HASH_BLOCK_WORK = {"sha1": 1, "sha256": 1, "sha512": 2}
+"""Work units of one PBKDF2 iteration over one block of the hash's output: an HMAC, the
+unit itself; SHA-512's, over 128-byte blocks, costs about two SHA-256 ones."""
+ARGON2_KIB_PASS_WORK = 4
+"""Work units of one Argon2 pass over 1 KiB of memory (one block compression): about four
+HMAC-SHA256s of CPU, measured with OpenSSL's implementations of both. Threads share out
+the blocks, they do not remove any, so parallelism does not divide it."""
+
+
+def pbkdf2_work(hash_name: str, iterations: int, length: int) -> int:
+    """Work units of a PBKDF2 derivation of ``length`` bytes: an HMAC per iteration per
+    hash-sized block of output (a 512-bit key from SHA-256 is two blocks)."""
+    if hash_name not in HASHES:
+        raise LuksError(f"unsupported hash {hash_name!r} (sha1, sha256, sha512)")
+    blocks = -(-length // hashlib.new(hash_name).digest_size)
+    return iterations * blocks * HASH_BLOCK_WORK[hash_name]
+
 
 @dataclass(frozen=True, slots=True)
 class KdfCeiling:
-    """The most work one derivation may cost (``REQCRYPT_LUKS_MAX_PBKDF_*``)."""
+    """The most work one derivation may cost (``REQCRYPT_LUKS_MAX_PBKDF_*``), and all those of
+    one unlock together (``unlock_work``, REQCRYPT_LUKS_MAX_UNLOCK_WORK)."""
 
     memory_kib: int = 1 << 20
     time: int = 64
     parallel: int = 16
     iterations: int = 50_000_000
+    unlock_work: int = 200_000_000
+    """About 45 s of one core: four keyslots of 1 GiB x 11 Argon2 passes (cryptsetup picks 4
+    to 10 for its 2 s on four threads), or all eight LUKS1 keyslots at 10,000,000
+    PBKDF2-SHA256 iterations of a 512-bit key, with their digests, fit; 32 keyslots at the
+    per-keyslot ceilings (about an hour) do not."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,8 +97,9 @@ class Kdf:
             )
         if not 8 * max(self.parallel, 1) <= self.memory_kib <= ceiling.memory_kib:
             raise LuksError(
-                f"Argon2 memory {self.memory_kib} KiB outside 8 x threads..{ceiling.memory_kib} "
-                "(REQCRYPT_LUKS_MAX_PBKDF_MEMORY_KIB)"
+                f"Argon2 memory {self.memory_kib} KiB outside "
+                f"{8 * max(self.parallel, 1)}..{ceiling.memory_kib} (8 KiB per thread at least, "
+                "REQCRYPT_LUKS_MAX_PBKDF_MEMORY_KIB at most)"
             )
         if not 1 <= self.parallel <= ceiling.parallel:
             raise LuksError(
@@ -82,6 +108,14 @@ class Kdf:
             )
         if len(self.salt) < 8:
             raise LuksError("Argon2 salt shorter than 8 bytes")
+
+    def work(self, length: int) -> int:
+        """Work units of deriving ``length`` bytes: ``pbkdf2_work``, or for Argon2 its memory
+        (KiB) x passes x ``ARGON2_KIB_PASS_WORK``, whatever its threads."""
+        if self.type == "pbkdf2":
+            assert self.hash is not None
+            return pbkdf2_work(self.hash, self.iterations, length)
+        return self.memory_kib * self.time * ARGON2_KIB_PASS_WORK
 
     def derive(self, passphrase: Buffer, length: int, ceiling: KdfCeiling) -> bytearray:
         """The keyslot key for ``passphrase``: the costly step, run off the event loop."""

@@ -37,7 +37,20 @@ transport. When the transport's buffer passes its high-water mark (a slow
 reader) or too many requests are in flight (REQCRYPT_NBD_MAX_IN_FLIGHT, and
 their payload bytes REQCRYPT_NBD_MAX_IN_FLIGHT_BYTES), the connection stops
 reading new requests, so a slow or vanished client costs memory bounded per
-connection and never holds a volume's queue.
+connection and never holds a volume's queue. During negotiation the same holds
+for options, with a small high-water mark. A read's payload is taken from the
+process-wide budget of bytes held for clients (``app.io.budget``) before its
+buffer exists, waited for in arrival order when the budget is spent, and given
+back as the transport drains its reply. Replies that wait in the transport's
+buffer are watched: a client that takes none of them for
+REQCRYPT_SEND_TIMEOUT_SECONDS is aborted, and what it held is freed.
+
+Bounds. At most REQCRYPT_NBD_MAX_CONNECTIONS connections are open: past it a new
+one is closed before its greeting, and the open ones are served as before. A
+connection has no receive buffer of its own: the socket is read into the
+server's one receive area, whose contents are parsed, copied or dropped before
+``buffer_updated`` returns (the event loop runs one read at a time), so an idle
+connection costs only its objects.
 
 Lifecycle. A watchdog closes a connection cleanly (stop reading, answer what is
 in flight, close) when its volume is removed, renamed or no longer exported.
@@ -62,6 +75,7 @@ from app.dm.volume import Volume
 from app.errors import ReqcryptError
 from app.io.admission import VolumeAdmission
 from app.io.batch import submit
+from app.io.budget import ByteBudget
 from app.io.executor import IoExecutor
 from app.io.ops import Io
 from app.io.status import IoStatus, status_of
@@ -101,8 +115,18 @@ ANTICIPATION = 20
 OVERLAPPED_JOBS = 2
 #: Replies queued for a client past which it stops being read (a few MiB-sized replies).
 WRITE_BUFFER_HIGH = 8 << 20
-#: The socket is read this much at a time (``get_buffer``).
+#: The socket is read this much at a time (``get_buffer``), into the server's one area.
 RECEIVE_SIZE = 256 << 10
+#: A read during negotiation takes at most this much: options are small, and a client
+#: sending them faster than it takes their replies leaves the rest in its socket.
+HANDSHAKE_RECEIVE = 4 << 10
+#: Option replies queued for a client past which its options stop being read.
+HANDSHAKE_WRITE_HIGH = 64 << 10
+#: How often a connection whose replies wait in the transport's buffer looks whether the
+#: client took some (budget goes back as they leave; none for the send timeout aborts).
+SEND_WATCH_INTERVAL = 0.05
+#: Refused connections are logged at most once per this many seconds.
+REFUSAL_LOG_INTERVAL = 10.0
 #: A write payload from this size on is received straight into its own buffer.
 DIRECT_PAYLOAD = 64 << 10
 #: A client that has not finished option haggling by then is dropped.
@@ -194,17 +218,29 @@ class NbdServer:
         admission: VolumeAdmission,
         settings: NbdSettings,
         *,
+        budget: ByteBudget,
         tls: ssl.SSLContext | None = None,
     ) -> None:
         self.control = control
+        self.budget = budget
         self.executor = executor
         self.admission = admission
         self.max_in_flight = settings.nbd_max_in_flight
         self.max_in_flight_bytes = settings.nbd_max_in_flight_bytes
+        self.max_connections = settings.nbd_max_connections
+        self.send_timeout = settings.send_timeout_seconds
         self.host = settings.host
         self.requested_port = settings.nbd_port
         self.tls = tls
         self.connections: set[NbdConnection] = set()
+        #: Connections closed at once because ``max_connections`` were open.
+        self.refused = 0
+        #: Connections aborted because their client took no reply for ``send_timeout``.
+        self.send_timeouts = 0
+        self._refusal_logged = -REFUSAL_LOG_INTERVAL
+        #: The one area every connection's socket is read into (see the module's Bounds).
+        self.receive = memoryview(bytearray(RECEIVE_SIZE))
+        self.receive_handshake = self.receive[:HANDSHAKE_RECEIVE]
         self.stats: dict[str, ExportStats] = {}
         self._server: asyncio.Server | None = None
         self._watchdog: asyncio.Task[None] | None = None
@@ -238,13 +274,33 @@ class NbdServer:
     async def _watch(self) -> None:
         while True:
             await asyncio.sleep(WATCH_INTERVAL)
-            for connection in list(self.connections):
-                volume = connection.volume
-                if volume is not None and not self._still_exported(connection.name, volume):
-                    connection.shutdown()
-            live = {volume.uuid for volume in self.control.volumes.values()}
-            for uuid in [uuid for uuid in self.stats if uuid not in live]:
-                del self.stats[uuid]
+            self._sweep()
+
+    def _sweep(self) -> None:
+        """Close the connections of volumes no longer exported, drop removed volumes'
+        statistics (in a frame of its own: the watchdog's would keep the last connection)."""
+        for connection in list(self.connections):
+            volume = connection.volume
+            if volume is not None and not self._still_exported(connection.name, volume):
+                connection.shutdown()
+        live = {volume.uuid for volume in self.control.volumes.values()}
+        for uuid in [uuid for uuid in self.stats if uuid not in live]:
+            del self.stats[uuid]
+
+    def refuse(self, transport: asyncio.Transport) -> None:
+        """A connection past ``max_connections``: closed before its greeting, with a log
+        line at most every REFUSAL_LOG_INTERVAL seconds (a flood must not flood the log)."""
+        transport.close()
+        self.refused += 1
+        now = time.monotonic()
+        if now - self._refusal_logged >= REFUSAL_LOG_INTERVAL:
+            self._refusal_logged = now
+            log.warning(
+                "NBD connection refused: %d open (REQCRYPT_NBD_MAX_CONNECTIONS); "
+                "%d refused since start",
+                len(self.connections),
+                self.refused,
+            )
 
     def _still_exported(self, name: str, volume: Volume) -> bool:
         return self.control.volumes.get(name) is volume and volume.nbd_export
@@ -295,17 +351,19 @@ class DirectWrite:
 class NbdConnection(asyncio.BufferedProtocol):
     """One client: option haggling as a coroutine, then request parsing in ``buffer_updated``.
 
-    The socket is read into ``get_buffer``'s buffer: a fixed receive area, parsed where it
-    is when ``buffer`` holds nothing carried over (what is left of it joins ``buffer``), or,
-    once a write of DIRECT_PAYLOAD bytes or more has its header parsed, the rest of that
-    write's own payload buffer, so a big payload is copied once, by the kernel.
+    The socket is read into ``get_buffer``'s buffer: the server's receive area (a
+    HANDSHAKE_RECEIVE slice of it while negotiating), parsed where it is when ``buffer``
+    holds nothing carried over (what is left of it joins ``buffer``), or, once a write of
+    DIRECT_PAYLOAD bytes or more has its header parsed, the rest of that write's own
+    payload buffer, so a big payload is copied once, by the kernel. The area is every
+    connection's: nothing may keep a view of it past ``buffer_updated``.
     """
 
     def __init__(self, server: NbdServer) -> None:
         self.server = server
         self.transport: asyncio.Transport | None = None
         self.buffer = bytearray()
-        self._receive = memoryview(bytearray(RECEIVE_SIZE))
+        self._receive = server.receive_handshake
         self._direct: DirectWrite | None = None
         self.peer = "?"
         self.connected_at = datetime.now(UTC)
@@ -321,6 +379,7 @@ class NbdConnection(asyncio.BufferedProtocol):
         self.jobs = 0
         self.pending: list[Pending] = []
         self.pending_bytes = 0
+        self.pending_read_bytes = 0
         self.closing = False
         self.closed = False
         self._linger: asyncio.TimerHandle | None = None
@@ -335,15 +394,29 @@ class NbdConnection(asyncio.BufferedProtocol):
         self._writing_paused = False
         self._negotiation: asyncio.Task[None] | None = None
         self._awaiting_slot = False
+        #: Waits for budget for the pending reads (``_take_budget``); then ``_granted``
+        #: holds (how many pending requests, the budget taken for them).
+        self._budget_wait: asyncio.Task[None] | None = None
+        self._granted: tuple[int, int] | None = None
+        #: Budget of replies handed to the transport and still in its buffer.
+        self._unsent = 0
+        self._send_watch: asyncio.TimerHandle | None = None
+        #: The transport's buffer as last seen: smaller next time means the client took some.
+        self._send_level = 0
+        self._progress_at = 0.0
 
     # ----------------------------------------------------------- asyncio hooks
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.Transport, transport)  # uvloop's is not a subclass
-        self.transport.set_write_buffer_limits(high=WRITE_BUFFER_HIGH)
+        server = self.server
+        if len(server.connections) >= server.max_connections:
+            server.refuse(self.transport)
+            return
+        self.transport.set_write_buffer_limits(high=HANDSHAKE_WRITE_HIGH)
         peer = self.transport.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
-        self.server.connections.add(self)
+        server.connections.add(self)
         self._negotiation = asyncio.get_running_loop().create_task(self._negotiate())
 
     def get_buffer(self, sizehint: int) -> memoryview:
@@ -380,6 +453,7 @@ class NbdConnection(asyncio.BufferedProtocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self._lost()
         self.server.connections.discard(self)
+        self._release()
 
     def pause_writing(self) -> None:
         self._writing_paused = True
@@ -388,7 +462,10 @@ class NbdConnection(asyncio.BufferedProtocol):
     def resume_writing(self) -> None:
         self._writing_paused = False
         self._update_reading()
-        if self.buffer and self.transmission:
+        if not self.transmission:
+            if self._waiter is not None and not self._waiter.done():
+                self._waiter.set_result(None)  # the next option may be read
+        elif self.buffer:
             self._parse()
             self._schedule()
 
@@ -397,10 +474,32 @@ class NbdConnection(asyncio.BufferedProtocol):
         if self._waiter is not None and not self._waiter.done():
             self._waiter.set_exception(ConnectionResetError("NBD client went away"))
 
+    def _release(self) -> None:
+        """The transport is gone: the budget and buffers held for the client go with it,
+        though a batch in flight keeps this object until it completes (and then gives its
+        own budget back), and so does a wait for budget (``_take_budget`` gives back what
+        it is granted)."""
+        if self._send_watch is not None:
+            self._send_watch.cancel()
+            self._send_watch = None
+        held = self._unsent
+        if self._granted is not None:
+            held += self._granted[1]
+            self._granted = None
+        self._unsent = 0
+        if held:
+            self.server.budget.give(held)
+        self.buffer = bytearray()
+        self.pending = []
+        self._direct = None
+
     # ------------------------------------------------------------ negotiation
 
     async def _read(self, size: int) -> bytes:
-        while len(self.buffer) < size:
+        """The next ``size`` bytes, once the replies queued past the high-water mark have
+        been taken: a client that never reads them is read no further (the transport also
+        stops reading), so an option flood cannot grow its replies without bound."""
+        while len(self.buffer) < size or self._writing_paused:
             if self.closed:
                 raise ConnectionResetError("NBD client went away")
             self._waiter = asyncio.get_running_loop().create_future()
@@ -409,9 +508,65 @@ class NbdConnection(asyncio.BufferedProtocol):
         del self.buffer[:size]
         return data
 
-    def _send(self, data: bytes | memoryview) -> None:
+    def _send(self, data: bytes) -> None:
         if not self.closed and self.transport is not None:
-            self.transport.write(data)
+            self._write([data], 0)
+
+    def _write(self, parts: list[bytes | memoryview], taken: int) -> None:
+        """Hand replies to the transport. Of ``taken`` (the budget of their payloads) and
+        what was held before, only what its buffer still holds stays held; while it holds
+        anything the send watch runs."""
+        transport = self.transport
+        assert transport is not None
+        if self._send_watch is not None:
+            self._progress(transport.get_write_buffer_size())
+        transport.writelines(parts)
+        size = transport.get_write_buffer_size()
+        self._unsent += taken
+        self._settle(size)
+        if size:
+            self._send_level = size
+            if self._send_watch is None:
+                loop = asyncio.get_running_loop()
+                self._progress_at = loop.time()
+                self._send_watch = loop.call_later(SEND_WATCH_INTERVAL, self._watch_send)
+
+    def _settle(self, size: int) -> None:
+        """Hold budget for no more than the ``size`` bytes the transport still buffers."""
+        if self._unsent > size:
+            self.server.budget.give(self._unsent - size)
+            self._unsent = size
+
+    def _progress(self, size: int) -> None:
+        """Nothing but the client's reading shrinks the transport's buffer between two looks."""
+        if size < self._send_level:
+            self._progress_at = asyncio.get_running_loop().time()
+
+    def _watch_send(self) -> None:
+        """Give back the budget of replies the client took; abort a client that took none
+        for the send timeout (a reply left unread holds its memory, and its budget)."""
+        self._send_watch = None
+        transport = self.transport
+        assert transport is not None
+        size = transport.get_write_buffer_size()
+        self._settle(size)
+        if not size:
+            return
+        self._progress(size)
+        loop = asyncio.get_running_loop()
+        if loop.time() - self._progress_at >= self.server.send_timeout:
+            self.server.send_timeouts += 1
+            log.info(
+                "NBD client %s took none of its %d bytes of replies for %gs "
+                "(REQCRYPT_SEND_TIMEOUT_SECONDS): aborted",
+                self.peer,
+                size,
+                self.server.send_timeout,
+            )
+            self.abort()
+            return
+        self._send_level = size
+        self._send_watch = loop.call_later(SEND_WATCH_INTERVAL, self._watch_send)
 
     async def _negotiate(self) -> None:
         try:
@@ -507,7 +662,7 @@ class NbdConnection(asyncio.BufferedProtocol):
         if transport is None:
             raise ConnectionResetError("TLS handshake did not complete")
         self.transport = transport
-        self.transport.set_write_buffer_limits(high=WRITE_BUFFER_HIGH)
+        self.transport.set_write_buffer_limits(high=HANDSHAKE_WRITE_HIGH)
         self.tls_active = True
 
     def _enter_transmission(self, volume: Volume, export: Export) -> None:
@@ -516,6 +671,9 @@ class NbdConnection(asyncio.BufferedProtocol):
         self.export = export
         self.stats = self.server.stats_of(volume)
         self.transmission = True
+        self._receive = self.server.receive
+        assert self.transport is not None
+        self.transport.set_write_buffer_limits(high=WRITE_BUFFER_HIGH)
         if self.buffer:
             self._parse()
             self._schedule()
@@ -609,6 +767,8 @@ class NbdConnection(asyncio.BufferedProtocol):
         if header.command <= NBD_CMD_WRITE:
             self.in_flight_bytes += header.length
             self.pending_bytes += header.length
+            if header.command == NBD_CMD_READ:
+                self.pending_read_bytes += header.length
 
     def _accept(self, header: RequestHeader, payload: memoryview) -> None:
         """A directly received write is complete: checked and queued as ``_parse`` would."""
@@ -669,16 +829,41 @@ class NbdConnection(asyncio.BufferedProtocol):
             self._submit()
 
     def _submit(self) -> None:
-        """Admit what the volume's cap allows of the pending requests (the rest wait for a
-        slot) and submit them as one batch: small ones start here, on the loop, big ones
-        run on a worker (``app.io.batch.submit``)."""
+        """Take the budget for the pending reads' payloads (or wait for it, holding none),
+        admit what the volume's cap allows of those requests (the rest wait for a slot,
+        their budget given back) and submit them as one batch: small ones start here, on
+        the loop, big ones run on a worker (``app.io.batch.submit``).
+
+        A connection waits for one resource at a time, holding only what its batches in
+        flight and its unread replies hold, which they give back without it: no cycle.
+        """
         batch = self.pending
         volume = self.volume
-        if not batch or self._awaiting_slot or volume is None:
+        if not batch or self._awaiting_slot or self._budget_wait is not None or volume is None:
             return
+        budget = self.server.budget
+        if self._granted is not None:
+            count, taken = self._granted
+            self._granted = None
+        else:
+            count, taken = len(batch), 0
+            reads = self.pending_read_bytes
+            if reads:
+                if self._unsent:
+                    # uvloop sends at the end of the loop's pass: the last replies may be gone.
+                    assert self.transport is not None
+                    self._settle(self.transport.get_write_buffer_size())
+                held = budget.held
+                if not budget.try_take(reads):
+                    loop = asyncio.get_running_loop()
+                    self._budget_wait = loop.create_task(self._take_budget(count, reads))
+                    return
+                taken = budget.held - held
         admission = self.server.admission
-        granted = admission.take(volume, len(batch))
+        granted = admission.take(volume, count)
         if not granted:
+            if taken:
+                budget.give(taken)
             self._awaiting_slot = True
             admission.when_free(volume, self._slot_freed)
             return
@@ -686,14 +871,30 @@ class NbdConnection(asyncio.BufferedProtocol):
         batch = batch[:granted]
         last = batch[-1][0]
         self._stream_end = last.offset + last.length
-        moved = self.pending_bytes
+        moved, reads = self.pending_bytes, self.pending_read_bytes
         if self.pending:
             moved = sum(header.length for header, _ in batch if header.command <= Command.WRITE)
+            reads = sum(header.length for header, _ in batch if header.command == NBD_CMD_READ)
+            if taken > reads:
+                budget.give(taken - reads)
+                taken = reads
         self.pending_bytes -= moved
+        self.pending_read_bytes -= reads
         self.jobs += 1
         ios = [start_io(header, payload) for header, payload in batch]
         job = submit(self.server.executor, volume, ios, inline=moved < BIG_BATCH)
-        job.add_done_callback(self._completion(volume, batch, ios))
+        job.add_done_callback(self._completion(volume, batch, ios, taken))
+
+    async def _take_budget(self, count: int, reads: int) -> None:
+        """The budget spent: wait for it in arrival order (a block client cannot be told to
+        retry) for the first ``count`` pending requests, then submit them."""
+        size = await self.server.budget.wait_take(reads)
+        self._budget_wait = None
+        if self.closed:
+            self.server.budget.give(size)
+            return
+        self._granted = (count, size)
+        self._submit()
 
     def _slot_freed(self) -> None:
         self._awaiting_slot = False
@@ -701,7 +902,7 @@ class NbdConnection(asyncio.BufferedProtocol):
             self._schedule()
 
     def _completion(
-        self, volume: Volume, batch: list[Pending], ios: list[Io]
+        self, volume: Volume, batch: list[Pending], ios: list[Io], taken: int
     ) -> Callable[[asyncio.Future[Any]], None]:
         def done(job: asyncio.Future[Any]) -> None:
             self.server.admission.leave(volume, len(batch))
@@ -747,7 +948,9 @@ class NbdConnection(asyncio.BufferedProtocol):
             stats.read_bytes += read_bytes
             stats.written_bytes += written_bytes
             if not self.closed and self.transport is not None:
-                self.transport.writelines(parts)
+                self._write(parts, taken)
+            elif taken:
+                self.server.budget.give(taken)
             self.in_flight -= len(batch)
             self.in_flight_bytes -= payload
             self._answered += len(batch)

@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import copy
 import hashlib
 import logging
+import re
 import threading
 from pathlib import Path
 from typing import Any
@@ -19,7 +21,11 @@ import pytest
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 
 from app.config import Settings
-from app.luks.kdf import Kdf
+from app.luks import device as luks_device
+from app.luks.device import write_header
+from app.luks.header import read_header
+from app.luks.kdf import Kdf, KdfCeiling
+from app.storage.file import FileStore
 from tests import cryptsetup
 from tests.support.app import running
 
@@ -29,6 +35,7 @@ SIZE = 32 << 20
 PASSPHRASE = "correct horse battery staple"
 CHEAP_ARGON2 = {"type": "argon2id", "iterations": 4, "memory_kib": 32768, "parallel": 1}
 CHEAP_PBKDF2 = {"type": "pbkdf2", "iterations": 1000}
+SALT = base64.b64encode(b"saltsalt").decode()
 
 
 async def put_image(client: httpx.AsyncClient, device: str, data: bytes) -> None:
@@ -379,3 +386,107 @@ async def test_a_timed_pbkdf_stays_under_the_ceiling(settings: Settings) -> None
         )
         assert response.status_code == 201, response.text
         assert response.json()["keyslots"][0]["pbkdf"]["iterations"] == 2000
+
+
+def with_costly_keyslots(image: Path, count: int) -> None:
+    """``count`` more keyslots bound to the volume key, each within the default per-keyslot
+    ceilings (argon2id, 1 GiB, 8 passes: seconds each), written without deriving any."""
+    disk = FileStore(image, image.stat().st_size)
+    header = read_header(disk, KdfCeiling())
+    model = header.metadata["keyslots"]["0"]
+    for number in range(1, count + 1):
+        slot = copy.deepcopy(model)
+        slot["area"]["offset"] = str(int(model["area"]["offset"]) + number * 258048)
+        slot["kdf"] = {"type": "argon2id", "time": 8, "memory": 1 << 20, "cpus": 4, "salt": SALT}
+        header.metadata["keyslots"][str(number)] = slot
+        header.metadata["digests"]["0"]["keyslots"].append(str(number))
+    write_header(disk, header)
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "body", "tried"),
+    [
+        ("POST", "/v1/volumes", {"name": "v", "luks": {"device": "sda2", "passphrase": "x"}}, 32),
+        ("POST", "/v1/devices/sda2/luks/keyslots", {"passphrase": "x", "new_passphrase": "y"}, 32),
+        ("DELETE", "/v1/devices/sda2/luks/keyslots/0", {"passphrase": "x"}, 31),  # not slot 0
+    ],
+)
+async def test_an_unlock_costing_more_than_the_total_ceiling_is_422_before_any_derivation(
+    client: httpx.AsyncClient,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    method: str,
+    path: str,
+    body: dict[str, Any],
+    tried: int,
+) -> None:
+    image = cryptsetup.image(tmp_path / "disk.img", SIZE)
+    cryptsetup.luks_format(image, PASSPHRASE.encode(), kind="luks2", pbkdf="pbkdf2")
+    with_costly_keyslots(image, 31)
+    await device_with(client, "sda2", image)
+
+    def no_derivation(*args: Any) -> bytearray:
+        raise AssertionError("a key derivation ran")
+
+    monkeypatch.setattr(Kdf, "derive", no_derivation)
+    monkeypatch.setattr(luks_device, "pbkdf2", no_derivation)
+    response = await client.request(method, path, json=body)
+    assert response.status_code == 422, response.text
+    assert response.headers["content-type"] == "application/problem+json"
+    assert re.search(
+        rf"{tried} keyslot\(s\).*: [\d,]+ units .* ceiling of 200,000,000 "
+        r"\(REQCRYPT_LUKS_MAX_UNLOCK_WORK\)",
+        response.json()["detail"],
+    )
+
+
+async def test_a_luks1_header_at_cryptsetups_default_cost_opens_within_the_default_ceiling(
+    client: httpx.AsyncClient, tmp_path: Path
+) -> None:
+    image = cryptsetup.image(tmp_path / "disk.img", SIZE)
+    cryptsetup.run(
+        "luksFormat",
+        "--type",
+        "luks1",
+        "--pbkdf-force-iterations",
+        "1000000",
+        str(image),
+        passphrase=PASSPHRASE.encode(),
+    )
+    await device_with(client, "sda2", image)
+    assert (await luks_open(client, "v", "sda2")).status_code == 201
+
+
+async def test_argon2_memory_under_8_kib_a_thread_is_422_before_the_iter_time_is_timed(
+    client: httpx.AsyncClient,
+) -> None:
+    """A 500 the contract fuzzer met (issue #44): timing an Argon2 derivation for
+    ``iter_time_ms`` ran it with less than the 8 KiB per thread Argon2 needs, before the
+    memory was checked."""
+    await client.post("/v1/devices", json={"name": "sdb", "size_bytes": (16 << 20) + 512})
+    assert (await client.get("/v1/devices/sdb/luks")).status_code == 404
+    body = {
+        "key_file": base64.b64encode(b"key file").decode(),
+        "sector_size": 512,
+        "pbkdf": {"memory_kib": 64, "parallel": 16, "iter_time_ms": 1},
+    }
+    response = await client.post("/v1/devices/sdb/luks", json=body)
+    assert response.status_code == 422, response.text
+    assert "8 KiB per thread" in response.json()["detail"]
+
+
+@pytest.mark.parametrize(
+    ("path", "body"),
+    [
+        ("/v1/devices/sdb/luks", b'{"passphrase": "\\ud800"}'),
+        ("/v1/devices/sdb/luks/keyslots", b'{"passphrase": "x", "new_passphrase": "\\udfff"}'),
+    ],
+)
+async def test_a_passphrase_with_a_lone_surrogate_is_422(
+    client: httpx.AsyncClient, path: str, body: bytes
+) -> None:
+    """JSON may escape half a UTF-16 pair, which no UTF-8 text holds (it was a 500)."""
+    await client.post("/v1/devices", json={"name": "sdb", "size_bytes": SIZE})
+    response = await client.post(path, content=body, headers={"Content-Type": "application/json"})
+    assert response.status_code == 422, response.text
+    assert "lone surrogate" in response.json()["detail"]

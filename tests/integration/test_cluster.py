@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import re
 import signal
+import socket
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -33,7 +34,7 @@ from tests.support.cluster import (
 from tests.support.database import fresh_postgres_database
 from tests.support.factories import xts_table
 from tests.support.keys import XTS_KEY
-from tests.support.servers import HEADERS, pattern
+from tests.support.servers import HEADERS, pattern, read_response
 
 pytestmark = [pytest.mark.e2e, pytest.mark.postgres]
 
@@ -267,6 +268,38 @@ def test_a_non_owner_redirects_the_data_path_to_the_owner(pair: tuple[Node, Node
         assert read(client, 4096, 8192, "r") == data
     with http(a) as client:
         assert read(client, 4096, 8192, "r") == data
+
+
+def raw_request(node: Node, head: str) -> tuple[int, bytes]:
+    """One request sent as written (no client resolves its path first), its answer."""
+    with socket.create_connection(("127.0.0.1", node.port), timeout=30) as sock:
+        token = HEADERS["Authorization"]
+        sock.sendall(f"{head}\r\nHost: x\r\nAuthorization: {token}\r\n\r\n".encode())
+        status, _, body = read_response(sock)
+    return status, body
+
+
+def test_a_dot_segment_path_on_a_non_owner_is_refused_not_relayed(
+    pair: tuple[Node, Node],
+) -> None:
+    make_volume(pair[0], "dots", "pdots")
+    _, other = owner_and_other(pair, "dots")
+    for path in ("/v1/volumes/dots/../dots/data", "/v1/volumes/dots/%2e%2e/dots/data"):
+        status, body = raw_request(other, f"GET {path} HTTP/1.1")
+        assert status == 400, body
+        assert b"dot segments" in body
+
+
+def test_a_body_on_a_non_data_path_of_a_remote_volume_is_bound_before_it_is_relayed(
+    pair: tuple[Node, Node],
+) -> None:
+    make_volume(pair[0], "bound", "pbound")
+    _, other = owner_and_other(pair, "bound")
+    status, body = raw_request(
+        other, f"PUT /v1/volumes/bound/x/data HTTP/1.1\r\nContent-Length: {512 << 20}"
+    )
+    assert status == 413
+    assert b"REQCRYPT_MAX_CONTROL_BODY_BYTES" in body
 
 
 def test_volumes_are_placed_on_the_least_loaded_node(pair: tuple[Node, Node]) -> None:

@@ -53,7 +53,7 @@ ALLOWED: dict[str, set[str]] = {
         "main",  # `reqcrypt bench` builds the service's state in process
         "startup",  # in-process runs load settings and refuse to start as every command does
     },
-    "metrics": {"cluster", "control", "nbd"},
+    "metrics": {"cluster", "control", "io", "nbd"},
     "nbd": {"blk", "config", "control", "dm", "errors", "io", "vocab"},
     "keyfiles": {"config"},
     "state": {"bench", "cluster", "config", "control", "engine", "io", "nbd"},

@@ -4,13 +4,21 @@ An adapter over ``app.io``: each request becomes ``Io``s of one batch, run off
 the event loop; the partial-block rule, admission and error vocabulary are the
 I/O layer's, as for NBD. Bodies stream in and out in chunks of
 ``io_chunk_bytes``. No SQL and no pydantic on payloads here.
+
+Every buffer larger than a slab piece (``mempool.SLAB_PIECE``) is taken from the byte
+budget (``app.io.budget``) before it is allocated: a new request that finds it spent is
+answered 503, a stream under way waits for room; an answer's buffer is given back only
+once the connection has let go of it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import mmap
 import secrets
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from typing import TypeVar
 
 from fastapi import APIRouter, Request, Response
 from fastapi.responses import StreamingResponse
@@ -20,7 +28,7 @@ from app.api.deadline import BodyReader
 from app.api.deps import BEARER_SECURITY, IoContext, IoDep
 from app.api.multipart import multipart_boundary, parse_byteranges_body
 from app.api.problems import responses
-from app.api.ranges import ByteRange, parse_content_range, parse_range
+from app.api.ranges import ByteRange, content_length, parse_content_range, parse_range
 from app.api.schemas import RangeIn
 from app.blk import mempool
 from app.dm.generation import Precondition
@@ -33,9 +41,11 @@ from app.errors import (
     ReqcryptError,
 )
 from app.io.batch import execute, run
-from app.io.executor import IoExecutor
+from app.io.budget import ByteBudget
 from app.io.ops import Io
 from app.vocab import Op
+
+T = TypeVar("T")
 
 router = APIRouter(prefix="/v1/volumes/{name}", tags=["data"], responses=responses(401, 404))
 
@@ -105,32 +115,67 @@ def read_preconditions(
     return {"Accept-Ranges": "bytes", "ETag": tag}, ranges
 
 
+def budgeted(size: int) -> bool:
+    """Whether a buffer of ``size`` bytes counts against the byte budget: smaller ones
+    are carved from a thread's slab, and bounded by the connection count."""
+    return size > mempool.SLAB_PIECE
+
+
+async def held_for_client(
+    io: IoContext, length: int, work: Callable[..., T], *args: object, wait: bool
+) -> T:
+    """``work(*args)`` off the loop, where it allocates the ``length``-byte buffer it
+    returns (or returns first, in a tuple), with those bytes taken from the byte budget
+    first (``wait``: for room, else 503) and given back when the buffer is freed."""
+    if not budgeted(length):
+        return await io.executor.run(work, *args)
+    budget = io.budget
+    size = await budget.wait_take(length) if wait else budget.take(length, "an answer")
+    try:
+        result = await io.executor.run(work, *args)
+    except BaseException:
+        budget.give(size)
+        raise
+    buffer = result[0] if isinstance(result, tuple) else result
+    assert isinstance(buffer, memoryview)
+    budget.release_with(buffer.obj, size)
+    return result
+
+
 async def stream_range(
-    executor: IoExecutor, volume: Volume, first: int, length: int, chunk: int
+    io: IoContext, volume: Volume, first: int, length: int, chunk: int
 ) -> AsyncIterator[memoryview]:
     position, end = first, first + length
     while position < end:
         size = min(chunk, end - position)
-        data = await executor.run(_read, volume, position, size)
-        yield data
+        yield await held_for_client(io, size, _read, volume, position, size, wait=True)
         position += size
 
 
 async def open_stream(
-    executor: IoExecutor, volume: Volume, first: int, length: int, chunk: int
+    io: IoContext, volume: Volume, first: int, length: int, chunk: int
 ) -> AsyncIterator[memoryview]:
     """``stream_range`` with its first chunk read before the response starts, so a volume
-    that cannot be read (suspended too long, error target) gets a problem response, not a
-    200 cut short. A failure later in a long stream can only abort the connection."""
+    that cannot be read (suspended too long, error target, no budget) gets a problem
+    response, not a 200 cut short. A failure later in a long stream can only abort the
+    connection."""
     size = min(chunk, length)
-    head = await executor.run(_read, volume, first, size)
+    head = await held_for_client(io, size, _read, volume, first, size, wait=False)
 
     async def chunks() -> AsyncIterator[memoryview]:
         yield head
-        async for piece in stream_range(executor, volume, first + size, length - size, chunk):
+        async for piece in stream_range(io, volume, first + size, length - size, chunk):
             yield piece
 
     return chunks()
+
+
+def pieces(body: memoryview, size: int) -> Iterator[memoryview]:
+    """A body held whole, handed to the connection a piece at a time: each waits until the
+    connection has taken the last (its flow control), so an unread answer stays in this
+    buffer, counted, rather than in a copy the transport makes."""
+    for start in range(0, len(body), size):
+        yield body[start : start + size]
 
 
 def check_batch_bytes(total: int, limit: int) -> None:
@@ -183,7 +228,7 @@ async def _read_response(volume: Volume, request: Request, io: IoContext) -> Res
     if ranges is None:
         headers["Content-Length"] = str(size)
         return StreamingResponse(
-            await open_stream(io.executor, volume, 0, size, chunk),
+            await open_stream(io, volume, 0, size, chunk),
             media_type=OCTETS,
             headers=weak_etag(headers),
         )
@@ -192,8 +237,14 @@ async def _read_response(volume: Volume, request: Request, io: IoContext) -> Res
         headers["Content-Range"] = byte_range.content_range(size)
         headers["Content-Length"] = str(byte_range.length)
         if byte_range.length <= chunk:
-            data, version = await io.executor.run(
-                _read_versioned, volume, byte_range.first, byte_range.length
+            data, version = await held_for_client(
+                io,
+                byte_range.length,
+                _read_versioned,
+                volume,
+                byte_range.first,
+                byte_range.length,
+                wait=False,
             )
             return Response(
                 data,
@@ -202,16 +253,21 @@ async def _read_response(volume: Volume, request: Request, io: IoContext) -> Res
                 headers=versioned(headers, volume, version),
             )
         return StreamingResponse(
-            await open_stream(io.executor, volume, byte_range.first, byte_range.length, chunk),
+            await open_stream(io, volume, byte_range.first, byte_range.length, chunk),
             status_code=206,
             media_type=OCTETS,
             headers=weak_etag(headers),
         )
     check_batch_bytes(sum(r.length for r in ranges), io.limits.max_batch_bytes)
     boundary = secrets.token_hex(12)
-    body, version = await io.executor.run(_read_batch, volume, ranges, boundary)
-    return Response(
-        body,
+    heads, tail = _batch_delimiters(volume.size, ranges, boundary)
+    length = sum(map(len, heads)) + sum(r.length for r in ranges) + len(tail)
+    body, version = await held_for_client(
+        io, length, _read_batch, volume, ranges, heads, tail, length, wait=False
+    )
+    headers["Content-Length"] = str(length)
+    return StreamingResponse(
+        pieces(body, chunk),
         status_code=206,
         media_type=f"multipart/byteranges; boundary={boundary}",
         headers=versioned(headers, volume, version),
@@ -306,10 +362,10 @@ async def write_range(
     limits = io.limits
     byte_range = parse_content_range(header(headers, b"content-range"), volume.size)
     length = byte_range.length
-    declared = header(headers, b"content-length")
+    declared = content_length(headers.get(b"content-length", b"x"))
     if declared is None:
         raise HTTPException(411, "PUT needs Content-Length equal to the Content-Range length")
-    if int(declared) != length:
+    if declared != length:
         raise InvalidRange(f"body is {declared} bytes but Content-Range covers {length}")
     if length > limits.max_body_bytes:
         raise PayloadTooLarge(
@@ -321,20 +377,26 @@ async def write_range(
     body = BodyReader(request, length, limits)
     position = byte_range.first
     end = byte_range.last + 1
-    with mempool.borrow(min(chunk, length)) as buffer:
-        while position < end:
-            next_cut = min(end, (position // chunk + 1) * chunk)
-            view = buffer[: next_cut - position]
-            filled = await body.readinto(view)
-            if filled < len(view):
-                raise InvalidRange(f"body ended at byte {position - byte_range.first + filled}")
-            version = await io.executor.run(
-                _write, volume, position, view, fua and next_cut == end, precondition
-            )
-            precondition = None  # the first chunk's write held it for the whole PUT
-            position = next_cut
-        if await body.readinto(buffer[:1]):
-            raise InvalidRange(f"body is longer than Content-Range's {length}")
+    size = min(chunk, length)
+    held = io.budget.take(size, "a write's buffer") if budgeted(size) else 0
+    try:
+        with mempool.borrow(size) as buffer:
+            while position < end:
+                next_cut = min(end, (position // chunk + 1) * chunk)
+                view = buffer[: next_cut - position]
+                filled = await body.readinto(view)
+                if filled < len(view):
+                    raise InvalidRange(f"body ended at byte {position - byte_range.first + filled}")
+                version = await io.executor.run(
+                    _write, volume, position, view, fua and next_cut == end, precondition
+                )
+                precondition = None  # the first chunk's write held it for the whole PUT
+                position = next_cut
+            if await body.readinto(buffer[:1]):
+                raise InvalidRange(f"body is longer than Content-Range's {length}")
+    finally:
+        if held:
+            io.budget.give(held)
     return Response(status_code=204, headers={"ETag": etag(volume, version)})
 
 
@@ -348,47 +410,88 @@ async def write_batch(
 ) -> Response:
     """A multipart/byteranges PUT: read and check the whole body, then write every part in
     one worker job; parts that fail are named in the problem, the others are written."""
-    declared = header(headers, b"content-length")
+    declared = content_length(headers.get(b"content-length", b"x"))
     if declared is None:
         raise HTTPException(411, "a multipart PUT needs Content-Length")
-    check_batch_bytes(int(declared), io.limits.max_batch_bytes)
-    length = int(declared)
-    data = memoryview(bytearray(length + 1))  # one byte more: a longer body shows
-    filled = await BodyReader(request, length, io.limits).readinto(data)
-    if filled > length:
-        raise InvalidRange(f"body is longer than its Content-Length {declared}")
-    if filled != length:
-        raise InvalidRange(f"body ended at byte {filled} of its Content-Length {declared}")
-    parts = parse_byteranges_body(
-        data[:length], boundary, volume.size, max_parts=io.limits.max_ranges
-    )
-    # The body is this request's own buffer: its parts may be encrypted where they lie.
-    writes = [Io.write(part.range.first, part.data, may_overwrite=True) for part in parts]
-    flush = [Io(Op.FLUSH, 0, 0)] if fua else []
-    version = await io.executor.run(
-        functools.partial(execute, volume, writes + flush, precondition=if_match(headers, volume))
-    )
-    failed = [
-        (part, write.error)
-        for part, write in zip(parts, writes, strict=True)
-        if write.error is not None
-    ]
-    if failed:
-        first_error = failed[0][1]
-        raise BatchFailed(
-            f"{len(failed)} of {len(parts)} parts failed, the first with: "
-            + (first_error.detail if isinstance(first_error, ReqcryptError) else "I/O error"),
-            first_error,
-            [
-                {
-                    "range": f"bytes {part.range.first}-{part.range.last}",
-                    "detail": error.detail if isinstance(error, ReqcryptError) else "I/O error",
-                }
-                for part, error in failed
-            ],
+    check_batch_bytes(declared, io.limits.max_batch_bytes)
+    with ArrivingBody(io.budget, declared, io.limits.io_chunk_bytes) as arriving:
+        length = arriving.length
+        data = await arriving.receive(BodyReader(request, length, io.limits))
+        if len(data) > length:
+            raise InvalidRange(f"body is longer than its Content-Length {length}")
+        if len(data) != length:
+            raise InvalidRange(f"body ended at byte {len(data)} of its Content-Length {length}")
+        parts = parse_byteranges_body(
+            data[:length], boundary, volume.size, max_parts=io.limits.max_ranges
         )
-    raise_first(flush)
-    return Response(status_code=204, headers={"ETag": etag(volume, version)})
+        # The body is this request's own buffer: its parts may be encrypted where they lie.
+        writes = [Io.write(part.range.first, part.data, may_overwrite=True) for part in parts]
+        flush = [Io(Op.FLUSH, 0, 0)] if fua else []
+        version = await io.executor.run(
+            functools.partial(
+                execute, volume, writes + flush, precondition=if_match(headers, volume)
+            )
+        )
+        failed = [
+            (part, write.error)
+            for part, write in zip(parts, writes, strict=True)
+            if write.error is not None
+        ]
+        if failed:
+            first_error = failed[0][1]
+            raise BatchFailed(
+                f"{len(failed)} of {len(parts)} parts failed, the first with: "
+                + (first_error.detail if isinstance(first_error, ReqcryptError) else "I/O error"),
+                first_error,
+                [
+                    {
+                        "range": f"bytes {part.range.first}-{part.range.last}",
+                        "detail": error.detail if isinstance(error, ReqcryptError) else "I/O error",
+                    }
+                    for part, error in failed
+                ],
+            )
+        raise_first(flush)
+        return Response(status_code=204, headers={"ETag": etag(volume, version)})
+
+
+class ArrivingBody:
+    """A body read whole into memory that grows with what has arrived, not with what
+    Content-Length announces: an anonymous mapping of the declared length, whose pages
+    the system backs only once written, so a client that declares 64 MiB and trickles two
+    bytes holds a page. Each piece is taken from the byte budget before it is read (503
+    when spent), and everything given back when the ``with`` block ends."""
+
+    def __init__(self, budget: ByteBudget, length: int, piece: int) -> None:
+        self.budget = budget
+        self.length = length
+        self._piece = piece
+        self._map = mmap.mmap(-1, length + 1)  # one byte more: a longer body shows
+        self._held = 0
+
+    async def receive(self, body: BodyReader) -> memoryview:
+        view = memoryview(self._map)
+        counted = budgeted(len(view))
+        filled = 0
+        while filled < len(view):
+            size = min(self._piece, len(view) - filled)
+            if counted:
+                self._held += self.budget.take(size, "a multipart body")
+            got = await body.readinto(view[filled : filled + size])
+            filled += got
+            if got < size:
+                break
+        return view[:filled]
+
+    def __enter__(self) -> ArrivingBody:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        """Everything given back, the mapping unmapped (once no view of it is left)."""
+        self.budget.give(self._held)
+        self._held = 0
+        with contextlib.suppress(BufferError):  # a view still out: unmapped when it goes
+            self._map.close()
 
 
 def raise_first(ios: Sequence[Io]) -> None:
@@ -397,12 +500,10 @@ def raise_first(ios: Sequence[Io]) -> None:
             raise io.error
 
 
-def _read_batch(
-    volume: Volume, ranges: list[ByteRange], boundary: str
-) -> tuple[memoryview, int | None]:
-    """The whole multipart/byteranges body in one buffer, each range read straight into
-    its place: one send for the event loop, however many ranges."""
-    size = volume.size
+def _batch_delimiters(
+    size: int, ranges: list[ByteRange], boundary: str
+) -> tuple[list[bytes], bytes]:
+    """The multipart/byteranges lines before each range, and after the last."""
     heads = [
         (
             f"\r\n--{boundary}\r\nContent-Type: {OCTETS}\r\n"
@@ -410,8 +511,15 @@ def _read_batch(
         ).encode()
         for r in ranges
     ]
-    tail = f"\r\n--{boundary}--\r\n".encode()
-    body = memoryview(bytearray(sum(map(len, heads)) + sum(r.length for r in ranges) + len(tail)))
+    return heads, f"\r\n--{boundary}--\r\n".encode()
+
+
+def _read_batch(
+    volume: Volume, ranges: list[ByteRange], heads: list[bytes], tail: bytes, length: int
+) -> tuple[memoryview, int | None]:
+    """The whole multipart/byteranges body in one buffer, each range read straight into
+    its place: all the ranges' bios in one batch, however many ranges."""
+    body = mempool.page_aligned(length)
     ios: list[Io] = []
     position = 0
     for head, byte_range in zip(heads, ranges, strict=True):

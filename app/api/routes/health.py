@@ -1,16 +1,17 @@
-"""Liveness, readiness and Prometheus exposition (no auth: probes and scrapers have no token)."""
+"""Liveness, readiness and Prometheus exposition: no auth (probes and scrapers have no
+token), except ``/metrics`` under ``REQCRYPT_METRICS_AUTH=io``."""
 
 from __future__ import annotations
 
 import os
 import tempfile
 
-from fastapi import APIRouter, Response
+from fastapi import APIRouter, Depends, Request, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from sqlalchemy import text
 
-from app.api.deps import StateDep
-from app.api.problems import problem
+from app.api.deps import StateDep, authorize
+from app.api.problems import problem, responses
 from app.db import migrate
 from app.errors import ReqcryptError
 
@@ -63,6 +64,30 @@ def readyz(state: StateDep) -> dict[str, object] | Response:
     return {"status": "ready", "checks": checks}
 
 
-@router.get("/metrics", response_class=Response)
+async def metrics_reader(request: Request, state: StateDep) -> None:
+    """Under ``REQCRYPT_METRICS_AUTH=io``, the io or admin token: the labels name every
+    volume, node and engine, which not everyone who reaches the port may see."""
+    if state.settings.metrics_auth == "io":
+        authorize(state, request.headers.get("authorization"))
+
+
+METRICS_SECURITY: dict[str, object] = {"security": [{}, {"HTTPBearer": []}]}
+"""No token, or a bearer token: which one this service wants is ``REQCRYPT_METRICS_AUTH``'s."""
+
+
+@router.get(
+    "/metrics",
+    response_class=Response,
+    dependencies=[Depends(metrics_reader)],
+    responses={
+        401: {
+            **responses(401)[401],
+            "description": "REQCRYPT_METRICS_AUTH=io and no valid io or admin token",
+        }
+    },
+    openapi_extra=METRICS_SECURITY,
+)
 def metrics(state: StateDep) -> Response:
+    """No token needed unless `REQCRYPT_METRICS_AUTH=io`: then the io or the admin token
+    (401 without). The labels name every volume, cluster node and engine."""
     return Response(generate_latest(state.registry), media_type=CONTENT_TYPE_LATEST)

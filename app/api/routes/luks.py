@@ -47,6 +47,7 @@ def ceiling(state: State) -> KdfCeiling:
         time=settings.luks_max_pbkdf_time,
         parallel=settings.luks_max_pbkdf_parallel,
         iterations=settings.luks_max_pbkdf_iterations,
+        unlock_work=settings.luks_max_unlock_work,
     )
 
 
@@ -115,7 +116,7 @@ async def luks_add_key(
         state.control.check_header_change(name, unmapped=False)
         disk = state.control.devices.get(name)
         secret = body.secret()
-        new = bytearray(body.new_passphrase.get_secret_value().encode())
+        new = body.new_secret()
         try:
             with _header_writes:
                 header, slot = add_key(disk, secret, new, body.pbkdf.options(), ceiling(state))

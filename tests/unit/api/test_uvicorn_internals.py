@@ -29,6 +29,7 @@ HOOKS = (
     "on_body",
     "on_message_complete",
     "on_response_complete",
+    "_unset_keepalive_if_required",
 )
 """The protocol's methods ``BoundedHeadProtocol`` overrides or calls."""
 
@@ -75,7 +76,13 @@ def test_a_request_through_uvicorns_protocol_keeps_the_state_connections_reads()
             seen["headers"] = list(self.headers)
             seen["cycle"] = {
                 name: hasattr(cycle, name)
-                for name in ("body", "more_body", "disconnected", "response_complete")
+                for name in (
+                    "body",
+                    "more_body",
+                    "disconnected",
+                    "response_started",
+                    "response_complete",
+                )
             }
             seen["scope is shared"] = cycle.scope is self.scope
 
@@ -114,7 +121,7 @@ def test_a_request_through_uvicorns_protocol_keeps_the_state_connections_reads()
         "HttpToolsProtocol.headers is not the head's (name, value) pairs in bytes"
     )
     assert seen.get("cycle") == dict.fromkeys(
-        ("body", "more_body", "disconnected", "response_complete"), True
+        ("body", "more_body", "disconnected", "response_started", "response_complete"), True
     ), changed(f"RequestResponseCycle's state changed: {seen.get('cycle')}")
     assert seen.get("scope is shared"), changed("a cycle's scope is not its protocol's")
     assert seen.get("response complete") is True, changed(

@@ -6,8 +6,10 @@ import asyncio
 import os
 import threading
 import time
+import weakref
 
 import anyio
+import numpy as np
 import pytest
 
 from app.io.executor import IoExecutor
@@ -190,3 +192,15 @@ def _is_open(fd: int) -> bool:
     except OSError:
         return False
     return True
+
+
+async def test_an_idle_worker_keeps_nothing_of_its_last_job() -> None:
+    executor = IoExecutor()
+    try:
+        result = await executor.run(np.empty, 1 << 20, np.uint8)
+        alive = weakref.ref(result)
+        del result
+        await asyncio.sleep(0.01)  # the loop lets go of the delivered future
+        assert alive() is None, "the worker's frame still holds the last result"
+    finally:
+        executor.shutdown()

@@ -1,5 +1,6 @@
 """An NBD connection driven in process through a stub transport: what becomes of a write's
-payload, and of the requests still waiting in the receive buffer behind it."""
+payload, of the requests still waiting in the receive buffer behind it, and of a request
+cut between reads while other connections read into the receive area they share."""
 
 from __future__ import annotations
 
@@ -10,11 +11,18 @@ from typing import Any
 import pytest
 
 from app.io.admission import VolumeAdmission
+from app.io.budget import ByteBudget
 from app.io.executor import IoExecutor
 from app.io.ops import Io
 from app.nbd import protocol, server
 from app.nbd.protocol import Command, CommandFlag, Errno, RequestHeader
-from app.nbd.server import DIRECT_PAYLOAD, ExportStats, NbdConnection
+from app.nbd.server import (
+    DIRECT_PAYLOAD,
+    HANDSHAKE_RECEIVE,
+    RECEIVE_SIZE,
+    ExportStats,
+    NbdConnection,
+)
 from app.storage.memory import MemoryStore
 from tests.support.volumes import SECTORS, make_volume
 
@@ -36,6 +44,11 @@ class Transport:
     def write(self, data: bytes) -> None:
         self.sent += data
 
+    def get_write_buffer_size(self) -> int:
+        return 0
+
+    def set_write_buffer_limits(self, high: int) -> None: ...
+
     def pause_reading(self) -> None: ...
 
     def resume_reading(self) -> None: ...
@@ -49,19 +62,52 @@ def request(
     return protocol.pack_request(RequestHeader(flags, command, handle, offset, length)) + payload
 
 
+def stub_server(executor: IoExecutor, max_in_flight: int) -> Any:
+    """What a connection uses of its ``NbdServer``."""
+    receive = memoryview(bytearray(RECEIVE_SIZE))
+    return SimpleNamespace(
+        admission=VolumeAdmission(1024),
+        budget=ByteBudget(1 << 30),
+        executor=executor,
+        max_in_flight=max_in_flight,
+        max_in_flight_bytes=64 << 20,
+        send_timeout=30.0,
+        connections=set(),
+        receive=receive,
+        receive_handshake=receive[:HANDSHAKE_RECEIVE],
+        stats_of=lambda volume: ExportStats(),
+    )
+
+
+def transmitting(context: Any, volume: Any, export: protocol.Export) -> tuple[Any, Transport]:
+    """A connection of ``context`` past negotiation, on a stub transport."""
+    connection = NbdConnection(context)
+    transport = Transport()
+    connection.transport = transport  # type: ignore[assignment]
+    connection._enter_transmission(volume, export)
+    return connection, transport
+
+
+async def feed(connection: NbdConnection, piece: bytes) -> None:
+    """``piece`` as socket reads, each as much as ``get_buffer`` takes at a time."""
+    position = 0
+    while position < len(piece):
+        area = connection.get_buffer(len(piece) - position)
+        taken = min(len(area), len(piece) - position)
+        area[:taken] = piece[position : position + taken]
+        position += taken
+        connection.buffer_updated(taken)
+        await asyncio.sleep(0)
+
+
 def serve(
     volume: Any, pieces: list[bytes], max_in_flight: int, export: protocol.Export = EXPORT
 ) -> dict[int, tuple[int, bytes]]:
     """Feed ``pieces`` to one connection, each as one socket read (as much as
-    ``get_buffer`` takes at a time), and return each handle's (error, read data)."""
+    ``get_buffer`` takes at a time), and return each handle's (error, read data). Every
+    read's budget is back once all are answered."""
     executor = IoExecutor()
-    context = SimpleNamespace(
-        admission=VolumeAdmission(1024),
-        executor=executor,
-        max_in_flight=max_in_flight,
-        max_in_flight_bytes=64 << 20,
-        connections=set(),
-    )
+    context = stub_server(executor, max_in_flight)
     stream = b"".join(pieces)
     lengths = {}
     position = 0
@@ -72,23 +118,9 @@ def serve(
         position += protocol.REQUEST.size + (header.length if carries else 0)
 
     async def run() -> bytes:
-        connection = NbdConnection(context)  # type: ignore[arg-type]
-        transport = Transport()
-        connection.transport = transport  # type: ignore[assignment]
-        connection.volume = volume
-        connection.name = "v"
-        connection.export = export
-        connection.stats = ExportStats()
-        connection.transmission = True
+        connection, transport = transmitting(context, volume, export)
         for piece in pieces:
-            position = 0
-            while position < len(piece):
-                area = connection.get_buffer(len(piece) - position)
-                taken = min(len(area), len(piece) - position)
-                area[:taken] = piece[position : position + taken]
-                position += taken
-                connection.buffer_updated(taken)
-                await asyncio.sleep(0)
+            await feed(connection, piece)
         for _ in range(2000):
             if connection.stats.batches and connection.in_flight == 0 and not connection.buffer:
                 break
@@ -99,6 +131,7 @@ def serve(
         sent = asyncio.run(run())
     finally:
         executor.shutdown()
+    assert context.budget.held == 0
     answers = {}
     position = 0
     while position < len(sent):
@@ -229,3 +262,44 @@ def test_each_request_gets_the_error_check_request_gives_it(read_only: bool) -> 
     finally:
         volume.remove()
     assert {handle: error for handle, (error, _) in answers.items()} == expected
+
+
+@pytest.mark.parametrize("split", [20, 1000, DIRECT_PAYLOAD // 2], ids=["header", "small", "big"])
+def test_requests_split_across_reads_survive_other_connections_reading_into_the_same_area(
+    split: int,
+) -> None:
+    """Connections share one receive area: each keeps what it has of a request that a read
+    cut (a header, a small payload, a direct payload) before the next connection's read
+    lands where it lay."""
+    executor = IoExecutor()
+    context = stub_server(executor, 64)
+    size = max(2 * split, BLOCK)
+    writes = {offset: bytes([offset // size + 1]) * size for offset in (0, size, 2 * size)}
+    streams = {
+        offset: request(Command.WRITE, 1, offset, size, data)
+        + request(Command.READ, 2, offset, size)
+        for offset, data in writes.items()
+    }
+    volume = make_volume(MemoryStore(SIZE))
+
+    async def run() -> list[bytes]:
+        connections = [transmitting(context, volume, EXPORT) for _ in streams]
+        for half in (slice(None, split), slice(split, None)):
+            for (connection, _), stream in zip(connections, streams.values(), strict=True):
+                await feed(connection, stream[half])
+        for _ in range(2000):
+            if all(c.stats.batches and c.in_flight == 0 for c, _ in connections):
+                break
+            await asyncio.sleep(0.001)
+        return [bytes(transport.sent) for _, transport in connections]
+
+    try:
+        sent = asyncio.run(run())
+        stored = {offset: volume.read(offset, size) for offset in writes}
+    finally:
+        executor.shutdown()
+        volume.remove()
+    assert stored == writes
+    for replies, data in zip(sent, writes.values(), strict=True):
+        assert replies.endswith(data)  # the read's payload, after its reply header
+    assert context.budget.held == 0
