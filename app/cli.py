@@ -25,7 +25,7 @@ from app.commands.trace import trace
 from app.commands.vol import vol_app
 from app.config import Settings
 from app.dmsetup import dmsetup_app
-from app.startup import load_settings, refusals
+from app.startup import fit_open_files, load_settings, refusals
 
 
 class PlaceholderOption(TyperOption):
@@ -231,6 +231,7 @@ def serve(
             typer.echo(f"reqcrypt: {line}")
         tune_malloc()
         with refusals("serve"), data_dir_lock(settings, exclusive=False):
+            fit_open_files(settings)
             check_master_key(settings)
             application = create_app(settings)
             settle_collector()

@@ -4,6 +4,7 @@ why it (or ``rotate-master-key``) refuses to, in one line."""
 from __future__ import annotations
 
 import gc
+import resource
 import subprocess
 import sys
 from pathlib import Path
@@ -15,6 +16,7 @@ import app.main
 from app.cli import cli, startup_lines
 from app.config import Settings
 from app.keyfiles import MasterKeyError, data_dir_lock
+from app.startup import OPEN_FILES_RESERVE, fit_open_files
 
 
 def lines(tmp_path: Path, **fields: object) -> list[str]:
@@ -100,3 +102,31 @@ def test_a_sqlite_service_never_loads_the_postgresql_driver(tmp_path: Path) -> N
         "assert 'psycopg' not in sys.modules, 'psycopg imported'"
     )
     subprocess.run([sys.executable, "-c", check], check=True)
+
+
+def test_connection_caps_past_the_hard_open_file_limit_refuse_to_serve(tmp_path: Path) -> None:
+    reqcrypt = Path(sys.executable).with_name("reqcrypt")
+    done = subprocess.run(
+        ["sh", "-c", f"ulimit -n 512 && exec {reqcrypt} serve"],
+        env={"PATH": "/usr/bin:/bin", "REQCRYPT_DATA_DIR": str(tmp_path / "data")},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 1
+    assert done.stderr.strip().splitlines() == [
+        "reqcrypt: serve: the connection caps need 1152 open files (REQCRYPT_MAX_CONNECTIONS "
+        "1024, REQCRYPT_NBD_MAX_CONNECTIONS when NBD is on, 128 more), the hard limit is 512: "
+        "lower the caps or raise `ulimit -Hn`"
+    ]
+
+
+def test_serve_raises_its_soft_open_file_limit_to_what_the_caps_need(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    limits: list[tuple[int, int]] = []
+    monkeypatch.setattr(resource, "getrlimit", lambda _: (256, 4096))
+    monkeypatch.setattr(resource, "setrlimit", lambda _, pair: limits.append(pair))
+    fit_open_files(Settings(data_dir=tmp_path, nbd_port=0))
+    assert limits == [(1024 + 256 + OPEN_FILES_RESERVE, 4096)]
