@@ -211,12 +211,64 @@ def render_table(
         ]
         for index, (row, ratio) in enumerate(zip(rows, ratios, strict=True))
     ]
+    return _markdown(header, lines)
+
+
+def _markdown(header: Sequence[str], lines: Sequence[Sequence[str]]) -> str:
     widths = [max(len(h), *(len(line[i]) for line in lines)) for i, h in enumerate(header)]
     out = ["| " + " | ".join(h.ljust(w) for h, w in zip(header, widths, strict=True)) + " |"]
     out.append("|" + "|".join("-" * (w + 2) for w in widths) + "|")
     for line in lines:
         out.append("| " + " | ".join(v.ljust(w) for v, w in zip(line, widths, strict=True)) + " |")
     return "\n".join(out)
+
+
+def _compared(cell: Cell, figure: Published) -> bool:
+    return _panel(cell["rw"]) == _panel(figure.rw) and figure.where(cell)
+
+
+def render_runs(
+    cells: Sequence[Cell],
+    published: Sequence[Published],
+    label: Callable[[Cell], str],
+    metric: str = "modelled_mb_s",
+) -> str:
+    """Each cell compared with a published figure: how long it ran and in which regime of
+    the device's write buffer, beside the figure and the run length it was published for."""
+    lines = [
+        [
+            label(cell),
+            str(cell["rw"]),
+            format_size(int(cell["bytes"])),
+            str(cell.get("write_regime") or "-"),
+            _num(cell.get(metric)),
+            f"{figure.mb_s:g}",
+            "-" if figure.run_bytes is None else format_size(figure.run_bytes),
+        ]
+        for figure in published
+        for cell in cells
+        if _compared(cell, figure)
+    ]
+    header = ["cell", "rw", "run", "write regime", metric.removesuffix("_mb_s") + " MB/s"]
+    header.append("published MB/s")
+    return _markdown([*header, "published run"], lines)
+
+
+def run_length_warnings(
+    cells: Sequence[Cell], published: Sequence[Published], label: Callable[[Cell], str]
+) -> list[str]:
+    """A warning for each cell that ran a different length from the figure it is compared
+    with: a device with a write buffer takes a short run at its burst rate and a long one
+    mostly at its sustained rate, so the two may not be the same experiment."""
+    return [
+        f"{label(cell)}, {cell['rw']}: ran {format_size(int(cell['bytes']))} "
+        f"({cell.get('write_regime') or 'no buffered writes'}), the published "
+        f"{figure.mb_s:g} MB/s ran {format_size(figure.run_bytes)}: compare with care"
+        for figure in published
+        if figure.run_bytes is not None
+        for cell in cells
+        if _compared(cell, figure) and int(cell["bytes"]) != figure.run_bytes
+    ]
 
 
 def _num(value: float | None) -> str:
@@ -261,13 +313,15 @@ class Published:
     """A figure from a paper or mailing-list thread, drawn beside the series it reproduces.
 
     ``where`` picks that series' cells; ``x`` is its position on the plot's x axis
-    (ignored when the x axis is ``rw``: one bar per series).
+    (ignored when the x axis is ``rw``: one bar per series); ``run_bytes`` its run length.
     """
 
     rw: str
     mb_s: float
     where: Callable[[Cell], bool]
     x: Any = None
+    run_bytes: int | None = None
+    """How much the publication's run moved (None: not stated, or no write buffer to fill)."""
 
 
 #: Numeric x axes drawn on a log2 scale (``bs`` too, with size labels).

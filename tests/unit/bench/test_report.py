@@ -249,3 +249,36 @@ def test_bars_name_their_category_baseline_first_with_values():
         "request\n(bulk engine)",
     ]
     assert [t.get_text() for t in read.texts] == ["30.00", "10.00"]
+
+
+def buffered_writes() -> list[dict[str, object]]:
+    return [
+        cell("bio", "write", 512 << 10, 4.8, bytes=64 << 20, write_regime="burst"),
+        cell("bio", "write", 512 << 10, 3.1, bytes=1 << 30, write_regime="burst+sustained"),
+    ]
+
+
+def published_write(run_bytes: int | None) -> report.Published:
+    return report.Published("write", 4.9, lambda c: c["dispatch_mode"] == "bio", None, run_bytes)
+
+
+def test_the_runs_table_gives_each_cells_run_length_and_regime_beside_the_figure() -> None:
+    table = report.render_runs(buffered_writes(), [published_write(64 << 20)], lambda c: "bio")
+    lines = [line.split("|")[1:-1] for line in table.splitlines()[2:]]
+    assert [[value.strip() for value in line] for line in lines] == [
+        ["bio", "write", "64M", "burst", "4.80", "4.9", "64M"],
+        ["bio", "write", "1G", "burst+sustained", "3.10", "4.9", "64M"],
+    ]
+
+
+def test_a_run_longer_than_the_publications_is_warned_about_and_an_equal_one_is_not() -> None:
+    warnings = report.run_length_warnings(
+        buffered_writes(), [published_write(64 << 20)], lambda c: "bio"
+    )
+    assert len(warnings) == 1
+    assert "ran 1G (burst+sustained)" in warnings[0]
+    assert "ran 64M" in warnings[0]
+
+
+def test_a_figure_whose_run_length_is_not_stated_warns_about_nothing() -> None:
+    assert report.run_length_warnings(buffered_writes(), [published_write(None)], str) == []
