@@ -44,6 +44,7 @@ from app.errors import (
     VolumeBusy,
     VolumeNotFound,
 )
+from app.storage.base import BackingStore
 from app.storage.registry import DeviceRegistry
 from app.vocab import SECTOR_SIZE, StoreKind, is_valid_name
 
@@ -90,6 +91,8 @@ class Control:
             records, self.catalog, engines, plug_window_us=settings.plug_window_us
         )
         self._lock = threading.RLock()
+        self._held: dict[str, int] = {}
+        """Devices a LUKS operation is reading or writing outside the lock (``holding``)."""
 
     # ------------------------------------------------------------------ plumbing
 
@@ -195,6 +198,10 @@ class Control:
     def delete_device(self, name: str) -> None:
         with self._lock:
             self._refuse_mapped(name)
+            if self._held.get(name):
+                raise DeviceBusy(
+                    f"device {name} is in use by a LUKS operation; delete it once that ends"
+                )
             self.devices.check_removable(name)
             self.guard.claim_unmapped(name)
             with self.records.transaction() as records:
@@ -210,6 +217,22 @@ class Control:
             if name not in self.catalog:
                 self._sync_if_shared()
             self.catalog.get(name)
+
+    @contextmanager
+    def holding(self, name: str) -> Iterator[BackingStore]:
+        """Device ``name`` for a LUKS operation that reads or writes its header outside the
+        lock (a key derivation takes seconds): it cannot be deleted meanwhile, so its file
+        descriptor stays its own (``DeviceBusy`` for a delete)."""
+        with self._lock:
+            self.known_device(name)
+            self._held[name] = self._held.get(name, 0) + 1
+        try:
+            yield self.devices.get(name)
+        finally:
+            with self._lock:
+                self._held[name] -= 1
+                if not self._held[name]:
+                    del self._held[name]
 
     def check_header_change(self, name: str, *, unmapped: bool) -> None:
         """Before the LUKS header of device ``name`` changes here. ``unmapped`` (luksFormat):

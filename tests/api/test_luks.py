@@ -242,6 +242,34 @@ async def test_the_last_keyslot_is_killed_only_with_force(client: httpx.AsyncCli
     assert (await client.get("/v1/devices/sdb/luks")).json()["keyslots"] == []
 
 
+async def test_a_device_is_not_deleted_under_a_luks_format_that_is_writing_its_header(
+    client: httpx.AsyncClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A format derives its key outside the control lock: a delete meanwhile would close
+    the descriptor it writes through (and a reused number is another file)."""
+    await client.post("/v1/devices", json={"name": "sdb", "size_bytes": SIZE})
+    started, release = threading.Event(), threading.Event()
+    format_device = luks_device.format_device
+
+    def held_format(*args: Any, **kwargs: Any) -> Any:
+        started.set()
+        release.wait(30)
+        return format_device(*args, **kwargs)
+
+    monkeypatch.setattr("app.api.routes.luks.format_device", held_format)
+    formatting = asyncio.create_task(
+        client.post("/v1/devices/sdb/luks", json={"passphrase": PASSPHRASE, "pbkdf": CHEAP_ARGON2})
+    )
+    await asyncio.to_thread(started.wait, 30)
+    refused = await client.delete("/v1/devices/sdb")
+    release.set()
+    assert refused.status_code == 409
+    assert "LUKS operation" in refused.json()["detail"]
+    assert (await formatting).status_code == 201
+    assert (await client.get("/v1/devices/sdb/luks")).status_code == 200
+    assert (await client.delete("/v1/devices/sdb")).status_code == 204
+
+
 async def test_formatting_a_mapped_device_is_refused(client: httpx.AsyncClient) -> None:
     await client.post("/v1/devices", json={"name": "sdb", "size_bytes": SIZE})
     await client.post("/v1/volumes", json={"name": "lin", "table": "0 8 linear sdb 0"})

@@ -26,7 +26,6 @@ from app.api.luks_schemas import (
     LuksOpenIn,
 )
 from app.api.problems import responses
-from app.control import Control
 from app.luks.device import add_key, dump, forget, format_device, kill_slot, open_table
 from app.luks.header import Disk, read_header
 from app.luks.kdf import KdfCeiling
@@ -60,11 +59,6 @@ async def run_kdf(request: Request, state: State, work: Callable[[], T]) -> T:
     return await anyio.to_thread.run_sync(work, limiter=limiter)
 
 
-def device(control: Control, name: str) -> Disk:
-    control.known_device(name)  # DeviceNotFound, as every device route says it
-    return control.devices.get(name)
-
-
 def dump_out(disk: Disk, state: State) -> LuksDumpOut:
     return LuksDumpOut(**dump(read_header(disk, ceiling(state)), disk.size))
 
@@ -79,13 +73,12 @@ async def luks_format(
 
     def work() -> LuksDumpOut:
         control.check_header_change(name, unmapped=True)
-        disk = control.devices.get(name)
         secret = body.secret()
         try:
-            with _header_writes:
+            with control.holding(name) as disk, _header_writes:
                 header, key = format_device(disk, secret, body.options(), ceiling(state))
-            key.wipe()
-            return LuksDumpOut(**dump(header, disk.size))
+                key.wipe()
+                return LuksDumpOut(**dump(header, disk.size))
         finally:
             forget(secret)
 
@@ -96,8 +89,12 @@ async def luks_format(
 async def luks_dump(name: str, state: StateDep, _: RoleDep) -> LuksDumpOut:
     """luksDump; 404 when the device holds no LUKS header. Read-only and free of secrets,
     so the I/O token may read it like any other status."""
-    disk = device(state.control, name)
-    return await anyio.to_thread.run_sync(dump_out, disk, state)
+
+    def work() -> LuksDumpOut:
+        with state.control.holding(name) as disk:
+            return dump_out(disk, state)
+
+    return await anyio.to_thread.run_sync(work)
 
 
 @router.post(
@@ -114,13 +111,12 @@ async def luks_add_key(
 
     def work() -> LuksKeyslotAddedOut:
         state.control.check_header_change(name, unmapped=False)
-        disk = state.control.devices.get(name)
         secret = body.secret()
         new = body.new_secret()
         try:
-            with _header_writes:
+            with state.control.holding(name) as disk, _header_writes:
                 header, slot = add_key(disk, secret, new, body.pbkdf.options(), ceiling(state))
-            return LuksKeyslotAddedOut(slot=slot, dump=LuksDumpOut(**dump(header, disk.size)))
+                return LuksKeyslotAddedOut(slot=slot, dump=LuksDumpOut(**dump(header, disk.size)))
         finally:
             forget(secret)
             forget(new)
@@ -137,10 +133,9 @@ async def luks_kill_slot(
 
     def work() -> None:
         state.control.check_header_change(name, unmapped=False)
-        disk = state.control.devices.get(name)
         secret = body.optional_secret()
         try:
-            with _header_writes:
+            with state.control.holding(name) as disk, _header_writes:
                 kill_slot(disk, slot, secret, ceiling(state), force=body.force)
         finally:
             forget(secret)
@@ -153,12 +148,12 @@ async def open_luks(spec: LuksOpenIn, request: Request, state: State) -> str:
     """luksOpen: the crypt table ``cryptsetup open`` maps for this device and passphrase."""
 
     def work() -> str:
-        disk = device(state.control, spec.device)
         secret = spec.secret()
         try:
-            return open_table(
-                disk, secret, ceiling(state), spec.device, allow_discards=spec.allow_discards
-            )
+            with state.control.holding(spec.device) as disk:
+                return open_table(
+                    disk, secret, ceiling(state), spec.device, allow_discards=spec.allow_discards
+                )
         finally:
             forget(secret)
 
