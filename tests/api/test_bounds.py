@@ -25,7 +25,7 @@ MiB = 1 << 20
 @pytest.fixture
 def settings(settings: Settings) -> Settings:
     return settings.model_copy(
-        update={"max_control_body_bytes": 64 << 10, "max_buffered_bytes": 8 * MiB}
+        update={"max_control_body_bytes": 1 * MiB, "max_buffered_bytes": 8 * MiB}
     )
 
 
@@ -202,4 +202,56 @@ async def test_a_multipart_body_holds_what_has_arrived_not_what_it_declares(
     more.set()
     response = await put
     assert response.status_code == 204, response.text
+    assert budget.held == 0
+
+
+async def test_a_large_control_body_without_a_token_is_refused_before_it_is_read(
+    app: FastAPI, client: httpx.AsyncClient
+) -> None:
+    read: list[bool] = []
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": "POST",
+        "scheme": "http",
+        "path": "/v1/devices",
+        "raw_path": b"/v1/devices",
+        "query_string": b"",
+        "root_path": "",
+        "headers": [(b"host", b"test"), (b"content-length", str(512 << 10).encode())],
+        "client": ("127.0.0.1", 1),
+        "server": ("test", 80),
+        "app": app,
+    }
+    answer: dict[str, Any] = {}
+
+    async def receive() -> dict[str, Any]:
+        read.append(True)
+        return {"type": "http.request", "body": b"x" * (512 << 10), "more_body": False}
+
+    async def send(message: dict[str, Any]) -> None:
+        if message["type"] == "http.response.start":
+            answer["status"] = message["status"]
+
+    await app(scope, receive, send)
+    assert answer["status"] == 401
+    assert read == []
+
+
+async def test_a_large_control_body_waits_for_the_budget_like_any_buffer(
+    app: FastAPI, client: httpx.AsyncClient, settings: Settings
+) -> None:
+    budget = app.state.reqcrypt.budget
+    held = budget.take(8 * MiB - 1024, "another client")
+    status, body = await raw_request(
+        app,
+        "POST",
+        "/v1/devices",
+        [bearer(settings), (b"content-length", str(256 << 10).encode())],
+        b"{" + b" " * ((256 << 10) - 2) + b"}",
+    )
+    budget.give(held)
+    assert status == 503
+    assert b"REQCRYPT_MAX_BUFFERED_BYTES" in body
     assert budget.held == 0
