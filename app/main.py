@@ -49,8 +49,9 @@ from app.db.records import Records, master_key_unwraps, rewrap_keys
 from app.db.session import make_engine, make_sessionmaker
 from app.engine.registry import EngineRegistry
 from app.io.admission import VolumeAdmission
-from app.io.budget import ByteBudget, trim_after
+from app.io.budget import ByteBudget
 from app.io.executor import IoExecutor
+from app.io.memory import trim_after
 from app.keyfiles import (
     MasterKeyError,
     admin_token_path,

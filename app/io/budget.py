@@ -15,21 +15,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ctypes
-import ctypes.util
 import weakref
 from collections import deque
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 from app.errors import Unavailable
-
-TRIM_AFTER = 32 << 20
-"""Freed memory worth handing back to the system (``trim_after``)."""
-TRIM_THRESHOLD = 256 << 20
-"""glibc's M_TRIM_THRESHOLD as ``reqcrypt serve`` sets it (``app.cli.tune_malloc``)."""
-TRIM_THRESHOLD_LOW = 128 << 10
-"""glibc's default M_TRIM_THRESHOLD."""
 
 
 class ByteBudget:
@@ -135,27 +126,3 @@ class ByteBudget:
 def _give_on(loop: asyncio.AbstractEventLoop, budget: ByteBudget, size: int) -> None:
     with contextlib.suppress(RuntimeError):  # a closed loop: the process is stopping
         loop.call_soon_threadsafe(budget.give, size)
-
-
-def trim_after(peak: int) -> None:
-    """Once clients that made the process hold ``peak`` bytes are gone, hand the heap's
-    free pages back to the system (glibc's ``malloc_trim``, every arena), off the loop:
-    the service keeps large buffers on the heap (``reqcrypt serve`` raises glibc's mmap
-    threshold for speed), which glibc would otherwise keep."""
-    if peak < TRIM_AFTER:
-        return
-    name = ctypes.util.find_library("c")
-    libc = None if name is None else ctypes.CDLL(name)
-    if libc is not None and hasattr(libc, "malloc_trim"):
-        asyncio.get_running_loop().run_in_executor(None, _trim, libc)
-
-
-def _trim(libc: ctypes.CDLL) -> None:
-    """``malloc_trim`` under a low trim threshold: a thread's arena gives back its top only
-    past the threshold, even when asked (glibc's ``heap_trim``), and serving sets it high."""
-    m_trim_threshold = -1
-    libc.mallopt(m_trim_threshold, TRIM_THRESHOLD_LOW)
-    try:
-        libc.malloc_trim(0)
-    finally:
-        libc.mallopt(m_trim_threshold, TRIM_THRESHOLD)

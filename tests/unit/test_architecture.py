@@ -95,7 +95,7 @@ ALLOWED: dict[str, set[str]] = {
     "dmsetup": {"commands", "config"},
     # an in-process command's settings and refusals to start (database, key, data directory)
     "startup": {"commands", "config", "db", "keyfiles"},
-    "cli": {"bench", "commands", "config", "db", "dmsetup", "keyfiles", "main", "startup"},
+    "cli": {"bench", "commands", "config", "db", "dmsetup", "io", "keyfiles", "main", "startup"},
 }
 WEB = {"fastapi", "starlette"}
 SQL = {"sqlalchemy", "alembic"}
