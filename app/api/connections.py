@@ -209,8 +209,6 @@ class BoundedHeadProtocol(HttpToolsProtocol):
     head_timeout: float = 10.0
     send_timeout: float = 30.0
     max_connections: int = 1 << 20
-    refused = 0
-    """Connections refused at the cap, by this process (the class is made per server)."""
 
     _head_deadline: TimerHandle | None = None
     _send_deadline: TimerHandle | None = None
@@ -223,7 +221,6 @@ class BoundedHeadProtocol(HttpToolsProtocol):
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
         if len(self.server_state.connections) > self.max_connections:
-            type(self).refused += 1
             self._close_with(
                 503,
                 "Service Unavailable",

@@ -17,8 +17,7 @@ import asyncio
 import contextlib
 import weakref
 from collections import deque
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 
 from app.errors import Unavailable
 
@@ -96,14 +95,6 @@ class ByteBudget:
         loop = self._loop or asyncio.get_running_loop()
         self._loop = loop
         weakref.finalize(owner, _give_on, loop, self, size)
-
-    @contextmanager
-    def holding(self, count: int, what: str) -> Iterator[None]:
-        size = self.take(count, what)
-        try:
-            yield
-        finally:
-            self.give(size)
 
     def _add(self, size: int) -> None:
         self.held += size
