@@ -22,7 +22,7 @@ from collections.abc import Awaitable
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from app.api.deps import authorize
+from app.api.deps import authorize_scope
 from app.api.paths import DATA_PATH
 from app.api.problems import problem
 from app.api.ranges import content_length
@@ -79,8 +79,7 @@ class ControlBodyLimit:
         budget: ByteBudget = state.budget
         held = 0
         try:
-            header = next((v for k, v in scope["headers"] if k == b"authorization"), None)
-            authorize(state, header.decode("latin-1") if header is not None else None)
+            authorize_scope(state, scope)
             if size is not None:
                 held = budget.take(size, "a control request's body")
         except HTTPException as error:

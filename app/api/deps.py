@@ -16,6 +16,7 @@ from typing import Annotated, Literal
 from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from starlette.exceptions import HTTPException
+from starlette.types import Scope
 
 from app.config import HttpLimits
 from app.control import Control
@@ -53,6 +54,12 @@ def authorize(state: State, authorization: str | None) -> Role:
     if state.io_token and hmac.compare_digest(token, state.io_token.encode()):
         return "io"
     raise HTTPException(401, "invalid bearer token", headers={"WWW-Authenticate": "Bearer"})
+
+
+def authorize_scope(state: State, scope: Scope) -> Role:
+    """``authorize`` from an ASGI scope's headers: for middleware, before any route runs."""
+    header = next((v for k, v in scope["headers"] if k == b"authorization"), None)
+    return authorize(state, header.decode("latin-1") if header is not None else None)
 
 
 async def get_role(

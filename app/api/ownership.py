@@ -16,7 +16,7 @@ from starlette.exceptions import HTTPException
 from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from app.api.deps import authorize
+from app.api.deps import authorize_scope
 from app.api.paths import VOLUME_PATH
 from app.api.problems import problem
 from app.cluster.relay import OwnerUnreachable, Relay, forwarded, target_url
@@ -115,9 +115,8 @@ async def _read_body(receive: Receive) -> bytes:
 
 
 def _authorized(state: State, scope: Scope) -> bool:
-    header = next((v for k, v in scope["headers"] if k == b"authorization"), None)
     try:
-        authorize(state, header.decode("latin-1") if header is not None else None)
+        authorize_scope(state, scope)
     except HTTPException:
         return False
     return True
