@@ -22,7 +22,7 @@ import queue
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -162,23 +162,34 @@ class BenchmarkJobs:
             return row.id
 
     def submit(self, spec: JobSpec) -> str:
-        self.check(spec)
+        return self.submit_all([spec])[0]
+
+    def submit_all(self, specs: Sequence[JobSpec]) -> list[str]:
+        """Queue ``specs`` in order, all or none: each is checked and the job limit is
+        taken for all of them before the first is queued."""
+        for spec in specs:
+            self.check(spec)
         with self._lock:
-            if len(self._live) >= self.limits.max_benchmark_jobs:
+            if len(self._live) + len(specs) > self.limits.max_benchmark_jobs:
                 raise Unavailable(
-                    f"{len(self._live)} benchmark jobs are queued or running; at most "
-                    f"{self.limits.max_benchmark_jobs} (REQCRYPT_MAX_BENCHMARK_JOBS): retry when one finishes",
+                    f"{len(self._live)} benchmark jobs are queued or running and {len(specs)} "
+                    f"more asked for; at most {self.limits.max_benchmark_jobs} "
+                    "(REQCRYPT_MAX_BENCHMARK_JOBS): retry when one finishes",
                     retry_after=10,
                 )
-            run_id = self._insert_run(spec)
-            self._live[run_id] = _Live(run_id, spec)
+            run_ids = []
+            for spec in specs:
+                run_id = self._insert_run(spec)
+                self._live[run_id] = _Live(run_id, spec)
+                run_ids.append(run_id)
             if self._worker is None:
                 self._worker = threading.Thread(
                     target=self._work, name="reqcrypt-bench", daemon=True
                 )
                 self._worker.start()
-        self._queue.put(run_id)
-        return run_id
+        for run_id in run_ids:
+            self._queue.put(run_id)
+        return run_ids
 
     def record(self, spec: dict[str, Any], results: dict[str, Any]) -> str:
         """Persist a run computed without the worker (a trace replay: modelled, no I/O)."""
@@ -346,5 +357,5 @@ def _row_dict(row: models.BenchmarkRun) -> dict[str, Any]:
         "machine": row.machine,
         "figures": results.get("figures", FIGURE_KINDS),
         "cells": results.get("cells", []),
-        **({"replay": results["replay"]} if "replay" in results else {}),
+        **{key: results[key] for key in ("replay", "scenario") if key in results},
     }

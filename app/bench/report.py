@@ -325,7 +325,7 @@ class Published:
 
 
 #: Numeric x axes drawn on a log2 scale (``bs`` too, with size labels).
-LOG2_AXES = ("bs", "iodepth", "numjobs", "sector_size")
+LOG2_AXES = ("bs", "iodepth", "numjobs", "sector_size", "max_size_kib")
 
 #: Panels, in order: a cell goes to the first whose words its ``rw`` has alone.
 PANELS = ("read", "write", "mixed")

@@ -10,6 +10,7 @@ virtual clocks, which need I/O counts, not big transfers.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -19,6 +20,7 @@ from app.bench import report
 from app.bench.cells import CellResult
 from app.bench.jobs import BenchmarkJobs
 from app.bench.spec import JobSpec
+from app.engine import queuefit
 from app.engine.model import EngineProfile
 from app.engine.presets import OMAP_AES_AM335X
 from app.engine.registry import EngineRegistry
@@ -129,6 +131,8 @@ class ScenarioReport:
     markdown: str
     plot: bytes
     cells: list[CellResult] = field(default_factory=list)
+    data: dict[str, Any] = field(default_factory=dict)
+    """What a modelled scenario computed, as JSON for the API's run record."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -580,6 +584,62 @@ def _software_render(runs: Sequence[Run]) -> ScenarioReport:
     return ScenarioReport(markdown, plot, cells)
 
 
+# ---------------------------------------------------------------------- dm-crypt flags
+
+
+def _no_jobs() -> list[dict[str, Any]]:
+    return []
+
+
+def _split_table(points: Sequence[queuefit.SplitPoint]) -> str:
+    sizes = list(dict.fromkeys(point.split_bytes for point in points))
+    header = " | ".join(format_size(size) if size else "unsplit" for size in sizes)
+    lines = [f"| variant | I/O | {header} |", "|---|---|" + "---|" * len(sizes)]
+    rows: dict[tuple[str, str], list[float]] = {}
+    for point in points:
+        rows.setdefault((point.label, point.op), []).append(point.mb_per_s)
+    for (label, op), values in rows.items():
+        lines.append(f"| {label} | {op} | " + " | ".join(f"{v:.0f}" for v in values) + " |")
+    return "\n".join(lines)
+
+
+def _flags_render(runs: Sequence[Run]) -> ScenarioReport:
+    """Modelled from the fitted queue platforms: nothing runs, the report is the model's."""
+    blog = queuefit.predict(queuefit.QUEUE_CALIBRATIONS["blog"]).platform
+    points = queuefit.split_sweep(blog)
+    markdown = "\n\n".join(
+        [
+            "dm-crypt's queues, modelled: each source's per-hop cost is fitted on its stock "
+            "figure alone; every other row is a prediction (docs/engines.md).",
+            queuefit.render_markdown(),
+            f"1 MiB I/O at queue depth 1 against max_read_size / max_write_size (6.11), "
+            f"MB/s: the {blog.name} platform (aes-xts at its stated speed, hop "
+            f"{blog.hop_ns / 1e3:.2f} µs) with the CPU counts named:",
+            _split_table(points),
+        ]
+    )
+    cells = [
+        {
+            "rw": point.op,
+            "dispatch_mode": point.label,
+            "max_size_kib": (point.split_bytes or 0) // 1024,
+            "modelled_mb_s": point.mb_per_s,
+        }
+        for point in points
+    ]
+    plot = report.plot_png(
+        cells,
+        metric="modelled_mb_s",
+        title="1 MiB I/O vs dm-crypt split size (KiB), modelled",
+        x_axis="max_size_kib",
+    )
+    data = {
+        "predictions": queuefit.predictions_json(),
+        "split_sweep": [dataclasses.asdict(point) for point in points],
+    }
+    return ScenarioReport(markdown, plot, data=data)
+
+
 SCENARIOS: dict[str, Scenario] = {
     scenario.name: scenario
     for scenario in (
@@ -613,6 +673,12 @@ SCENARIOS: dict[str, Scenario] = {
             "the software engine, measured on this host",
             _software_jobs,
             _software_render,
+        ),
+        Scenario(
+            "dm-crypt-flags",
+            "dm-crypt's queues and flags: fitted on stock, predicted vs published; split sizes",
+            _no_jobs,
+            _flags_render,
         ),
     )
 }

@@ -337,7 +337,11 @@ def render_markdown(names: Sequence[str] | None = None) -> str:
 
 
 def main() -> None:
+    from app.engine import queuefit
+
     print(render_markdown())  # noqa: T201 - the script's output is the report
+    print("## dm-crypt's queues: hop cost per platform\n")  # noqa: T201
+    print(queuefit.render_markdown())  # noqa: T201
 
 
 if __name__ == "__main__":

@@ -227,6 +227,14 @@ async def test_a_benchmark_moving_more_than_max_benchmark_bytes_is_a_422_and_not
     assert (await client.get("/v1/benchmarks")).json() == []
 
 
+async def test_a_scenario_beyond_a_benchmark_limit_queues_none_of_its_jobs(
+    client: httpx.AsyncClient,
+) -> None:
+    response = await client.post("/v1/benchmarks", json={"scenario": "dd-512k"})
+    assert_problem(response, 422, "REQCRYPT_MAX_BENCHMARK_BYTES")
+    assert (await client.get("/v1/benchmarks")).json() == []
+
+
 async def test_benchmark_jobs_beyond_max_benchmark_jobs_are_a_503_with_retry_after(
     client: httpx.AsyncClient,
 ) -> None:

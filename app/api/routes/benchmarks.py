@@ -10,7 +10,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
 from app.api.deps import AdminDep, RoleDep, StateDep
 from app.api.problems import responses
-from app.bench import replay, report
+from app.bench import replay, report, scenarios
 from app.bench.jobs import BenchmarkJobs
 from app.bench.spec import ROUNDS, WARMUP, JobSpec
 from app.integers import JsonInt, integral_float
@@ -158,32 +158,67 @@ class ReplayCreate(BaseModel):
     label: str = ""
 
 
+class ScenarioCreate(BaseModel):
+    """A built-in scenario (``reqcrypt bench scenarios``): modelled ones answer at once."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    scenario: str = Field(max_length=64, examples=["dm-crypt-flags"])
+    label: str = ""
+
+
 class BenchmarkStarted(BaseModel):
     id: str
     state: str
+    runs: list[str] = Field(
+        default_factory=list, description="a scenario's runs, one per job, the first is id"
+    )
 
 
 @router.post(
     "", status_code=202, response_model=BenchmarkStarted, responses=responses(404, 409, 422, 503)
 )
 def start_benchmark(
-    body: BenchmarkCreate | ReplayCreate, jobs: JobsDep, _: AdminDep, response: Response
+    body: BenchmarkCreate | ReplayCreate | ScenarioCreate,
+    jobs: JobsDep,
+    _: AdminDep,
+    response: Response,
 ) -> BenchmarkStarted:
     """Start a job on the background runner; poll ``GET /v1/benchmarks/{id}``.
 
     Template cells create ``bench-<id>-<n>`` devices and volumes and remove
     them afterwards; a named volume is retuned per cell and restored. A body
     with ``replay`` (a blkparse text or fio iolog, nothing else beside it) is
-    modelled at once: the answer names a run already done.
+    modelled at once: the answer names a run already done. A body with ``scenario``
+    runs a built-in scenario: a modelled one (``dm-crypt-flags``) is recorded done with
+    its tables; one made of jobs queues them, one run each, listed in ``runs``.
     """
     if isinstance(body, ReplayCreate):
         run_id = _replay(body, jobs)
         response.headers["Location"] = f"/v1/benchmarks/{run_id}"
         return BenchmarkStarted(id=run_id, state="done")
+    if isinstance(body, ScenarioCreate):
+        started = _scenario(body, jobs)
+        response.headers["Location"] = f"/v1/benchmarks/{started.id}"
+        return started
     spec = JobSpec.from_dict(body.model_dump(exclude_none=True))
     run_id = jobs.submit(spec)
     response.headers["Location"] = f"/v1/benchmarks/{run_id}"
     return BenchmarkStarted(id=run_id, state="queued")
+
+
+def _scenario(body: ScenarioCreate, jobs: BenchmarkJobs) -> BenchmarkStarted:
+    chosen = scenarios.scenario(body.scenario)
+    specs = [JobSpec.from_dict(job) for job in chosen.jobs()]
+    if not specs:
+        rendered = chosen.render([])
+        spec = {"label": body.label or chosen.summary, "scenario": chosen.name}
+        results = {"cells": [], "scenario": {"markdown": rendered.markdown, **rendered.data}}
+        run_id = jobs.record(spec, results)
+        return BenchmarkStarted(id=run_id, state="done", runs=[run_id])
+    scenarios.install_engines(jobs.cells.engines)
+    runs = jobs.submit_all(specs)
+    return BenchmarkStarted(id=runs[0], state="queued", runs=runs)
 
 
 def _replay(body: ReplayCreate, jobs: BenchmarkJobs) -> str:

@@ -11,7 +11,9 @@ from tests.unit.bench.canned import canned_runs
 PNG = b"\x89PNG\r\n\x1a\n"
 
 
-@pytest.mark.parametrize("name", sorted(scenarios.SCENARIOS))
+@pytest.mark.parametrize(
+    "name", sorted(name for name, scenario in scenarios.SCENARIOS.items() if scenario.jobs())
+)
 def test_every_scenario_pairs_all_its_cells_and_plots_them(name: str) -> None:
     scenario = scenarios.SCENARIOS[name]
     runs = canned_runs(scenario)
@@ -98,3 +100,27 @@ def test_dd_512k_runs_its_writes_as_long_as_the_publication_and_says_so() -> Non
     writes = rows(rendered.markdown, "bio (stock dm-crypt, per-unit)")
     assert ["bio (stock dm-crypt, per-unit)", "write", "64M", "-", "2.00", "4.9", "64M"] in writes
     assert "Warning:" not in rendered.markdown
+
+
+def test_dm_crypt_flags_is_modelled_without_jobs_and_shows_every_published_figure() -> None:
+    scenario = scenarios.SCENARIOS["dm-crypt-flags"]
+    assert scenario.jobs() == []
+    rendered = scenario.render([])
+    for config in ("same_cpu_crypt", "submit_from_crypt_cpus", "force_inline", "no_read_workqueue"):
+        assert rows(rendered.markdown, config), config
+    assert {row["role"] for row in rendered.data["predictions"]} == {"fitted", "held out"}
+    assert rendered.plot.startswith(PNG)
+
+
+def test_dm_crypt_flags_split_sweep_spreads_large_io_over_cpus_only_when_unbound() -> None:
+    sweep = scenarios.SCENARIOS["dm-crypt-flags"].render([]).data["split_sweep"]
+
+    def rate(label: str, op: str, size: int) -> float:
+        (point,) = [
+            p for p in sweep if (p["label"], p["op"], p["split_bytes"]) == (label, op, size)
+        ]
+        return float(point["mb_per_s"])
+
+    for op in ("read", "write"):
+        assert rate("16 CPUs", op, 128 << 10) > 2 * rate("16 CPUs", op, 1 << 20)
+        assert rate("16 CPUs, same_cpu_crypt", op, 128 << 10) == rate("1 CPUs", op, 128 << 10)
