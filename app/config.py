@@ -62,6 +62,8 @@ class ControlSettings(SettingsView):
     max_table_lines: int
     max_table_line_length: int
     plug_window_us: int
+    crypt_max_read_size: int | None
+    crypt_max_write_size: int | None
     suspend_wait_seconds: float
 
 
@@ -245,6 +247,22 @@ class Settings(BaseSettings):
         "with the io or admin token",
     )
     plug_window_us: int = Field(default=50, ge=0, le=1_000_000)
+    crypt_max_read_size: int | None = Field(
+        default=None,
+        ge=4096,
+        le=1 << 30,
+        multiple_of=4096,
+        description="dm-crypt's max_read_size (Linux 6.11, 128 KiB there): a crypt read's "
+        "engine calls carry at most this many bytes, spread over the engine's channels; "
+        "unset: the engine's own limit. A volume's crypt_split overrides it",
+    )
+    crypt_max_write_size: int | None = Field(
+        default=None,
+        ge=4096,
+        le=1 << 30,
+        multiple_of=4096,
+        description="dm-crypt's max_write_size, as crypt_max_read_size for writes",
+    )
     nbd_port: int | None = Field(
         default=None, ge=0, le=65535, description="serve exported volumes over NBD; unset: off"
     )

@@ -115,6 +115,29 @@ class QueueLimitsIn(BaseModel):
         return QueueLimits(**self.model_dump())
 
 
+SplitSize = Annotated[
+    int,
+    Field(strict=True, ge=4096, le=1 << 30, multiple_of=4096),
+    BeforeValidator(integral_float),
+]
+
+
+class CryptSplitIn(BaseModel):
+    """dm-crypt's split (Linux 6.11's max_read_size / max_write_size, 128 KiB there): an
+    engine call of a crypt read or write carries at most this many bytes, and the
+    engine's channels run the pieces side by side. Unset: the service default."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    max_read_size: SplitSize | None = None
+    max_write_size: SplitSize | None = None
+
+
+class CryptSplitOut(BaseModel):
+    max_read_size: int | None = Field(description="bytes; null: no split below the engine's own")
+    max_write_size: int | None = Field(description="bytes; null: no split below the engine's own")
+
+
 class VolumeCreate(BaseModel):
     model_config = ConfigDict(
         extra="forbid",
@@ -145,6 +168,7 @@ class VolumeCreate(BaseModel):
     plug_window_us: PlugWindowUs | None = Field(
         default=None, description="request mode's plug window; default: service setting"
     )
+    crypt_split: CryptSplitIn | None = None
     nbd_export: bool = Field(default=False, description="serve over NBD under the volume's name")
     luks: LuksOpenIn | None = Field(
         default=None,
@@ -159,11 +183,14 @@ class VolumeCreate(BaseModel):
         return self
 
     def tuning(self) -> Tuning:
+        split = self.crypt_split or CryptSplitIn()
         return Tuning(
             dispatch_mode=self.dispatch_mode,
             elevator=self.elevator,
             limits=self.queue_limits.limits() if self.queue_limits else QueueLimits(),
             plug_window_us=self.plug_window_us,
+            max_read_size=split.max_read_size,
+            max_write_size=split.max_write_size,
         )
 
 
@@ -175,14 +202,20 @@ class VolumePatch(BaseModel):
     elevator: ElevatorName | None = None
     queue_limits: QueueLimitsIn | None = None
     plug_window_us: PlugWindowUs | None = None
+    crypt_split: CryptSplitIn | None = Field(
+        default=None, description="a size left out keeps the volume's current one"
+    )
     nbd_export: bool | None = None
 
     def patch(self) -> TuningPatch:
+        split = self.crypt_split or CryptSplitIn()
         return TuningPatch(
             dispatch_mode=self.dispatch_mode,
             elevator=self.elevator,
             limits=self.queue_limits.limits() if self.queue_limits else None,
             plug_window_us=self.plug_window_us,
+            max_read_size=split.max_read_size,
+            max_write_size=split.max_write_size,
         )
 
 
@@ -263,6 +296,7 @@ class VolumeOut(BaseModel):
     elevator: ElevatorName
     queue_limits: QueueLimitsIn
     plug_window_us: int
+    crypt_split: CryptSplitOut
     queue_depth: int = Field(description="hardware tags, from the device model (sdcard-bbb: 1)")
     logical_block_size: int
     nbd_export: bool

@@ -99,6 +99,8 @@ class CellResult(Mapping[str, Any]):
     write_regime: str | None = field(default=None, metadata=_MODELLED)
     """Where the device model's write buffer had the cell's writes: ``burst``,
     ``sustained`` or ``burst+sustained`` (None: no writes, or no buffer)."""
+    queue_ms: float = field(default=0.0, metadata=_MODELLED)
+    """dm-crypt's queue hops, all requests' (at the engine's ``queue_hop_ns``; 0: unmodelled)."""
 
     def __getitem__(self, key: str) -> Any:
         if key not in _FIELD_NAMES:
@@ -131,7 +133,11 @@ _COUNTERS = ("ios", "bios", "merges", "sectors")
 
 
 def _counter_delta(before: Mapping[str, Any], after: Mapping[str, Any]) -> dict[str, int]:
-    delta = {"engine_calls": after["engine_calls"] - before["engine_calls"]}
+    delta = {
+        "engine_calls": after["engine_calls"] - before["engine_calls"],
+        "crypto_ns": round((after["crypto_ms"] - before["crypto_ms"]) * 1e6),
+        "queue_ns": round((after["queue_ms"] - before["queue_ms"]) * 1e6),
+    }
     for group in ("r", "w"):
         for counter in _COUNTERS:
             key = f"{group}_{counter}"
@@ -287,7 +293,8 @@ class CellRunner:
         ]
         engine_busy_ns = engine_after.clock.busy_ns - engine_before.clock.busy_ns
         engine_cpu_ns = engine_after.cpu_ns - engine_before.cpu_ns
-        crypto_ns = engine_busy_ns + engine_cpu_ns
+        # Each request's own crypto time: its CPU IVs, then its calls over the channels.
+        crypto_ns = counters["crypto_ns"]
         model = pipeline_time(
             StageTimes.mean(
                 n_requests,
@@ -296,6 +303,7 @@ class CellRunner:
                 engine_busy_ns=engine_busy_ns,
                 crypto_ns=crypto_ns,
                 calls=counters["engine_calls"],
+                queue_ns=counters["queue_ns"],
             ),
             count=n_requests,
             queue_depth=workload.concurrency,
@@ -347,6 +355,7 @@ class CellRunner:
             modelled_ms=round(model.total_ns / 1e6, 3),
             device_ios=device_ios,
             crypto_ms=round(crypto_ns / 1e6, 3),
+            queue_ms=round(counters["queue_ns"] / 1e6, 3),
             storage_ms=round(storage_ns / 1e6, 3),
             modelled_basis=(
                 (

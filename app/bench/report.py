@@ -56,6 +56,7 @@ CSV_COLUMNS = (
     "avg_request_kib",
     "modelled_ms",
     "crypto_ms",
+    "queue_ms",
     "storage_ms",
     "device_ios",
     "write_regime",

@@ -60,6 +60,8 @@ class QueueStats:
             self.back_merges = 0
             self.request_merges = 0
             self.engine_calls = 0
+            self.crypto_ns = 0
+            self.queue_ns = 0.0
             self.histogram: dict[int, int] = {}
             self._reset_time = now
             self._last_change = now
@@ -175,9 +177,13 @@ class QueueStats:
             self._last_change, self.in_flight = last, in_flight
             self._weighted_ns, self._busy_ns = weighted, busy
 
-    def add_engine_calls(self, count: int) -> None:
+    def add_engine_calls(self, count: int, crypto_ns: int = 0, queue_ns: float = 0.0) -> None:
+        """A request's engine calls, its modelled crypto time (its calls over the engine's
+        channels) and the modelled time of its dm-crypt queue hops."""
         with self._lock:
             self.engine_calls += count
+            self.crypto_ns += crypto_ns
+            self.queue_ns += queue_ns
 
     def snapshot(self) -> dict[str, Any]:
         """Counters and iostat-style averages (sizes in KiB, times in ms)."""
@@ -205,6 +211,8 @@ class QueueStats:
                 back_merges=self.back_merges,
                 request_merges=self.request_merges,
                 engine_calls=self.engine_calls,
+                crypto_ms=self.crypto_ns / 1e6,
+                queue_ms=self.queue_ns / 1e6,
                 in_flight=self.in_flight,
                 queued=self.in_flight - self.on_device,
                 on_device=self.on_device,

@@ -1,4 +1,5 @@
-"""``reqcrypt vol``: a volume's tuning (engine, dispatch mode, elevator, plug window, NBD export).
+"""``reqcrypt vol``: a volume's tuning (engine, dispatch mode, elevator, plug window, dm-crypt's
+split sizes, NBD export).
 
 ``set`` takes ``key=value`` words, sysctl style, and sends them as one PATCH, so
 either every setting changes or none does; ``show`` prints the current ones.
@@ -7,11 +8,13 @@ either every setting changes or none does; ``show`` prints the current ones.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
 from app.commands.client import Service, VolumeName, with_service
+from app.errors import InvalidInput
+from app.sizes import parse_size
 
 vol_app = typer.Typer(
     help="A volume's tuning: engine, dispatch mode, NBD export.", no_args_is_help=True
@@ -28,6 +31,13 @@ def _switch(text: str) -> bool:
         raise ValueError("expected on or off") from None
 
 
+def _split_size(text: str) -> int:
+    try:
+        return parse_size(text)
+    except InvalidInput as error:
+        raise ValueError(str(error)) from None
+
+
 def _microseconds(text: str) -> int:
     value = int(text.removesuffix("us"))
     if value < 0:
@@ -41,14 +51,24 @@ SETTINGS: dict[str, tuple[str, Callable[[str], object]]] = {
     "dispatch_mode": ("dispatch_mode", str),
     "elevator": ("elevator", str),
     "plug_window_us": ("plug_window_us", _microseconds),
+    "max_read_size": ("crypt_split.max_read_size", _split_size),
+    "max_write_size": ("crypt_split.max_write_size", _split_size),
     "nbd_export": ("nbd_export", _switch),
 }
-SHOWN = ("engine", "dispatch_mode", "elevator", "plug_window_us", "nbd_export")
+SHOWN = (
+    "engine",
+    "dispatch_mode",
+    "elevator",
+    "plug_window_us",
+    "crypt_split.max_read_size",
+    "crypt_split.max_write_size",
+    "nbd_export",
+)
 
 
-def parse_settings(words: list[str]) -> dict[str, object]:
+def parse_settings(words: list[str]) -> dict[str, Any]:
     """``key=value`` words as a PATCH body; an unknown key or a bad value is a usage error."""
-    body: dict[str, object] = {}
+    body: dict[str, Any] = {}
     for word in words:
         key, equals, text = word.partition("=")
         if not equals or key not in SETTINGS:
@@ -57,9 +77,14 @@ def parse_settings(words: list[str]) -> dict[str, object]:
             )
         field, read = SETTINGS[key]
         try:
-            body[field] = read(text)
+            value = read(text)
         except ValueError as error:
             raise typer.BadParameter(f"{word}: {error}") from None
+        group, dot, name = field.rpartition(".")
+        if dot:  # a nested field: crypt_split.max_read_size
+            body.setdefault(group, {})[name] = value
+        else:
+            body[field] = value
     return body
 
 
@@ -73,7 +98,8 @@ def set_tuning(
         typer.Argument(
             metavar="KEY=VALUE...",
             help="engine=NAME, dispatch_mode=bio|request, elevator=none|mq-deadline, "
-            "plug_window_us=MICROSECONDS, nbd_export=on|off",
+            "plug_window_us=MICROSECONDS, max_read_size=SIZE, max_write_size=SIZE "
+            "(dm-crypt's split, e.g. 128k), nbd_export=on|off",
         ),
     ],
 ) -> None:
@@ -94,8 +120,12 @@ def show(
     _print(volume)
 
 
-def _print(volume: dict[str, object]) -> None:
+def _print(volume: dict[str, Any]) -> None:
     for key in SHOWN:
-        value = volume[key]
-        shown = ("on" if value else "off") if isinstance(value, bool) else value
-        typer.echo(f"{key}={shown}")
+        group, dot, name = key.rpartition(".")
+        value = volume[group][name] if dot else volume[key]
+        if isinstance(value, bool):
+            shown: object = "on" if value else "off"
+        else:
+            shown = "none" if value is None else value
+        typer.echo(f"{name}={shown}")

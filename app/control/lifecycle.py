@@ -21,7 +21,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
-from app.blk.tuning import Tuning, TuningPatch
+from app.blk.tuning import CryptSplit, Tuning, TuningPatch
 from app.config import ControlSettings
 from app.control.catalog import CatalogedDevice, DeviceCatalog
 from app.control.guard import Guard, SingleNode
@@ -87,8 +87,13 @@ class Control:
         self.catalog = DeviceCatalog(devices, engines)
         self.volumes: dict[str, Volume] = {}
         self.stacking = StackingGraph(self.volumes)
+        self.crypt_split: CryptSplit = (settings.crypt_max_read_size, settings.crypt_max_write_size)
         self.recorded = RecordedVolumes(
-            records, self.catalog, engines, plug_window_us=settings.plug_window_us
+            records,
+            self.catalog,
+            engines,
+            plug_window_us=settings.plug_window_us,
+            crypt_split=self.crypt_split,
         )
         self._lock = threading.RLock()
         self._held: dict[str, int] = {}
@@ -327,6 +332,7 @@ class Control:
             tuning=tuning,
             default_plug_window_us=self.settings.plug_window_us,
             suspend_wait_seconds=self.settings.suspend_wait_seconds,
+            default_crypt_split=self.crypt_split,
         )
 
     def load_table(self, name: str, table_text: str) -> None:

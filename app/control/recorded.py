@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from app.blk.tuning import CryptSplit
 from app.control.catalog import DeviceCatalog
 from app.db.records import Records, StoredVolume
 from app.dm.volume import QueueSettings, VolumeInfo, queue_depth, wipe_replaced_keys
@@ -34,6 +35,7 @@ class RecordedVolumes:
     catalog: DeviceCatalog
     engines: EngineRegistry
     plug_window_us: int = field(kw_only=True)
+    crypt_split: CryptSplit = field(default=(None, None), kw_only=True)
 
     def all(self) -> list[RecordedVolume]:
         """Every volume of the cluster as SQL records it, by name; keys wiped once read."""
@@ -88,4 +90,5 @@ class RecordedVolumes:
             engine=stored.engine,
             live=stored.live,
             inactive=stored.inactive,
+            crypt_split=tuning.crypt_split(self.crypt_split),
         )

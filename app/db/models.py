@@ -58,6 +58,12 @@ class Volume(Base):
     elevator: Mapped[str] = mapped_column(String(16), default="none")
     queue_limits: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
     plug_window_us: Mapped[int | None] = mapped_column(comment="NULL: the service default")
+    max_read_size: Mapped[int | None] = mapped_column(
+        comment="dm-crypt's split of reads, bytes; NULL: the service default"
+    )
+    max_write_size: Mapped[int | None] = mapped_column(
+        comment="dm-crypt's split of writes, bytes; NULL: the service default"
+    )
     nbd_export: Mapped[bool] = mapped_column(default=False, server_default=false())
     event_nr: Mapped[int] = mapped_column(default=0)
     owner_node: Mapped[str | None] = mapped_column(

@@ -64,6 +64,8 @@ def _write_tuning(row: models.Volume, tuning: Tuning) -> None:
     row.elevator = tuning.elevator
     row.queue_limits = asdict(tuning.limits)
     row.plug_window_us = tuning.plug_window_us
+    row.max_read_size = tuning.max_read_size
+    row.max_write_size = tuning.max_write_size
 
 
 def _read_tuning(row: models.Volume) -> Tuning:
@@ -72,6 +74,8 @@ def _read_tuning(row: models.Volume) -> Tuning:
         elevator=row.elevator,  # type: ignore[arg-type]
         limits=QueueLimits(**row.queue_limits),
         plug_window_us=row.plug_window_us,
+        max_read_size=row.max_read_size,
+        max_write_size=row.max_write_size,
     )
 
 

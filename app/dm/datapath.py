@@ -35,7 +35,7 @@ from app.blk.limits import QueueLimits
 from app.blk.queue import BlockQueue
 from app.blk.request import Request
 from app.blk.stats import QueueStats
-from app.blk.tuning import Tuning
+from app.blk.tuning import CryptSplit, Tuning
 from app.blk.wait import WaitQueue, WouldBlock
 from app.dm.generation import Generation, Precondition
 from app.dm.rangelock import RangeLock
@@ -144,6 +144,7 @@ class DataPath:
         tuning: Tuning,
         default_plug_window_us: int,
         suspend_wait_seconds: float,
+        default_crypt_split: CryptSplit = (None, None),
     ) -> None:
         self.name = name
         self.suspend_wait_seconds = suspend_wait_seconds
@@ -159,12 +160,24 @@ class DataPath:
             plug_window_us=tuning.plug_window(default_plug_window_us),
             stats=self.stats,
         )
+        self._contexts = _CONTEXTS
+        self.set_crypt_split(tuning.crypt_split(default_crypt_split))
         self._ranges = RangeLock()
         self._gate = WaitQueue()
         self._in_flight = 0
         #: ``time.monotonic()`` past which this node may no longer own the volume (a cluster
         #: node's lease, renewed in the background); every I/O checks it when admitted.
         self.lease_deadline = math.inf
+
+    def set_crypt_split(self, split: CryptSplit) -> None:
+        """dm-crypt's split sizes for the requests dispatched from now on."""
+        read, write = split
+        self.crypt_split = split
+        self._contexts = (
+            _CONTEXTS
+            if split == (None, None)
+            else {mode: MapContext(mode, read, write) for mode in DISPATCH_MODES}
+        )
 
     @property
     def generation(self) -> int:
@@ -219,7 +232,7 @@ class DataPath:
         live = self.live
         if live is None:
             raise InvalidState(f"volume {self.name} has no live table")
-        context = _CONTEXTS[self.queue.dispatch_mode]
+        context = self._contexts[self.queue.dispatch_mode]
         if request.op == REQ_OP_FLUSH:
             for target in live.targets:
                 target.flush()
@@ -233,13 +246,13 @@ class DataPath:
         stats = self.stats
         if isinstance(finish, MapResult):  # done already: the queue has nothing to wait for
             if finish.engine_calls:
-                stats.add_engine_calls(finish.engine_calls)
+                stats.add_engine_calls(finish.engine_calls, finish.modelled_ns, finish.queue_ns)
             return None
 
         def wait() -> None:
-            calls = finish().engine_calls
-            if calls:
-                stats.add_engine_calls(calls)
+            done = finish()
+            if done.engine_calls:
+                stats.add_engine_calls(done.engine_calls, done.modelled_ns, done.queue_ns)
 
         return wait
 

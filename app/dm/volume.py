@@ -13,7 +13,7 @@ from dataclasses import dataclass, field, replace
 
 from app.blk.limits import QueueLimits
 from app.blk.queue import BlockQueue
-from app.blk.tuning import Tuning
+from app.blk.tuning import CryptSplit, Tuning
 from app.crypto.keys import KeyMaterial
 from app.crypto.transform import make_transform
 from app.dm.datapath import DataPath, LiveMap
@@ -105,6 +105,7 @@ class VolumeInfo:
     limits: QueueLimits
     plug_window_us: int
     queue_depth: int
+    crypt_split: CryptSplit
     has_live: bool
     has_inactive: bool
     size_sectors: int
@@ -122,6 +123,7 @@ class VolumeInfo:
         engine: str,
         live: Table | None,
         inactive: Table | None,
+        crypt_split: CryptSplit,
     ) -> VolumeInfo:
         """The one way to describe a volume, whether served here (``Volume.info``) or only
         recorded in SQL: the same fields then come from the same places."""
@@ -136,6 +138,7 @@ class VolumeInfo:
             limits=queue.limits,
             plug_window_us=queue.plug_window_us,
             queue_depth=queue.queue_depth,
+            crypt_split=crypt_split,
             has_live=live is not None,
             has_inactive=inactive is not None,
             size_sectors=live.size_sectors if live else 0,
@@ -158,6 +161,7 @@ class Volume(DataPath):
         tuning: Tuning | None = None,
         default_plug_window_us: int = 50,
         suspend_wait_seconds: float = 30.0,
+        default_crypt_split: CryptSplit = (None, None),
     ) -> None:
         tuning = (tuning or Tuning()).validate()
         super().__init__(
@@ -165,12 +169,14 @@ class Volume(DataPath):
             tuning=tuning,
             default_plug_window_us=default_plug_window_us,
             suspend_wait_seconds=suspend_wait_seconds,
+            default_crypt_split=default_crypt_split,
         )
         self.uuid = uuid
         self.lock = threading.RLock()
         self.engine = engine
         self.tuning = tuning
         self.default_plug_window_us = default_plug_window_us
+        self.default_crypt_split = default_crypt_split
         self.inactive: Table | None = None
         self.event_nr = 0
         #: Served by the NBD front end under this volume's name (set by the control plane).
@@ -294,6 +300,11 @@ class Volume(DataPath):
         self.tuning = tuning.validate()
         if tuning.plug_window_us != old.plug_window_us:
             self.queue.set_plug_window(tuning.plug_window(self.default_plug_window_us))
+        if (tuning.max_read_size, tuning.max_write_size) != (
+            old.max_read_size,
+            old.max_write_size,
+        ):
+            self.set_crypt_split(tuning.crypt_split(self.default_crypt_split))
         if tuning.dispatch_mode != old.dispatch_mode:
             self.queue.set_dispatch_mode(tuning.dispatch_mode)
         if tuning.elevator != old.elevator:
@@ -380,4 +391,5 @@ class Volume(DataPath):
             engine=self.engine.name,
             live=self.live.table if self.live else None,
             inactive=self.inactive,
+            crypt_split=self.crypt_split,
         )

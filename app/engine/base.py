@@ -7,6 +7,8 @@ business (``SimulatedEngine``), or a test's (``MockEngine``).
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -53,7 +55,9 @@ class EngineRequest:
     in the same frame as ``sector``; bio mode makes one bulk call per bio.
     ``None`` means the request is a single bio. ``into``, when given, receives
     the output (one buffer per segment, same sizes) instead of fresh buffers:
-    reads decrypt straight into the bio pages.
+    reads decrypt straight into the bio pages. ``max_call_bytes`` caps one call
+    below the engine's own limit: dm-crypt's split (``max_read_size`` /
+    ``max_write_size``), whose pieces the engine's channels run side by side.
     """
 
     op: CipherOp
@@ -63,6 +67,7 @@ class EngineRequest:
     dispatch_mode: DispatchMode
     bios: Sequence[tuple[int, int]] | None = None
     into: Sequence[memoryview] | None = None
+    max_call_bytes: int | None = None
 
     def views(self) -> list[memoryview]:
         """The segments as byte views, checked against ``into``."""
@@ -86,6 +91,9 @@ class EngineRequest:
 
     def plan(self, capabilities: Capabilities, views: Sequence[memoryview]) -> CallPlan:
         """The calls, planned in C unless ``accel`` asks for the reference."""
+        limit = self.max_call_bytes
+        if limit is not None and limit < capabilities.max_bytes_per_call:
+            capabilities = _capped(capabilities, limit)
         return (plan_calls if accel.reference else _model.plan_calls)(
             capabilities,
             self.transform.spec,
@@ -112,6 +120,12 @@ class EngineRequest:
         for view, output in zip(views, outputs, strict=True):
             convert(view, position, output)
             position += view.nbytes >> SECTOR_SHIFT
+
+
+@functools.lru_cache(maxsize=64)
+def _capped(capabilities: Capabilities, max_bytes: int) -> Capabilities:
+    """``capabilities`` with calls of at most ``max_bytes`` (whole data units: never under 4 KiB)."""
+    return dataclasses.replace(capabilities, max_bytes_per_call=max_bytes)
 
 
 @dataclass(slots=True)

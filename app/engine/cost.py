@@ -10,9 +10,15 @@ except the engine's channels):
   ``count * (storage + crypto)``;
 - ``queue_depth > 1``: crypto of one request overlaps storage of another, so
   after the first I/O each further one costs the bottleneck stage's period
-  ``max(storage, cpu, engine_busy / parallel)``, ``parallel`` being how many
-  calls can be on distinct channels at once: ``min(channels, queue_depth *
-  calls)``, since an engine only overlaps the calls that are in flight.
+  ``max(storage, cpu, engine_busy / parallel, queue / min(channels, queue_depth))``,
+  ``parallel`` being how many calls can be on distinct channels at once:
+  ``min(channels, queue_depth * calls)``, since an engine only overlaps the calls
+  that are in flight.
+
+dm-crypt's queue hops (``app.engine.kcryptd``, priced by the profile's
+``queue_hop_ns``) add to each request's latency; queued I/Os overlap them, each hop
+a thread's time on one of the engine's channels (a CPU engine's channels are its
+CPUs), so they bound the period only when they outweigh every other stage.
 
 ``pipeline_time`` is that rule, the only copy: ``predict_workload`` feeds it
 modelled I/Os, the benchmark cells the means of what a run really did.
@@ -20,11 +26,13 @@ modelled I/Os, the benchmark cells the means of what a run really did.
 
 from __future__ import annotations
 
+import dataclasses
 import heapq
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
+from app.engine.kcryptd import STOCK, Completion, QueueFlags, crypt_path
 from app.engine.model import DeviceModel, EngineProfile, ModelSpec, SpecLike
 from app.engine.planner import CallPlan, plan_calls
 from app.errors import InvalidInput
@@ -84,13 +92,15 @@ def plan_cost(profile: EngineProfile, plan: CallPlan) -> PlanCost:
 
 @dataclass(frozen=True, slots=True)
 class StageTimes:
-    """One I/O's time in each pipeline stage; ``crypto_ns`` is its CPU IVs plus calls' makespan."""
+    """One I/O's time in each pipeline stage; ``crypto_ns`` is its CPU IVs plus calls' makespan,
+    ``queue_ns`` its dm-crypt queue hops."""
 
     storage_ns: float
     cpu_ns: float
     engine_busy_ns: float
     crypto_ns: float
     calls: float
+    queue_ns: float = 0.0
 
     @classmethod
     def mean(
@@ -102,6 +112,7 @@ class StageTimes:
         engine_busy_ns: float,
         crypto_ns: float,
         calls: float,
+        queue_ns: float = 0.0,
     ) -> StageTimes:
         """The per-item mean of totals measured over ``items`` I/Os (all zero for none)."""
         share = 1 / items if items else 0.0
@@ -111,6 +122,7 @@ class StageTimes:
             engine_busy_ns * share,
             crypto_ns * share,
             calls * share,
+            queue_ns * share,
         )
 
 
@@ -127,12 +139,17 @@ def pipeline_time(
     stages: StageTimes, *, count: int, queue_depth: int, channels: int
 ) -> PipelineTime:
     """``count`` I/Os like ``stages`` with ``queue_depth`` in flight (the module docstring's rule)."""
-    latency = stages.storage_ns + stages.crypto_ns
+    latency = stages.storage_ns + stages.crypto_ns + stages.queue_ns
     if queue_depth <= 1:
         period = latency
     else:
         parallel = max(1.0, min(channels, queue_depth * max(stages.calls, 1.0)))
-        period = max(stages.storage_ns, stages.cpu_ns, stages.engine_busy_ns / parallel)
+        period = max(
+            stages.storage_ns,
+            stages.cpu_ns,
+            stages.engine_busy_ns / parallel,
+            stages.queue_ns / min(channels, queue_depth),
+        )
     total = latency + (count - 1) * period if count > 0 else 0.0
     return PipelineTime(latency, period, total)
 
@@ -144,7 +161,8 @@ class ModelledWorkload:
     Each I/O's user buffer gives ``segment_bytes`` segments (4 KiB pages). In
     request mode an I/O larger than ``max_request_bytes`` (max_sectors_kb)
     becomes several requests, each one storage I/O; in bio mode it is one bio.
-    ``encrypted=False`` models the raw device.
+    ``encrypted=False`` models the raw device. Each request (bio mode: each bio) takes
+    the hops ``queue_flags`` leave on dm-crypt's path, at the profile's ``queue_hop_ns``.
     """
 
     op: Literal["read", "write"]
@@ -156,6 +174,11 @@ class ModelledWorkload:
     segment_bytes: int = 4096
     max_request_bytes: int = 1280 * 1024
     encrypted: bool = True
+    queue_flags: QueueFlags = STOCK
+    """The crypt target's queue flags: which of dm-crypt's hops each request takes."""
+    split_bytes: int | None = None
+    """dm-crypt's split for this direction (max_read_size / max_write_size): an engine
+    call's cap below the engine's own; None: no split."""
 
     def validate(self) -> None:
         if self.io_bytes <= 0 or self.io_bytes % self.data_unit_size:
@@ -180,6 +203,8 @@ class Prediction:
     total_ns: float
     calls_per_io: int
     bulk: bool
+    queue_ns: float = 0.0
+    """dm-crypt's queue hops per I/O."""
     burst_share: float = 1.0
     """Share of the written bytes the device took at its burst rate (1 without a buffer)."""
 
@@ -209,8 +234,14 @@ def predict_workload(
     else:
         step = workload.max_request_bytes // workload.data_unit_size * workload.data_unit_size
         requests = _segments(workload.io_bytes, step)
-    storage = cpu = busy = crypto = 0.0
+    storage = cpu = busy = crypto = queue = 0.0
     calls = 0
+    hop_ns = profile.queue_hop_ns if profile is not None and workload.encrypted else 0.0
+    hops = len(crypt_path(workload.op, workload.queue_flags, Completion()).hops) if hop_ns else 0
+    capabilities = profile.capabilities if profile is not None else None
+    split = workload.split_bytes
+    if capabilities is not None and split is not None and split < capabilities.max_bytes_per_call:
+        capabilities = dataclasses.replace(capabilities, max_bytes_per_call=split)
     bulk = True
     sector = 0
     share = 1.0
@@ -225,8 +256,9 @@ def predict_workload(
             storage += device.io_ns(workload.op, nbytes)
         if profile is None or not workload.encrypted:
             continue
+        assert capabilities is not None  # set with profile
         plan = plan_calls(
-            profile.capabilities,
+            capabilities,
             spec,
             _segments(nbytes, workload.segment_bytes),
             op=op,
@@ -236,13 +268,14 @@ def predict_workload(
         )
         sector += nbytes // SECTOR_SIZE
         cost = plan_cost(profile, plan)
+        queue += hops * hop_ns
         cpu += cost.cpu_ns
         busy += cost.engine_busy_ns
         crypto += cost.latency_ns
         calls += len(plan.calls)
         bulk = bulk and plan.bulk
     pipeline = pipeline_time(
-        StageTimes(storage, cpu, busy, crypto, calls),
+        StageTimes(storage, cpu, busy, crypto, calls, queue),
         count=workload.count,
         queue_depth=workload.queue_depth,
         channels=profile.capabilities.channels if profile is not None else 1,
@@ -258,5 +291,6 @@ def predict_workload(
         total_ns=pipeline.total_ns,
         calls_per_io=calls,
         bulk=bulk and calls > 0,
+        queue_ns=queue,
         burst_share=share,
     )

@@ -27,12 +27,13 @@ import math
 from dataclasses import dataclass
 from typing import Literal
 
-from app.engine.cost import makespan_ns
 from app.errors import InvalidInput
 
 __all__ = [
     "BIO_MAX_BYTES",
     "DEFAULT_MAX_SIZE",
+    "STOCK",
+    "Completion",
     "CryptPath",
     "IoTime",
     "Platform",
@@ -79,6 +80,10 @@ class QueueFlags:
         if self.max_write_size is None:
             return BIO_MAX_BYTES
         return min(self.max_write_size, BIO_MAX_BYTES)
+
+
+STOCK = QueueFlags()
+"""No queue flag: every hop of the path taken."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,7 +138,18 @@ class CryptPath:
         return self.crypt_context == "kcryptd"
 
 
-def crypt_path(op: Op, flags: QueueFlags, platform: Platform) -> CryptPath:
+@dataclass(frozen=True, slots=True)
+class Completion:
+    """Where the lower device completes and what kind of cipher driver runs: the facts
+    of a platform the path depends on (``Platform`` has them; a live volume's file or
+    RBD store completes in its submitter's thread, as ``brd`` does)."""
+
+    endio_in_irq: bool = False
+    async_driver: bool = False
+    kernel: tuple[int, int] = (5, 9)
+
+
+def crypt_path(op: Op, flags: QueueFlags, platform: Platform | Completion) -> CryptPath:
     """The hops ``crypt_map`` and its completions take for one bio (docs/engines.md)."""
     hops: list[str] = []
     context: Context
@@ -209,6 +225,8 @@ def io_time(
     if path.spreads and len(work) > 1:
         if lanes is None:
             raise InvalidInput(f"{platform.name}: the CPU count is not stated; pass cpus")
+        from app.engine.cost import makespan_ns  # cost prices these paths: imported late
+
         crypt = makespan_ns(work, lanes)
     else:
         crypt = float(sum(work))

@@ -346,6 +346,8 @@ class EngineProfile(_Schema):
 
     ``cpu_iv_ns`` is charged per data unit whose IV the CPU computes (every
     per-unit call); bulk calls derive IVs on the engine and pay none.
+    ``queue_hop_ns`` prices each hand-off between threads the crypt target's flags
+    leave on its path (``app.engine.kcryptd``), once per dispatched bio or request.
     ``measured`` engines (``software``) run every planned call for real and
     account the wall time they took; their ``cost`` serves predictions only.
     """
@@ -358,6 +360,13 @@ class EngineProfile(_Schema):
     description: Description = ""
     cpu_iv_ns: Annotated[
         Nanoseconds, Field(description="software IV cost per data unit on the fallback path")
+    ] = 0.0
+    queue_hop_ns: Annotated[
+        Nanoseconds,
+        Field(
+            description="dm-crypt's cost per queue hop (kcryptd, dmcrypt_write, the "
+            "submitter's wake) on the machine modelled; 0: the queues are not modelled"
+        ),
     ] = 0.0
     measured: Annotated[
         bool,
@@ -393,6 +402,10 @@ class DeviceModel(_Schema):
     idle device takes its first ``write_buffer_bytes`` at ``write_bytes_per_s``
     (the burst rate), the rest at ``write_sustained_bytes_per_s``; idle time drains
     the buffer at the sustained rate. Without one every write runs at the burst rate.
+
+    Flash writes smaller than a page cost more than their bytes (the card reads, merges
+    and reprograms the page): ``small_write_ns`` is added to each write under
+    ``small_write_bytes``, whatever the regime.
     """
 
     _kind: ClassVar[str] = "device model"
@@ -417,6 +430,21 @@ class DeviceModel(_Schema):
         BytesPerSecond | None,
         Field(description="write rate once the buffer is full (its drain rate)"),
     ] = None
+    small_write_bytes: Annotated[
+        int | None,
+        Field(
+            strict=True,
+            ge=SECTOR_SIZE,
+            le=1 << 30,
+            multiple_of=SECTOR_SIZE,
+            description="a write smaller than this pays small_write_ns (a flash page's "
+            "read-modify-write); null: none",
+        ),
+        BeforeValidator(integral_float),
+    ] = None
+    small_write_ns: Annotated[
+        Nanoseconds, Field(description="extra time of a write under small_write_bytes")
+    ] = 0.0
     flush_ns: Nanoseconds = 0.0
     queue_depth: Annotated[
         int,
@@ -435,6 +463,8 @@ class DeviceModel(_Schema):
             raise InvalidInput(
                 "device model: write_buffer_bytes and write_sustained_bytes_per_s go together"
             )
+        if self.small_write_ns > 0 and self.small_write_bytes is None:
+            raise InvalidInput("device model: small_write_ns needs small_write_bytes")
         burst, sustained = self.write_bytes_per_s, self.write_sustained_bytes_per_s
         if burst is not None and sustained is not None and sustained > burst:
             raise InvalidInput(
@@ -449,10 +479,16 @@ class DeviceModel(_Schema):
         """One write of ``nbytes`` of which ``burst_bytes`` still fit in the buffer."""
         burst = min(nbytes, burst_bytes) if self.buffered else nbytes
         rate, sustained = self.write_bytes_per_s, self.write_sustained_bytes_per_s
-        ns = self.write_latency_ns + (0.0 if rate is None else burst * 1e9 / rate)
+        ns = self.write_latency_ns + self.small_write_penalty_ns(nbytes)
+        ns += 0.0 if rate is None else burst * 1e9 / rate
         if nbytes > burst and sustained is not None:
             ns += (nbytes - burst) * 1e9 / sustained
         return ns
+
+    def small_write_penalty_ns(self, nbytes: int) -> float:
+        """What a write of ``nbytes`` pays beyond latency and bytes: the page's merge."""
+        limit = self.small_write_bytes
+        return self.small_write_ns if limit is not None and nbytes < limit else 0.0
 
     def stream_burst_share(self, total_bytes: int) -> float:
         """Share of a back-to-back write stream from idle that runs at the burst rate."""
@@ -469,6 +505,7 @@ class DeviceModel(_Schema):
             and self.read_bytes_per_s is None
             and self.write_bytes_per_s is None
             and self.write_sustained_bytes_per_s is None
+            and self.small_write_ns == 0
         )
 
     def io_ns(self, op: DeviceOp, nbytes: int) -> float:
@@ -477,5 +514,6 @@ class DeviceModel(_Schema):
         if op == "read":
             latency, rate = self.read_latency_ns, self.read_bytes_per_s
         else:
-            latency, rate = self.write_latency_ns, self.write_bytes_per_s
+            latency = self.write_latency_ns + self.small_write_penalty_ns(nbytes)
+            rate = self.write_bytes_per_s
         return latency + (0.0 if rate is None else nbytes * 1e9 / rate)

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from app.engine.kcryptd import DEFAULT_MAX_SIZE, Platform, QueueFlags, io_time, mixed_rate
+from app.engine.kcryptd import DEFAULT_MAX_SIZE, STOCK, Platform, QueueFlags, io_time, mixed_rate
 from app.errors import InvalidInput
 
 __all__ = [
@@ -37,7 +37,6 @@ MIB = 1024 * KIB
 
 Workload = Literal["read", "write", "mixed"]
 
-STOCK = QueueFlags()
 INLINE = QueueFlags(no_read_workqueue=True, no_write_workqueue=True)
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import dataclasses
 import io
 from typing import Any
 
@@ -14,9 +15,11 @@ from fastapi import FastAPI
 from app.bench import report
 from app.bench.spec import ROUNDS
 from app.engine.cost import ModelledWorkload, predict_workload
+from app.engine.kcryptd import QueueFlags, io_time
 from app.engine.model import DeviceModel, EngineProfile
+from app.engine.queuefit import QUEUE_CALIBRATIONS
 from app.errors import InvalidInput
-from tests.support.keys import CBC_KEY
+from tests.support.keys import CBC_KEY, XTS_KEY
 
 pytestmark = pytest.mark.anyio
 
@@ -132,6 +135,60 @@ async def test_a_cells_modelled_time_is_the_predictors_for_the_same_workload(
     )
     predicted = predict_workload(profile, DeviceModel(name="none"), workload)
     assert cell["modelled_ms"] == pytest.approx(predicted.total_ns / 1e6, abs=1e-3)
+
+
+@pytest.mark.parametrize(
+    "flag",
+    ["", "same_cpu_crypt", "submit_from_crypt_cpus", "no_read_workqueue", "no_write_workqueue"],
+)
+async def test_a_volumes_queue_flags_give_the_queue_models_time_through_the_data_path(
+    client: httpx.AsyncClient, flag: str
+) -> None:
+    """The blog's platform as presets: each 4 KiB I/O at queue depth 1 takes what the
+    queue model says that flag's path takes (device, cipher, hops), read and write."""
+    features = f" 1 {flag}" if flag else ""
+    job = {
+        "volume_template": {
+            "table": f"0 8192 crypt aes-xts-plain64 {XTS_KEY} 0 {{dev}} 0{features}",
+            "device_size": 4 << 20,
+            "device_model": "brd-g9",
+        },
+        "engine": "aesni-g9",
+        "workload": {"bs": "4k", "size": "400k", "iodepth": 1},
+        "sweep": {"rw": ["read", "write"], "dispatch_mode": ["bio"]},
+        "rounds": 1,
+        "warmup": 0,
+    }
+    platform = QUEUE_CALIBRATIONS["blog"].platform
+    flags = QueueFlags(**{flag: True} if flag else {})
+    for cell in (await run_job(client, job))["cells"]:
+        predicted = io_time(
+            dataclasses.replace(platform, hop_ns=3769.0), flags, cell["rw"]
+        ).total_ns
+        assert cell["requests"] == 100
+        assert cell["modelled_ms"] == pytest.approx(100 * predicted / 1e6, abs=1e-3), cell["rw"]
+
+
+async def test_request_mode_pays_dm_crypts_queue_hops_once_per_merged_request(
+    client: httpx.AsyncClient,
+) -> None:
+    job = {
+        "volume_template": {
+            "table": f"0 8192 crypt aes-xts-plain64 {XTS_KEY} 0 {{dev}} 0",
+            "device_size": 4 << 20,
+            "device_model": "brd-g9",
+        },
+        "engine": "aesni-g9",
+        "workload": {"rw": "write", "bs": "4k", "size": "1M", "iodepth": 8},
+        "sweep": {"dispatch_mode": ["bio", "request"]},
+        "rounds": 1,
+        "warmup": 0,
+    }
+    cells = {cell["dispatch_mode"]: cell for cell in (await run_job(client, job))["cells"]}
+    hops = 3  # kcryptd, dmcrypt_write, the submitter's wake
+    for cell in cells.values():
+        assert cell["queue_ms"] == pytest.approx(cell["requests"] * hops * 3769.0 / 1e6, abs=1e-3)
+    assert cells["request"]["requests"] < cells["bio"]["requests"]
 
 
 async def test_the_run_records_machine_and_a_redacted_spec(finished: dict[str, Any]) -> None:

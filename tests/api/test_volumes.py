@@ -276,6 +276,37 @@ async def test_plug_window_is_per_volume_and_retuned_live(
     assert response.json()["plug_window_us"] == 3000
 
 
+async def test_crypt_split_is_unset_by_default_then_per_volume_and_retuned_live(
+    client: httpx.AsyncClient, volume: dict[str, object]
+) -> None:
+    assert volume["crypt_split"] == {"max_read_size": None, "max_write_size": None}
+    response = await client.patch(
+        "/v1/volumes/vol", json={"crypt_split": {"max_read_size": 128 << 10}}
+    )
+    assert response.status_code == 200, response.text
+    assert response.json()["crypt_split"] == {"max_read_size": 131072, "max_write_size": None}
+    response = await client.patch(
+        "/v1/volumes/vol", json={"crypt_split": {"max_write_size": 64 << 10}}
+    )
+    assert response.json()["crypt_split"] == {"max_read_size": 131072, "max_write_size": 65536}
+
+
+async def test_a_volume_is_created_with_its_own_crypt_split(client: httpx.AsyncClient) -> None:
+    await make_device(client)
+    body = await make_volume(client, crypt_split={"max_read_size": 4096, "max_write_size": 8192})
+    assert body["crypt_split"] == {"max_read_size": 4096, "max_write_size": 8192}
+
+
+@pytest.mark.parametrize("size", [6000, 0, 2048, 1 << 31])
+async def test_a_split_size_that_is_not_whole_pages_is_refused(
+    client: httpx.AsyncClient, volume: object, size: int
+) -> None:
+    response = await client.patch("/v1/volumes/vol", json={"crypt_split": {"max_read_size": size}})
+    assert response.status_code == 422
+    assert "max_read_size" in response.json()["detail"]
+    assert (await client.get("/v1/volumes/vol")).json()["crypt_split"]["max_read_size"] is None
+
+
 async def test_nonsense_queue_limits_are_refused(client: httpx.AsyncClient, volume: object) -> None:
     response = await client.patch(
         "/v1/volumes/vol", json={"queue_limits": {"logical_block_size": 1000}}

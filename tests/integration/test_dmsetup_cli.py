@@ -129,6 +129,7 @@ def test_vol_set_changes_the_tuning_in_one_patch(server: Server) -> None:
         "dispatch_mode=bio",
         "elevator=mq-deadline",
         "plug_window_us=250",
+        "max_read_size=128k",
         "nbd_export=on",
         "engine=mv-cesa",
     )
@@ -137,6 +138,8 @@ def test_vol_set_changes_the_tuning_in_one_patch(server: Server) -> None:
         "dispatch_mode=bio",
         "elevator=mq-deadline",
         "plug_window_us=250",
+        "max_read_size=131072",
+        "max_write_size=none",
         "nbd_export=on",
     ]
     assert vol(server, "show", "tuned") == shown

@@ -20,6 +20,7 @@ from app.api.deps import AdminDep, ControlDep, RoleDep, StateDep, admin_only
 from app.api.problems import responses
 from app.api.routes import luks
 from app.api.schemas import (
+    CryptSplitOut,
     MessageIn,
     MoveIn,
     NbdConnectionOut,
@@ -100,6 +101,9 @@ def info_out(
         elevator=info.elevator,
         queue_limits=QueueLimitsIn(**asdict(info.limits)),
         plug_window_us=info.plug_window_us,
+        crypt_split=CryptSplitOut(
+            max_read_size=info.crypt_split[0], max_write_size=info.crypt_split[1]
+        ),
         queue_depth=info.queue_depth,
         logical_block_size=info.limits.logical_block_size,
         nbd_export=nbd_export,

@@ -49,17 +49,23 @@ class BlockDevice(Protocol):
 
 @dataclass(frozen=True, slots=True)
 class MapContext:
-    """Per-dispatch facts a target needs beyond the request itself."""
+    """Per-dispatch facts a target needs beyond the request itself: the volume's dispatch
+    mode and dm-crypt's split sizes (``None``: no split below the engine's own limit)."""
 
     dispatch_mode: DispatchMode
+    max_read_bytes: int | None = None
+    max_write_bytes: int | None = None
 
 
 @dataclass(slots=True)
 class MapResult:
-    """A request's engine calls and modelled time (not frozen: one is built per request)."""
+    """A request's engine calls and modelled time (not frozen: one is built per request).
+
+    ``queue_ns`` is the modelled time of dm-crypt's queue hops the request took."""
 
     engine_calls: int = 0
     modelled_ns: int = 0
+    queue_ns: float = 0.0
 
 
 Started: TypeAlias = "MapResult | Callable[[], MapResult]"

@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from dataclasses import replace
+from typing import Literal
 
 from app.blk import mempool
 from app.blk.request import Request
@@ -22,6 +23,7 @@ from app.dm.targets.base import (
     finished,
 )
 from app.engine.base import Engine, EngineRequest, EngineResult
+from app.engine.kcryptd import Completion, QueueFlags, crypt_path
 from app.errors import InvalidInput, InvalidState
 from app.vocab import (
     REQ_OP_READ,
@@ -50,6 +52,14 @@ class CryptTarget(Target):
         self.transform = transform
         self.device = device
         self.engine = engine
+        flags = QueueFlags(
+            same_cpu_crypt=params.same_cpu_crypt,
+            submit_from_crypt_cpus=params.submit_from_crypt_cpus,
+            no_read_workqueue=params.no_read_workqueue,
+            no_write_workqueue=params.no_write_workqueue,
+        )
+        # The store completes in its submitter's thread, as brd does.
+        self._hops = {op: len(crypt_path(op, flags, Completion()).hops) for op in ("read", "write")}
 
     @property
     def prompt(self) -> bool:
@@ -100,7 +110,7 @@ class CryptTarget(Target):
             )
             done = self._encrypt(request, segments, relative, context, bios)
             writing = self.device.submit_writev(position, done.outputs)
-            return finish_io(self.device, request, writing, _result(done))
+            return finish_io(self.device, request, writing, self._result(done, "write"))
         if request.op == REQ_OP_WRITE:
             segments = request.segments
             # The ciphertext goes to a warm buffer of this thread's pool (dm-crypt's bio_out
@@ -114,7 +124,7 @@ class CryptTarget(Target):
                 writing = self.device.submit_writev(position, done.outputs)
             finally:
                 mempool.give(pages)
-            return finish_io(self.device, request, writing, _result(done))
+            return finish_io(self.device, request, writing, self._result(done, "write"))
         if request.op == Op.DISCARD:
             if not self.params.allow_discards:
                 raise InvalidState("discard needs the allow_discards crypt option")
@@ -136,11 +146,12 @@ class CryptTarget(Target):
                 context.dispatch_mode,
                 bios,
                 request.segments,
+                context.max_read_bytes,
             )
         )
         if request.tracer is not None:
             self._trace(request.tracer, request, done)
-        return _result(done)
+        return self._result(done, "read")
 
     def _encrypt(
         self,
@@ -161,21 +172,24 @@ class CryptTarget(Target):
                 context.dispatch_mode,
                 bios,
                 segments if into is None else into,
+                context.max_write_bytes,
             )
         )
         if request.tracer is not None:
             self._trace(request.tracer, request, done)
         return done
 
+    def _result(self, done: EngineResult, op: Literal["read", "write"]) -> MapResult:
+        """The request's calls and times; its hops priced at the engine's queue hop cost."""
+        hop_ns = self.engine.profile.queue_hop_ns
+        queue_ns = self._hops[op] * hop_ns if hop_ns else 0.0
+        return MapResult(len(done.plan.calls), done.modelled_ns, queue_ns)
+
     def flush(self) -> None:
         self.device.flush()
 
     def wipe(self) -> None:
         self.transform.wipe()
-
-
-def _result(done: EngineResult) -> MapResult:
-    return MapResult(len(done.plan.calls), done.modelled_ns)
 
 
 def _cut(buffer: memoryview, segments: Sequence[memoryview]) -> list[memoryview]:

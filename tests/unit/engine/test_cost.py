@@ -10,6 +10,7 @@ from app.engine.cost import (
 )
 from app.engine.model import Capabilities, CostModel, DeviceModel, EngineProfile, ModelSpec
 from app.engine.planner import plan_calls
+from app.engine.presets import NONE_DEVICE, OMAP_AES_AM335X
 
 COST = CostModel(
     setup_ns=1000.0, segment_ns=100.0, encrypt_bytes_per_s=1e9, decrypt_bytes_per_s=5e8
@@ -151,3 +152,15 @@ def test_no_items_is_no_time():
         0, storage_ns=0.0, cpu_ns=0.0, engine_busy_ns=0.0, crypto_ns=0.0, calls=0
     )
     assert pipeline_time(stages, count=0, queue_depth=4, channels=1).total_ns == 0.0
+
+
+def test_a_split_caps_engine_calls_but_never_raises_the_engines_own_limit():
+    profile = OMAP_AES_AM335X
+    whole = predict_workload(profile, NONE_DEVICE, ModelledWorkload("read", 1 << 20))
+    split = predict_workload(
+        profile, NONE_DEVICE, ModelledWorkload("read", 1 << 20, split_bytes=128 << 10)
+    )
+    wider = predict_workload(
+        profile, NONE_DEVICE, ModelledWorkload("read", 1 << 20, split_bytes=4 << 20)
+    )
+    assert (whole.calls_per_io, split.calls_per_io, wider.calls_per_io) == (1, 8, 1)

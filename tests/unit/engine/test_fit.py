@@ -1,7 +1,17 @@
 import pytest
 
 from app.engine.cost import ModelledWorkload, predict_workload
-from app.engine.fit import CALIBRATIONS, PARAMETERS, fit, render_markdown, residuals
+from app.engine.fit import (
+    CALIBRATIONS,
+    PARAMETERS,
+    SD_CARDS_PI2,
+    SMALL_WRITE_BYTES,
+    CardFigures,
+    fit,
+    fit_small_write,
+    render_markdown,
+    residuals,
+)
 from app.engine.presets import DEVICE_MODELS, ENGINES
 
 TOLERANCE = 0.10
@@ -89,3 +99,41 @@ def test_tied_parameters_take_their_sources_value():
     for tied, source in calibration.tied.items():
         assert result.parameters[tied] == result.parameters[source]
         assert tied not in result.fitted
+
+
+def test_shipped_sd_card_pays_the_fitted_small_write_cost():
+    device = DEVICE_MODELS["sdcard-bbb"]
+    assert device.small_write_bytes == SMALL_WRITE_BYTES
+    assert device.small_write_ns == pytest.approx(fit_small_write(), rel=1e-3)
+
+
+def test_small_write_cost_is_the_median_card_of_the_published_table():
+    costs = sorted(card.small_write_ns() for card in SD_CARDS_PI2)
+    middle = len(costs) // 2
+    assert fit_small_write() == pytest.approx((costs[middle - 1] + costs[middle]) / 2)
+    assert all(cost > 0 for cost in costs)  # every card writes 4 KiB slower than its bytes
+
+
+def test_a_card_row_splits_a_random_write_into_latency_bytes_and_the_page_merge():
+    card = CardFigures(
+        "test",
+        read_mb_s=20.0,
+        write_mb_s=10.0,
+        random_read_4k_mb_s=4.096,
+        random_write_4k_mb_s=1.024,
+    )
+    assert card.latency_ns() == pytest.approx(1_000_000 - 204_800)
+    assert card.small_write_ns() == pytest.approx(4_000_000 - 795_200 - 409_600)
+
+
+def test_small_writes_cost_more_per_byte_only_below_the_page():
+    device = DEVICE_MODELS["sdcard-bbb"]
+    small = predict_workload(None, device, ModelledWorkload("write", 4096, count=64))
+    page = predict_workload(None, device, ModelledWorkload("write", SMALL_WRITE_BYTES, count=16))
+    assert small.storage_ns == pytest.approx(
+        device.write_latency_ns + device.small_write_ns + 4096e9 / device.write_bytes_per_s
+    )
+    assert page.storage_ns == pytest.approx(
+        device.write_latency_ns + SMALL_WRITE_BYTES * 1e9 / device.write_bytes_per_s
+    )
+    assert small.mb_per_s < page.mb_per_s / 4

@@ -7,6 +7,7 @@ import dataclasses
 import pytest
 
 from app.engine import queuefit
+from app.engine.presets import DEVICE_MODELS, ENGINES
 from app.engine.queuefit import QUEUE_CALIBRATIONS, fit_hop, predict
 
 NAMES = sorted(QUEUE_CALIBRATIONS)
@@ -75,3 +76,20 @@ def test_the_report_shows_every_figure_with_its_error() -> None:
         for figure in (calibration.fit_on, *calibration.held_out):
             assert figure.shown in markdown
     assert "+67.0%" in markdown
+
+
+def test_the_blogs_presets_are_its_fitted_platform() -> None:
+    platform = predict(QUEUE_CALIBRATIONS["blog"]).platform
+    engine, device = ENGINES["aesni-g9"], DEVICE_MODELS["brd-g9"]
+    assert engine.queue_hop_ns == pytest.approx(platform.hop_ns, rel=1e-3)
+    assert engine.cost.encrypt_bytes_per_s == platform.encrypt_bytes_per_s
+    assert engine.cost.decrypt_bytes_per_s == platform.decrypt_bytes_per_s
+    assert engine.cost.setup_ns == platform.unit_ns
+    assert device.io_ns("read", 4096) == pytest.approx(platform.io_ns["read"], rel=1e-3)
+    assert device.io_ns("write", 4096) == pytest.approx(platform.io_ns["write"], rel=1e-3)
+    assert device.read_bytes_per_s == platform.device_bytes_per_s
+
+
+def test_engines_not_fitted_on_queue_figures_model_no_hops() -> None:
+    for name in ("software", "omap-aes-am335x", "mv-cesa"):
+        assert ENGINES[name].queue_hop_ns == 0.0
