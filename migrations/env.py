@@ -55,6 +55,8 @@ def _run(connection) -> None:  # type: ignore[no-untyped-def]
         connection=connection,
         target_metadata=target_metadata,
         compare_type=True,
+        # Batch ops must say recreate="never": SQLite's table copy cascades through the
+        # foreign keys into every child row (tests/integration/test_migrations.py).
         render_as_batch=True,
         process_revision_directives=_skip_empty,
     )

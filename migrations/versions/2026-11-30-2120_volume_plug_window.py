@@ -17,7 +17,7 @@ depends_on: str | Sequence[str] | None = None
 
 
 def upgrade() -> None:
-    with op.batch_alter_table("volumes", schema=None) as batch_op:
+    with op.batch_alter_table("volumes", schema=None, recreate="never") as batch_op:
         batch_op.add_column(
             sa.Column(
                 "plug_window_us", sa.Integer(), nullable=True, comment="NULL: the service default"
@@ -26,5 +26,5 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
-    with op.batch_alter_table("volumes", schema=None) as batch_op:
+    with op.batch_alter_table("volumes", schema=None, recreate="never") as batch_op:
         batch_op.drop_column("plug_window_us")

@@ -17,12 +17,12 @@ depends_on: str | Sequence[str] | None = None
 
 
 def upgrade() -> None:
-    with op.batch_alter_table("volumes", schema=None) as batch_op:
+    with op.batch_alter_table("volumes", schema=None, recreate="never") as batch_op:
         batch_op.add_column(
             sa.Column("nbd_export", sa.Boolean(), server_default=sa.false(), nullable=False)
         )
 
 
 def downgrade() -> None:
-    with op.batch_alter_table("volumes", schema=None) as batch_op:
+    with op.batch_alter_table("volumes", schema=None, recreate="never") as batch_op:
         batch_op.drop_column("nbd_export")

@@ -30,7 +30,7 @@ def upgrade() -> None:
         sa.Column("started_at", sa.DateTime(timezone=True), nullable=False),
         sa.PrimaryKeyConstraint("id", name=op.f("pk_nodes")),
     )
-    with op.batch_alter_table("volumes", schema=None) as batch_op:
+    with op.batch_alter_table("volumes", schema=None, recreate="never") as batch_op:
         batch_op.add_column(
             sa.Column(
                 "owner_node",
@@ -59,7 +59,7 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
-    with op.batch_alter_table("volumes", schema=None) as batch_op:
+    with op.batch_alter_table("volumes", schema=None, recreate="never") as batch_op:
         batch_op.drop_column("lease_epoch")
         batch_op.drop_column("lease_expires_at")
         batch_op.drop_column("owner_node")

@@ -17,7 +17,7 @@ depends_on: str | Sequence[str] | None = None
 
 
 def upgrade() -> None:
-    with op.batch_alter_table("devices", schema=None) as batch_op:
+    with op.batch_alter_table("devices", schema=None, recreate="never") as batch_op:
         batch_op.add_column(
             sa.Column("store", sa.String(length=8), server_default="file", nullable=False)
         )
@@ -37,7 +37,7 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
-    with op.batch_alter_table("devices", schema=None) as batch_op:
+    with op.batch_alter_table("devices", schema=None, recreate="never") as batch_op:
         batch_op.drop_column("image")
         batch_op.drop_column("pool")
         batch_op.drop_column("store")

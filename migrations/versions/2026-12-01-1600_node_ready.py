@@ -17,7 +17,7 @@ depends_on: str | Sequence[str] | None = None
 
 
 def upgrade() -> None:
-    with op.batch_alter_table("nodes", schema=None) as batch_op:
+    with op.batch_alter_table("nodes", schema=None, recreate="never") as batch_op:
         batch_op.add_column(
             sa.Column(
                 "ready",
@@ -30,5 +30,5 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
-    with op.batch_alter_table("nodes", schema=None) as batch_op:
+    with op.batch_alter_table("nodes", schema=None, recreate="never") as batch_op:
         batch_op.drop_column("ready")

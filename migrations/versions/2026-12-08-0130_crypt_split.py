@@ -17,7 +17,7 @@ depends_on: str | Sequence[str] | None = None
 
 
 def upgrade() -> None:
-    with op.batch_alter_table("volumes", schema=None) as batch_op:
+    with op.batch_alter_table("volumes", schema=None, recreate="never") as batch_op:
         batch_op.add_column(
             sa.Column(
                 "max_read_size",
@@ -37,6 +37,6 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
-    with op.batch_alter_table("volumes", schema=None) as batch_op:
+    with op.batch_alter_table("volumes", schema=None, recreate="never") as batch_op:
         batch_op.drop_column("max_write_size")
         batch_op.drop_column("max_read_size")

@@ -19,6 +19,7 @@ from app.engine.kcryptd import QueueFlags, io_time
 from app.engine.model import DeviceModel, EngineProfile
 from app.engine.queuefit import QUEUE_CALIBRATIONS
 from app.errors import InvalidInput
+from tests.support.benchmarks import run_job
 from tests.support.keys import CBC_KEY, XTS_KEY
 
 pytestmark = pytest.mark.anyio
@@ -50,21 +51,6 @@ CELL_FIELDS = {
     "merges",
     "engine_calls",
 }
-
-
-async def run_job(client: httpx.AsyncClient, job: dict[str, Any]) -> dict[str, Any]:
-    response = await client.post("/v1/benchmarks", json=job)
-    assert response.status_code == 202, response.text
-    run_id = response.json()["id"]
-    assert response.headers["location"] == f"/v1/benchmarks/{run_id}"
-    with anyio.fail_after(20):
-        while True:
-            body: dict[str, Any] = (await client.get(f"/v1/benchmarks/{run_id}")).json()
-            assert body["state"] in ("queued", "running", "done"), body
-            assert 0.0 <= body["progress"] <= 1.0
-            if body["state"] == "done":
-                return body
-            await anyio.sleep(0.05)
 
 
 @pytest.fixture

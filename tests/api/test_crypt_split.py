@@ -9,7 +9,7 @@ import pytest
 from app.config import Settings
 from app.engine.cost import ModelledWorkload, predict_workload
 from app.engine.model import DeviceModel, EngineProfile, ModelSpec
-from tests.api.test_benchmarks import run_job
+from tests.support.benchmarks import run_job
 from tests.support.factories import make_device, make_volume, xts_table
 
 pytestmark = pytest.mark.anyio

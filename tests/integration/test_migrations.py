@@ -182,3 +182,57 @@ def test_an_installed_wheel_migrates_without_the_source_tree(tmp_path: Path) -> 
     )
     assert "database at head" in migrated.stdout
     assert table_names(url) == EXPECTED_TABLES
+
+
+@pytest.mark.anyio
+async def test_downgrading_past_every_column_keeps_every_volumes_tables_and_keys(
+    tmp_path: Path,
+) -> None:
+    """SQLite's batch copy would drop and recreate a parent table, and with foreign keys
+    on that cascades into its children: downgrades drop columns in place instead."""
+    from app.config import Settings
+    from tests.support.app import ADMIN_TOKEN, running
+    from tests.support.factories import xts_table
+
+    settings = Settings(
+        data_dir=tmp_path / "data",
+        admin_token=ADMIN_TOKEN,  # type: ignore[arg-type]
+    )
+    url = settings.resolved_database_url
+    async with running(settings) as client:
+        await client.post("/v1/devices", json={"name": "pv", "size_bytes": 1 << 20})
+        created = await client.post(
+            "/v1/volumes", json={"name": "kept", "table": xts_table("pv", 2048)}
+        )
+        assert created.status_code == 201, created.text
+
+    def rows() -> dict[str, int]:
+        engine = create_engine(url)
+        try:
+            with engine.connect() as connection:
+                return {
+                    name: connection.exec_driver_sql(f"SELECT count(*) FROM {name}").scalar_one()
+                    for name in ("devices", "volumes", "volume_tables", "wrapped_keys")
+                }
+        finally:
+            engine.dispose()
+
+    before = rows()
+    assert before == {"devices": 1, "volumes": 1, "volume_tables": 1, "wrapped_keys": 1}
+    migrate.downgrade(url, "79d55020ccb7")  # before the first column added to volumes
+    assert rows() == before
+    migrate.upgrade(url)
+    assert rows() == before
+
+
+def test_every_batch_alteration_alters_in_place() -> None:
+    """SQLite's batch copy drops and recreates the table; with foreign keys on, that
+    cascades into every child row (a volume's tables and keys). SQLite >= 3.35 adds and
+    drops columns in place: every migration must ask for that."""
+    copying = [
+        f"{path.name}:{number}"
+        for path in sorted((ROOT / "migrations" / "versions").glob("*.py"))
+        for number, line in enumerate(path.read_text().splitlines(), 1)
+        if "batch_alter_table(" in line and 'recreate="never"' not in line
+    ]
+    assert not copying
