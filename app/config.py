@@ -320,12 +320,16 @@ class Settings(BaseSettings):
         "307 to the owner (bytes cross the network once), or stream it through",
     )
     lease_seconds: float = Field(
-        default=6.0, ge=0.5, le=300, description="a volume lease lasts this long unless renewed"
+        default=2.0,
+        ge=0.5,
+        le=300,
+        description="a volume lease lasts this long unless renewed: an owner's death costs "
+        "its volumes about this plus a renew interval (docs/operations.md, the trade-off)",
     )
     lease_renew_seconds: float | None = Field(
         default=None,
         gt=0,
-        description="renew leases (and scan for expired ones) this often; unset: a third "
+        description="renew leases (and scan for expired ones) this often; unset: a quarter "
         "of lease_seconds",
     )
     pacing: float | None = Field(
@@ -455,7 +459,7 @@ class Settings(BaseSettings):
 
     @property
     def renew_interval(self) -> float:
-        return self.lease_renew_seconds or self.lease_seconds / 3
+        return self.lease_renew_seconds or self.lease_seconds / 4
 
     @property
     def advertised_url(self) -> str:

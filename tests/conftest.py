@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import os
-from collections.abc import AsyncIterator, Iterator
+import signal
+import uuid
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 
 import httpx
@@ -13,6 +15,7 @@ from fastapi import FastAPI
 from app.config import Settings
 from tests.support import aes_paths, ceph
 from tests.support.app import ADMIN_TOKEN, IO_TOKEN, asgi_client, make_settings, started
+from tests.support.cluster import Node
 from tests.support.database import (
     copy_database,
     fresh_postgres_database,
@@ -103,6 +106,32 @@ def ceph_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ceph.Clus
         yield cluster
     finally:
         cluster.stop()
+
+
+@pytest.fixture
+def rbd_cluster(
+    tmp_path: Path, postgres_url: str, ceph_cluster: ceph.Cluster
+) -> Iterator[tuple[Callable[[str], Node], str]]:
+    """``make("a")`` makes a node on the Ceph cluster (not started), and the image prefix
+    of this test; every node is stopped and every image of the test removed afterwards."""
+    prefix = f"c{uuid.uuid4().hex[:8]}-"
+    nodes: list[Node] = []
+
+    def make(node_id: str) -> Node:
+        node = Node(tmp_path / "data", postgres_url, node_id)
+        node.env["REQCRYPT_CEPH_CONF"] = str(ceph_cluster.conf)
+        node.env["REQCRYPT_RBD_IMAGE_PREFIX"] = prefix
+        nodes.append(node)
+        return node
+
+    yield make, prefix
+    for node in nodes:
+        if node.process is not None:
+            node.process.send_signal(signal.SIGCONT)
+            node.stop()
+    for image in ceph_cluster.images():
+        if image.startswith(prefix):
+            ceph_cluster.run("rbd", "rm", f"{ceph.POOL}/{image}")
 
 
 def skip_without_postgres() -> None:

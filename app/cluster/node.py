@@ -3,7 +3,7 @@ the devices.
 
 Each volume is served by exactly one node, the holder of its lease
 (``app.db.leases``). A background thread ticks every ``renew_interval``
-(a third of the lease by default) and, in this order:
+(a quarter of the lease by default) and, in this order:
 
 1. heartbeats (the ``nodes`` row other nodes place volumes and redirect by);
 2. renews every lease it holds in one statement; a volume whose lease was not

@@ -11,9 +11,7 @@ from __future__ import annotations
 import json
 import signal
 import time
-import uuid
-from collections.abc import Callable, Iterator
-from pathlib import Path
+from collections.abc import Callable
 
 import httpx
 import pytest
@@ -25,6 +23,7 @@ from tests.support.cluster import (
     Node,
     http,
     kill_and_fail_over,
+    make_rbd_volume,
     read,
     wait_owner,
     write,
@@ -36,44 +35,6 @@ from tests.support.servers import pattern
 pytestmark = [pytest.mark.e2e, pytest.mark.postgres, pytest.mark.ceph]
 
 SIZE = 4 << 20
-
-
-@pytest.fixture
-def rbd_cluster(
-    tmp_path: Path, postgres_url: str, ceph_cluster: ceph.Cluster
-) -> Iterator[tuple[Callable[[str], Node], str]]:
-    """``make("a")`` makes a node on the Ceph cluster (not started), and the image prefix
-    of this test; every node is stopped and every image of the test removed afterwards."""
-    prefix = f"c{uuid.uuid4().hex[:8]}-"
-    nodes: list[Node] = []
-
-    def make(node_id: str) -> Node:
-        node = Node(tmp_path / "data", postgres_url, node_id)
-        node.env["REQCRYPT_CEPH_CONF"] = str(ceph_cluster.conf)
-        node.env["REQCRYPT_RBD_IMAGE_PREFIX"] = prefix
-        nodes.append(node)
-        return node
-
-    yield make, prefix
-    for node in nodes:
-        if node.process is not None:
-            node.process.send_signal(signal.SIGCONT)
-            node.stop()
-    for image in ceph_cluster.images():
-        if image.startswith(prefix):
-            ceph_cluster.run("rbd", "rm", f"{ceph.POOL}/{image}")
-
-
-def make_rbd_volume(node: Node, name: str = "v", device: str = "pv") -> None:
-    with http(node) as client:
-        response = client.post(
-            "/v1/devices", json={"name": device, "size_bytes": SIZE, "store": "rbd"}
-        )
-        assert response.status_code == 201, response.text
-        response = client.post(
-            "/v1/volumes", json={"name": name, "table": xts_table(device, SIZE // 512)}
-        )
-        assert response.status_code == 201, response.text
 
 
 def blocklist(cluster: ceph.Cluster) -> set[str]:

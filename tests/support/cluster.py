@@ -15,6 +15,7 @@ from typing import Any
 
 import httpx
 
+from tests.support.factories import xts_table
 from tests.support.ports import wait_ready
 from tests.support.servers import HEADERS, REQCRYPT, Server, pattern
 
@@ -164,3 +165,18 @@ def kill_and_fail_over(owner: Node, survivor: Node) -> None:
     assert took < LEASE + 10 * RENEW, took
     with http(survivor) as client:
         assert read(client, 0, 65536) == data
+
+
+RBD_SIZE = 4 << 20
+
+
+def make_rbd_volume(node: Node, name: str = "v", device: str = "pv") -> None:
+    with http(node) as client:
+        response = client.post(
+            "/v1/devices", json={"name": device, "size_bytes": RBD_SIZE, "store": "rbd"}
+        )
+        assert response.status_code == 201, response.text
+        response = client.post(
+            "/v1/volumes", json={"name": name, "table": xts_table(device, RBD_SIZE // 512)}
+        )
+        assert response.status_code == 201, response.text

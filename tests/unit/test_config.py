@@ -84,7 +84,7 @@ def test_a_node_advertises_its_host_and_port_unless_told() -> None:
     url = "postgresql://db/reqcrypt"
     node = Settings(node_id="a", database_url=url, host="::1", port=8001)
     assert node.advertised_url == "http://[::1]:8001"
-    assert node.renew_interval == pytest.approx(2.0)
+    assert (node.lease_seconds, node.renew_interval) == (2.0, pytest.approx(0.5))
     told = Settings(node_id="a", database_url=url, node_url="http://a.example:80/")
     assert told.advertised_url == "http://a.example:80"
     with pytest.raises(ValueError, match="LEASE_RENEW_SECONDS"):
@@ -115,7 +115,7 @@ def test_only_a_cluster_node_has_cluster_settings() -> None:
         "a",
         "http://127.0.0.1:8001",
         9,
-        3,
+        2.25,
     )
 
 
