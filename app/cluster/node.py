@@ -10,7 +10,9 @@ Each volume is served by exactly one node, the holder of its lease
    renewed is dropped at once without writing (``ServingSet.renewed``), and every
    I/O on a volume is refused past the local deadline of its last renewal even
    if this thread is late (``DataPath.lease_deadline``) — a node frozen past its
-   lease therefore never writes again for it;
+   lease therefore never writes again for it. A watchdog thread of its own drops a
+   volume whose deadline passed unrenewed (``ServingSet.expired``), so a tick stuck on
+   an unanswering database still lets the devices go for the node taking over;
 3. takes every lease that is free, expired, or handed to it (``move``), claims
    the volume's devices with ``take_over`` and adopts the volume. A claim the
    store refuses (a file-backed device still locked by a stopped, not dead,
@@ -88,6 +90,7 @@ class ClusterNode:
         """What the last heartbeat told placement (``nodes.ready``)."""
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._watchdog: threading.Thread | None = None
         self._tick_lock = threading.Lock()
         self._reconnecting: threading.Thread | None = None
 
@@ -98,13 +101,18 @@ class ClusterNode:
         self.tick()
         self._thread = threading.Thread(target=self._run, name="reqcrypt-leases", daemon=True)
         self._thread.start()
+        self._watchdog = threading.Thread(
+            target=self._fence_expired, name="reqcrypt-fence", daemon=True
+        )
+        self._watchdog.start()
 
     def stop(self) -> None:
         """A clean stop: drop every volume durably and release its lease at once, so
         another node takes it in one tick instead of a lease."""
         self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=self.settings.lease_seconds + 5)
+        for thread in (self._thread, self._watchdog):
+            if thread is not None:
+                thread.join(timeout=self.settings.lease_seconds + 5)
         try:  # place nothing more here while this node still looks alive
             self.leases.heartbeat(self.settings.advertised_url, ready=False)
         except Exception:
@@ -128,6 +136,18 @@ class ClusterNode:
             except Exception:
                 self.stats.tick_failures += 1
                 log.exception("lease tick failed")
+
+    def _fence_expired(self) -> None:
+        """Drop every volume past its local deadline, in a thread of its own: a tick stuck
+        on an unanswering database must not keep a fenced volume's devices claimed (a
+        file's flock would block the node taking the lease over)."""
+        while not self._stop.wait(self.settings.renew_interval / 2):
+            for volume in self.serving.expired(time.monotonic()):
+                self.stats.leases_lost += 1
+                log.warning("volume %s: lease deadline passed unrenewed; dropping it", volume.name)
+                threading.Thread(
+                    target=self._drop_lost, args=(volume.name,), name="reqcrypt-drop", daemon=True
+                ).start()
 
     def drop(self, name: str, *, graceful: bool) -> Lease | None:
         """Stop serving a volume (``Control.stop_serving``); returns the lease it held

@@ -132,8 +132,8 @@ class ServingSet:
         asked is left alone."""
         lost = []
         for uuid, holding in list(self.held.items()):
-            if asked.get(uuid) != holding.lease.epoch:
-                continue
+            if asked.get(uuid) != holding.lease.epoch or self.held.get(uuid) is not holding:
+                continue  # taken since, or fenced by the deadline meanwhile (``expired``)
             lease = leases.get(uuid)
             if lease is not None:
                 self.held[uuid] = Holding(lease, deadline, holding.volume)
@@ -144,6 +144,18 @@ class ServingSet:
                 lost.append(holding.volume)
         self.pending = {uuid: leases[uuid] for uuid in self.pending if uuid in leases}
         return lost
+
+    def expired(self, now: float) -> list[Volume]:
+        """Stop holding every volume whose local deadline has passed (its I/O is refused
+        already) and return them, to be dropped: without a renewal, this node fences
+        itself and lets its devices go, whatever the database answers or fails to."""
+        fenced = []
+        for uuid, holding in list(self.held.items()):
+            if holding.deadline < now and self.held.get(uuid) is holding:
+                self.held.pop(uuid, None)
+                holding.volume.hold_lease_until(-math.inf)
+                fenced.append(holding.volume)
+        return fenced
 
     def let_go(self, volume: Volume) -> Lease | None:
         """Stop ``volume``'s I/O at once and its lease with it (None: none was held)."""

@@ -40,7 +40,21 @@ def make_engine(url: str) -> Engine:
         return engine
     if url.startswith("postgresql://"):
         url = "postgresql+psycopg://" + url.removeprefix("postgresql://")
-    return create_engine(url, pool_pre_ping=True)
+    # A database that stops answering (a partition, a black hole) fails a statement within
+    # seconds instead of the kernel's retransmission quarter of an hour: the lease thread
+    # must get its error while the local deadline still matters.
+    return create_engine(url, pool_pre_ping=True, connect_args=POSTGRES_TIMEOUTS)
+
+
+POSTGRES_TIMEOUTS = {
+    "connect_timeout": 5,
+    "tcp_user_timeout": 5000,
+    "keepalives": 1,
+    "keepalives_idle": 5,
+    "keepalives_interval": 1,
+    "keepalives_count": 3,
+}
+"""libpq's limits on a connection that stops answering (seconds; tcp_user_timeout in ms)."""
 
 
 def make_sessionmaker(engine: Engine) -> sessionmaker[Session]:
