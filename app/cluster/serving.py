@@ -110,7 +110,7 @@ class ServingSet:
     def hold(self, volume: Volume, lease: Lease, deadline: float) -> None:
         """Serve ``volume`` under ``lease``: it admits I/O until ``deadline``."""
         self.held[volume.uuid] = Holding(lease, deadline, volume)
-        volume.hold_lease_until(deadline)
+        volume.hold_lease_until(deadline, lease.epoch)
 
     def holding(self, uuid: str) -> Holding | None:
         return self.held.get(uuid)
@@ -137,7 +137,7 @@ class ServingSet:
             lease = leases.get(uuid)
             if lease is not None:
                 self.held[uuid] = Holding(lease, deadline, holding.volume)
-                holding.volume.hold_lease_until(deadline)
+                holding.volume.hold_lease_until(deadline, lease.epoch)
             else:
                 self.held.pop(uuid, None)
                 holding.volume.hold_lease_until(-math.inf)

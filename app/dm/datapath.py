@@ -168,6 +168,8 @@ class DataPath:
         #: ``time.monotonic()`` past which this node may no longer own the volume (a cluster
         #: node's lease, renewed in the background); every I/O checks it when admitted.
         self.lease_deadline = math.inf
+        #: The epoch of the lease this node serves the volume under (None: no cluster).
+        self.lease_epoch: int | None = None
 
     def set_crypt_split(self, split: CryptSplit) -> None:
         """dm-crypt's split sizes for the requests dispatched from now on."""
@@ -211,10 +213,12 @@ class DataPath:
             self.state = state
             self._gate.notify_all()
 
-    def hold_lease_until(self, deadline: float) -> None:
+    def hold_lease_until(self, deadline: float, epoch: int | None = None) -> None:
         """Move the lease deadline; I/O waiting at the gate re-checks it (``-inf``: at once)."""
         with self._gate:
             self.lease_deadline = deadline
+            if epoch is not None:
+                self.lease_epoch = epoch
             self._gate.notify_all()
 
     def drain(self, timeout: float | None = None) -> None:

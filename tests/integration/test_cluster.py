@@ -270,6 +270,19 @@ def test_a_non_owner_redirects_the_data_path_to_the_owner(pair: tuple[Node, Node
         assert read(client, 4096, 8192, "r") == data
 
 
+def test_an_acknowledged_write_names_the_lease_epoch_it_was_accepted_under(
+    pair: tuple[Node, Node],
+) -> None:
+    make_volume(pair[0], "e", "pe")
+    a, _ = owner_and_other(pair, "e")
+    shown = owner(a, "e")
+    assert shown is not None
+    with http(a) as client:
+        answer = write(client, 0, pattern(0, 4096), "e")
+    assert answer.status_code == 204
+    assert answer.headers["Reqcrypt-Lease-Epoch"] == str(shown["lease_epoch"])
+
+
 def raw_request(node: Node, head: str) -> tuple[int, bytes]:
     """One request sent as written (no client resolves its path first), its answer."""
     with socket.create_connection(("127.0.0.1", node.port), timeout=30) as sock:

@@ -50,7 +50,10 @@ The rules (:class:`Rule`), checked by :func:`check`:
    by a node, the write's [invocation, completion]. Those client-side intervals are
    conservative: the node accepted the write at some instant inside them, so two nodes that
    really accepted writes at one instant always overlap (no missed violation), but two slow
-   requests can straddle a clean handover and overlap without one (a false alarm).
+   requests can straddle a clean handover and overlap without one (a false alarm). Where
+   the nodes name the lease epoch of each acknowledged write (``ok(..., epoch=)``), the rule
+   is exact instead: an epoch belongs to one node, and no write is acknowledged under an
+   older epoch after a write acknowledged under a newer one completed.
 
 A read reported under rule 2 or 3 is left out of the linearizability search, so a fault is
 reported once, under its most specific rule.
@@ -138,6 +141,8 @@ class Operation:
     invoke_ns: int
     status: Status = Status.PENDING
     complete_ns: int | None = None
+    epoch: int | None = None
+    """The lease epoch the serving node acknowledged a write under, when it says."""
 
     @property
     def deadline_ns(self) -> float:
@@ -182,13 +187,14 @@ class Accepting:
     start_ns: int
     end_ns: int
     op: Operation | None = None
+    epoch: int | None = None
 
 
 def accepting_from_writes(operations: Iterable[Operation]) -> list[Accepting]:
     """An interval per write acknowledged by a known node: it accepted the write at some
     instant between the write's invocation and completion (rule 4 in the module docstring)."""
     return [
-        Accepting(op.node, op.volume, op.invoke_ns, op.complete_ns, op)
+        Accepting(op.node, op.volume, op.invoke_ns, op.complete_ns, op, op.epoch)
         for op in operations
         if op.kind is Kind.WRITE
         and op.status is Status.OK
@@ -247,15 +253,20 @@ class History:
         return op
 
     def ok(
-        self, op: Operation, *, value: Value | None = None, node: str | None = None
+        self,
+        op: Operation,
+        *,
+        value: Value | None = None,
+        node: str | None = None,
+        epoch: int | None = None,
     ) -> Operation:
         """The operation took effect; a read gives the value it read (zero bytes are
-        :data:`INITIAL`)."""
+        :data:`INITIAL`); a write may give the lease epoch it was acknowledged under."""
         if (value is None) != (op.kind is not Kind.READ):
             raise ValueError("a read, and only a read, completes ok with a value")
         if isinstance(value, bytes) and not any(value):
             value = INITIAL
-        return self._complete(op, Status.OK, value, node)
+        return self._complete(op, Status.OK, value, node, epoch)
 
     def fail(self, op: Operation, *, node: str | None = None) -> Operation:
         """The operation definitely did not take effect."""
@@ -266,7 +277,12 @@ class History:
         return self._complete(op, Status.INFO, None, node)
 
     def _complete(
-        self, op: Operation, status: Status, value: Value | None, node: str | None
+        self,
+        op: Operation,
+        status: Status,
+        value: Value | None,
+        node: str | None,
+        epoch: int | None = None,
     ) -> Operation:
         with self._lock:
             invoked = self._operations[op.id]
@@ -278,6 +294,7 @@ class History:
                 complete_ns=self._clock(),
                 value=invoked.value if value is None else value,
                 node=invoked.node if node is None else node,
+                epoch=epoch,
             )
             self._operations[op.id] = done
         return done
@@ -348,8 +365,10 @@ class Call:
     history: History
     op: Operation
 
-    def ok(self, value: Value | None = None, *, node: str | None = None) -> None:
-        self.op = self.history.ok(self.op, value=value, node=node)
+    def ok(
+        self, value: Value | None = None, *, node: str | None = None, epoch: int | None = None
+    ) -> None:
+        self.op = self.history.ok(self.op, value=value, node=node, epoch=epoch)
 
     def fail(self, *, node: str | None = None) -> None:
         self.op = self.history.fail(self.op, node=node)
@@ -424,6 +443,7 @@ def check(history: History) -> Verdict:
     violations += _overlapping_writers(
         [*history.accepting_intervals(), *accepting_from_writes(operations)]
     )
+    violations += _stale_epochs(operations)
     return Verdict(tuple(violations), len(operations))
 
 
@@ -772,8 +792,8 @@ def _overlapping_writers(intervals: list[Accepting]) -> list[Violation]:
         for span in spans:
             active = [a for a in active if a.end_ns > span.start_ns]
             for a in active:
-                if a.node == span.node:
-                    continue
+                if a.node == span.node or (a.epoch is not None and span.epoch is not None):
+                    continue  # both epochs known: ``_stale_epochs`` judges them exactly
                 overlap = min(a.end_ns, span.end_ns) - span.start_ns
                 found.append(
                     Violation(
@@ -787,4 +807,52 @@ def _overlapping_writers(intervals: list[Accepting]) -> list[Violation]:
                     )
                 )
             active.append(span)
+    return found
+
+
+def _stale_epochs(operations: list[Operation]) -> list[Violation]:
+    """Rule 4 where nodes name the lease epoch of each acknowledged write: one epoch is one
+    node's, and a write acknowledged under an older epoch after one under a newer epoch
+    completed (real time) is a stale owner writing after the takeover."""
+    acked = [
+        op
+        for op in operations
+        if op.kind is Kind.WRITE and op.status is Status.OK and op.epoch is not None
+    ]
+    found: list[Violation] = []
+    owners: dict[tuple[str, int], Operation] = {}
+    for op in acked:
+        first = owners.setdefault((op.volume, op.epoch or 0), op)
+        if first.node != op.node:
+            found.append(
+                Violation(
+                    Rule.TWO_WRITERS,
+                    op.volume,
+                    None,
+                    (first, op),
+                    f"epoch {op.epoch} acknowledged by {first.node} and by {op.node}",
+                )
+            )
+    by_completion = sorted(acked, key=lambda op: op.deadline_ns)
+    newest: dict[str, Operation] = {}
+    done = 0
+    for op in sorted(acked, key=lambda op: op.invoke_ns):
+        while done < len(by_completion) and by_completion[done].precedes(op):
+            earlier = by_completion[done]
+            seen = newest.get(earlier.volume)
+            if seen is None or (seen.epoch or 0) < (earlier.epoch or 0):
+                newest[earlier.volume] = earlier
+            done += 1
+        seen = newest.get(op.volume)
+        if seen is not None and (op.epoch or 0) < (seen.epoch or 0):
+            found.append(
+                Violation(
+                    Rule.TWO_WRITERS,
+                    op.volume,
+                    None,
+                    (seen, op),
+                    f"{op.node} acknowledged a write under epoch {op.epoch} after {seen.node}"
+                    f" had under epoch {seen.epoch}: a stale owner wrote after the takeover",
+                )
+            )
     return found

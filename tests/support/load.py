@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 import httpx
 
+from app.api.routes.data import LEASE_EPOCH
 from tests.support.cluster import bearer_on_every_hop
 from tests.support.history import History, Kind, Operation, Status
 from tests.support.servers import HEADERS
@@ -150,7 +151,8 @@ class ClusterLoad:
     def _complete(self, op: Operation, response: httpx.Response, ok: int) -> Operation:
         node = self._node(response)
         if response.status_code == ok:
-            return self.history.ok(op, node=node)
+            epoch = response.headers.get(LEASE_EPOCH)
+            return self.history.ok(op, node=node, epoch=None if epoch is None else int(epoch))
         if 400 <= response.status_code < 500:
             return self.history.fail(op, node=node)
         return self.history.info(op, node=node)

@@ -542,3 +542,33 @@ def test_the_recorder_takes_operations_from_many_threads_at_once() -> None:
     operations = history.operations()
     assert [op.id for op in operations] == list(range(1, 1601))
     assert all(op.status is Status.OK for op in operations)
+
+
+def test_writes_acknowledged_under_rising_epochs_are_one_writer_at_a_time_however_they_overlap() -> (
+    None
+):
+    history = ticking()
+    first = history.invoke(1, "write", block=0, value="a", node="a")
+    second = history.invoke(2, "write", block=1, value="b", node="b")
+    history.ok(first, epoch=1)
+    history.ok(second, epoch=2)
+    assert check(history).valid
+
+
+def test_a_write_acknowledged_under_an_older_epoch_after_a_newer_one_is_a_stale_owner() -> None:
+    history = ticking()
+    newer = history.invoke(1, "write", block=0, value="b", node="b")
+    history.ok(newer, epoch=2)
+    stale = history.invoke(2, "write", block=1, value="a", node="a")
+    history.ok(stale, epoch=1)
+    verdict = check(history)
+    assert verdict.rules == {Rule.TWO_WRITERS}
+    assert "stale owner" in str(verdict)
+
+
+def test_one_epoch_acknowledged_by_two_nodes_is_two_writers() -> None:
+    history = ticking()
+    for process, node, block in ((1, "a", 0), (2, "b", 1)):
+        op = history.invoke(process, "write", block=block, value=node, node=node)
+        history.ok(op, epoch=3)
+    assert check(history).rules == {Rule.TWO_WRITERS}

@@ -57,6 +57,18 @@ def etag(volume: Volume, version: int | None = None) -> str:
     return f'"{volume.uuid}.{volume.generation if version is None else version}"'
 
 
+LEASE_EPOCH = "Reqcrypt-Lease-Epoch"
+
+
+def written(volume: Volume, version: int | None) -> dict[str, str]:
+    """A write's answer headers: its ETag, and on a cluster node the lease epoch it was
+    accepted under, so a client can tell a stale owner's acknowledgement from a newer one."""
+    headers = {"ETag": etag(volume, version)}
+    if volume.lease_epoch is not None:
+        headers[LEASE_EPOCH] = str(volume.lease_epoch)
+    return headers
+
+
 def request_headers(request: Request) -> dict[bytes, bytes]:
     """The request's headers by (lower-case) name, the first of a repeated one as
     ``request.headers`` finds it: one dict, not a scan of the list per name and a KeyError
@@ -397,7 +409,7 @@ async def write_range(
     finally:
         if held:
             io.budget.give(held)
-    return Response(status_code=204, headers={"ETag": etag(volume, version)})
+    return Response(status_code=204, headers=written(volume, version))
 
 
 async def write_batch(
@@ -452,7 +464,7 @@ async def write_batch(
                 ],
             )
         raise_first(flush)
-        return Response(status_code=204, headers={"ETag": etag(volume, version)})
+        return Response(status_code=204, headers=written(volume, version))
 
 
 class ArrivingBody:
@@ -583,7 +595,7 @@ async def discard(name: str, body: RangeIn, io: IoDep) -> Response:
     volume = io.control.volume(name)
     with io.admission.slot(volume):
         await io.executor.run(run, volume, Io(Op.DISCARD, body.offset, body.length))
-    return Response(status_code=204, headers={"ETag": etag(volume)})
+    return Response(status_code=204, headers=written(volume, None))
 
 
 @router.post(
@@ -598,4 +610,4 @@ async def write_zeroes(name: str, body: RangeIn, io: IoDep) -> Response:
     volume = io.control.volume(name)
     with io.admission.slot(volume):
         await io.executor.run(run, volume, Io(Op.WRITE_ZEROES, body.offset, body.length))
-    return Response(status_code=204, headers={"ETag": etag(volume)})
+    return Response(status_code=204, headers=written(volume, None))

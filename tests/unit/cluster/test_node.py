@@ -112,3 +112,24 @@ def test_a_blocklisted_node_is_no_placement_target_and_takes_no_rbd_volume(
     assert cluster.place() is None
     assert owners(cluster) == {"f": "a", "r": None}
     assert ceph.attempts == 2  # it keeps trying to reconnect, once per tick
+
+
+def test_a_volume_past_its_deadline_is_fenced_and_a_late_renewal_does_not_revive_it(
+    node: tuple[ClusterNode, UnreachableCeph],
+) -> None:
+    cluster, _ = node
+    serving = cluster.serving
+    asked = serving.asked()
+    renewed = cluster.leases.renew(asked)  # the database answers, but too late:
+    fenced = {volume.name: volume for volume in serving.expired(float("inf"))}
+    assert sorted(fenced) == ["f", "r"]
+    serving.renewed(asked, renewed, deadline=1e18)
+    for volume in fenced.values():
+        assert not serving.serves(volume.uuid)
+        assert volume.lease_deadline == float("-inf")
+
+
+def test_nothing_is_fenced_before_its_deadline(node: tuple[ClusterNode, UnreachableCeph]) -> None:
+    cluster, _ = node
+    assert cluster.serving.expired(0.0) == []
+    assert sorted(cluster.control.served()) == ["f", "r"]
