@@ -14,11 +14,12 @@ renew or write under a newer owner's epoch.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from sqlalchemy import ColumnElement, func, or_, select, update
+from sqlalchemy import ColumnElement, func, or_, select, text, update
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -77,6 +78,18 @@ class Leases:
         self.node = node
         self.lease_seconds = lease_seconds
         self.span = timedelta(seconds=lease_seconds)
+        self._idle_ms = max(250, int(lease_seconds * 250))
+
+    @contextmanager
+    def _writing(self) -> Iterator[Session]:
+        """A transaction of lease writes that PostgreSQL aborts if this node falls silent in
+        it: a renewal whose answer a partition swallowed would otherwise keep its row locked
+        (and the next owner's ``take`` waiting) until the server noticed the dead peer."""
+        with self.sessions() as session, session.begin():
+            session.execute(
+                text(f"SET LOCAL idle_in_transaction_session_timeout = {self._idle_ms}")
+            )
+            yield session
 
     def heartbeat(self, url: str, *, ready: bool = True) -> None:
         """Prove this node alive; ``ready`` False keeps placement away (Ceph client blocklisted, stopping)."""
@@ -87,7 +100,7 @@ class Leases:
             index_elements=[Node.id],
             set_={"url": url, "heartbeat_at": func.now(), "ready": ready},
         )
-        with self.sessions() as session, session.begin():
+        with self._writing() as session:
             session.execute(statement)
 
     def take(self, uuid: str) -> Lease | None:
@@ -103,7 +116,7 @@ class Leases:
             )
             .returning(Volume.uuid, Volume.name, Volume.lease_epoch, Volume.lease_expires_at)
         )
-        with self.sessions() as session, session.begin():
+        with self._writing() as session:
             row = session.execute(statement).one_or_none()
         return None if row is None else _lease(*row)
 
@@ -122,7 +135,7 @@ class Leases:
             .values(lease_expires_at=func.now() + self.span)
             .returning(Volume.uuid, Volume.name, Volume.lease_epoch, Volume.lease_expires_at)
         )
-        with self.sessions() as session, session.begin():
+        with self._writing() as session:
             rows = session.execute(statement).all()
         return {
             uuid: _lease(uuid, name, epoch, expires)
@@ -137,7 +150,7 @@ class Leases:
             .where(Volume.uuid == uuid, Volume.owner_node == self.node, Volume.lease_epoch == epoch)
             .values(owner_node=None, lease_expires_at=None)
         )
-        with self.sessions() as session, session.begin():
+        with self._writing() as session:
             session.execute(statement)
 
     def hand_over(self, uuid: str, epoch: int, node: str) -> bool:
@@ -157,7 +170,7 @@ class Leases:
             )
             .returning(Volume.uuid)
         )
-        with self.sessions() as session, session.begin():
+        with self._writing() as session:
             return session.execute(statement).one_or_none() is not None
 
     def claimable(self) -> list[tuple[str, str, bool]]:

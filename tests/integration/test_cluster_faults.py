@@ -22,7 +22,7 @@ import os
 import signal
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
@@ -172,10 +172,27 @@ def cluster(request: pytest.FixtureRequest, tmp_path: Path, postgres_url: str) -
                         ceph_cluster.run("rbd", "rm", f"{ceph.POOL}/{image}")
 
 
-def report(scenario: str, cluster: Cluster, load: ClusterLoad, fault_ns: int, before: str) -> None:
-    seen = load.availability(fault_ns, before)
+def run(
+    scenario: str,
+    cluster: Cluster,
+    cycles: int,
+    inject: Callable[[str], None],
+    entries: list[str] | None = None,
+) -> None:
+    """Load the volume through ``entries`` (every node by default), ``inject`` the fault
+    ``cycles`` times (given the owner at the time), heal, judge the history and print the
+    scenario's figures (shown with -s)."""
+    entries = entries or [faulty.node.base for faulty in cluster.nodes.values()]
+    with cluster.load(entries) as load:
+        for _ in range(cycles):
+            time.sleep(0.5)
+            before = cluster.owner_id()
+            fault = time.monotonic_ns()
+            inject(before)
+    cluster.verdict(load)
+    seen = load.availability(fault, before)
     takeover = "none" if seen.takeover_s is None else f"{seen.takeover_s:.2f} s"
-    print(  # noqa: T201 - the scenario's figures, shown with -s
+    print(  # noqa: T201 - the scenario's figures
         f"\n{scenario} [{cluster.store}]: checker valid, {len(cluster.history.operations())} "
         f"operations, takeover {takeover}, longest unavailable {seen.unavailable_s:.2f} s"
     )
@@ -186,19 +203,15 @@ def test_an_owner_cut_off_from_postgresql_stops_writing_before_its_lease_can_be_
 ) -> None:
     """Its renewals black-holed, the owner refuses I/O past its local deadline, which ends
     before the database lets another node take the lease: never two writers."""
-    entries = [faulty.node.base for faulty in cluster.nodes.values()]
-    with cluster.load(entries) as load:
-        for _ in range(cycles):
-            time.sleep(0.5)
-            before = cluster.owner_id()
-            fault = time.monotonic_ns()
-            cluster.nodes[before].database.drop()
-            cluster.wait_taken_from(before)
-            time.sleep(0.5)
-            cluster.nodes[before].database.restore()
-            cluster.nodes[before].node.wait_dropped()
-    cluster.verdict(load)
-    report("owner cut off from PostgreSQL", cluster, load, fault, before)
+
+    def inject(before: str) -> None:
+        cluster.nodes[before].database.drop()
+        cluster.wait_taken_from(before)
+        time.sleep(0.5)
+        cluster.nodes[before].database.restore()
+        cluster.nodes[before].node.wait_dropped()
+
+    run("owner cut off from PostgreSQL", cluster, cycles, inject)
 
 
 def test_an_owner_paused_past_its_lease_with_writes_in_flight_never_writes_after_takeover(
@@ -207,24 +220,20 @@ def test_an_owner_paused_past_its_lease_with_writes_in_flight_never_writes_after
     """SIGSTOP the owner for twice the lease while clients write to it, then SIGCONT. RBD:
     the takeover blocklisted it, so its late writes fail. File: it still holds the device's
     flock, so the other node cannot serve until it wakes, finishes and lets go."""
-    entries = [faulty.node.base for faulty in cluster.nodes.values()]
-    with cluster.load(entries) as load:
-        for _ in range(cycles):
-            time.sleep(0.5)
-            before = cluster.owner_id()
-            paused = cluster.nodes[before].node
-            assert paused.process is not None
-            fault = time.monotonic_ns()
-            with Pauser(paused.process.pid):
-                if cluster.store == "rbd":
-                    cluster.wait_taken_from(before)  # the other node breaks its lock meanwhile
-                time.sleep(2 * LEASE)
-            paused.wait_dropped()
-            if cluster.store == "file":
-                cluster.history.crash("v")  # it let the device go unflushed: now the other takes it
-                cluster.wait_taken_from(before)
-    cluster.verdict(load)
-    report("owner paused past its lease", cluster, load, fault, before)
+
+    def inject(before: str) -> None:
+        paused = cluster.nodes[before].node
+        assert paused.process is not None
+        with Pauser(paused.process.pid):
+            if cluster.store == "rbd":
+                cluster.wait_taken_from(before)  # the other node breaks its lock meanwhile
+            time.sleep(2 * LEASE)
+        paused.wait_dropped()
+        if cluster.store == "file":
+            cluster.history.crash("v")  # it let the device go unflushed: now the other takes it
+            cluster.wait_taken_from(before)
+
+    run("owner paused past its lease", cluster, cycles, inject)
 
 
 def test_postgresql_restarting_mid_load_loses_no_flushed_write(
@@ -232,22 +241,18 @@ def test_postgresql_restarting_mid_load_loses_no_flushed_write(
 ) -> None:
     """Every node's database connections reset and refused for longer than a lease (what
     a restart looks like from the nodes), then back."""
-    entries = [faulty.node.base for faulty in cluster.nodes.values()]
-    with cluster.load(entries) as load:
-        for _ in range(cycles):
-            time.sleep(0.5)
-            before = cluster.owner_id()
-            fault = time.monotonic_ns()
-            for faulty in cluster.nodes.values():
-                faulty.database.cut()
-            time.sleep(LEASE + 1)
-            for faulty in cluster.nodes.values():
-                faulty.database.restore()
-            cluster.wait_served()
-            cluster.history.crash("v")  # the owner dropped it when its deadline passed
-            time.sleep(0.5)
-    cluster.verdict(load)
-    report("PostgreSQL restart", cluster, load, fault, before)
+
+    def inject(_: str) -> None:
+        for faulty in cluster.nodes.values():
+            faulty.database.cut()
+        time.sleep(LEASE + 1)
+        for faulty in cluster.nodes.values():
+            faulty.database.restore()
+        cluster.wait_served()
+        cluster.history.crash("v")  # the owner dropped it when its deadline passed
+        time.sleep(0.5)
+
+    run("PostgreSQL restart", cluster, cycles, inject)
 
 
 def test_a_partition_between_the_nodes_leaves_relayed_clients_unanswered_not_wrong(
@@ -256,17 +261,15 @@ def test_a_partition_between_the_nodes_leaves_relayed_clients_unanswered_not_wro
     """Clients of the other node reach the owner only through it (redirected to the owner's
     advertised URL); cutting that link leaves them without answers for its length, and
     nothing they were told is wrong."""
-    with cluster.load([cluster.other("a").node.base]) as load:
-        for _ in range(cycles):
-            time.sleep(0.5)
-            before = cluster.owner_id()
-            fault = time.monotonic_ns()
-            cluster.nodes[before].advertised.cut()
-            time.sleep(LEASE)
-            cluster.nodes[before].advertised.restore()
-            time.sleep(0.5)
-    cluster.verdict(load)
-    report("node partition, clients through the other node", cluster, load, fault, before)
+
+    def inject(before: str) -> None:
+        cluster.nodes[before].advertised.cut()
+        time.sleep(LEASE)
+        cluster.nodes[before].advertised.restore()
+        time.sleep(0.5)
+
+    entries = [cluster.other("a").node.base]
+    run("node partition, clients through the other node", cluster, cycles, inject, entries)
 
 
 @pytest.mark.ceph
@@ -274,14 +277,9 @@ def test_a_partition_between_the_nodes_leaves_relayed_clients_unanswered_not_wro
 def test_a_stalled_osd_makes_io_wait_or_fail_never_lose_an_acknowledged_write(
     cluster: Cluster, ceph_cluster: ceph.Cluster, cycles: int
 ) -> None:
-    entries = [faulty.node.base for faulty in cluster.nodes.values()]
-    with cluster.load(entries) as load:
-        for _ in range(cycles):
-            time.sleep(0.5)
-            before = cluster.owner_id()
-            fault = time.monotonic_ns()
-            with ceph_cluster.osd_paused():
-                time.sleep(LEASE)
-            time.sleep(1.0)
-    cluster.verdict(load)
-    report("OSD stalled", cluster, load, fault, before)
+    def inject(_: str) -> None:
+        with ceph_cluster.osd_paused():
+            time.sleep(LEASE)
+        time.sleep(1.0)
+
+    run("OSD stalled", cluster, cycles, inject)

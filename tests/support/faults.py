@@ -162,7 +162,25 @@ def _check_listen_host(host: str) -> None:
     raise ValueError(f"{host} is neither loopback nor an address of an open NetNamespace")
 
 
-class FaultProxy:
+class _Closing:
+    """``with`` closes it, whatever the block raised."""
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
+class FaultProxy(_Closing):
     """A TCP proxy from ``host:port`` (port 0: any free one) to ``upstream``, whose traffic a
     test degrades on the fly: ``delay``, ``drop``, ``cut``, then ``restore``.
 
@@ -211,17 +229,6 @@ class FaultProxy:
             target=self._run, name=f"FaultProxy {self.host}:{self.port}", daemon=True
         )
         self._thread.start()
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(
-        self,
-        kind: type[BaseException] | None,
-        error: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        self.close()
 
     @property
     def address(self) -> tuple[str, int]:
@@ -494,7 +501,7 @@ def namespaces() -> list[str]:
     return [line.split()[0] for line in lines if line.strip()]
 
 
-class NetNamespace:
+class NetNamespace(_Closing):
     """A network namespace ``rqc-N`` linked to the root namespace by a veth pair on the /30
     N of NAMESPACE_RANGE: ``host_address`` (root side, ``veth``) and ``address`` (inside,
     on eth0, with ``lo`` up and a default route via ``host_address``). Created by the
@@ -514,17 +521,6 @@ class NetNamespace:
             if self._claim(index):
                 return
         raise RuntimeError(f"no free namespace in {CLAIM_ATTEMPTS} tries from rqc-{start}")
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(
-        self,
-        kind: type[BaseException] | None,
-        error: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        self.close()
 
     def _claim(self, index: int) -> bool:
         """Create namespace ``index`` if its name, veth and /30 are all free; False if taken."""

@@ -168,3 +168,26 @@ def test_owners_name_each_volume_s_holder_and_its_remaining_lease(
     assert 0 < owner.remaining_seconds <= 5
     expire(sessions)
     assert b.owners()[UUID].remaining_seconds == 0
+
+
+def test_a_renewal_whose_node_falls_silent_mid_transaction_frees_the_row_for_a_takeover(
+    sessions: sessionmaker[Session],
+) -> None:
+    """A partition swallows the renewal's answer: the node never commits. PostgreSQL ends
+    that transaction within a quarter of the lease, so the next owner's take does not
+    wait on its row lock for as long as the server takes to notice a dead peer."""
+    a, b = Leases(sessions, "a", 1.0), Leases(sessions, "b", 1.0)
+    first = a.take(UUID)
+    assert first is not None
+    expire(sessions)
+    silent = a._writing()
+    session = silent.__enter__()
+    session.execute(update(Volume).values(lease_expires_at=text("now()")))  # the row is locked
+    started = time.monotonic()
+    taken = b.take(UUID)
+    waited = time.monotonic() - started
+    assert taken is not None
+    assert taken.epoch == first.epoch + 1
+    assert waited < 5  # the server's own dead-peer detection would take hours
+    with pytest.raises(Exception, match="idle-in-transaction"):
+        silent.__exit__(None, None, None)
