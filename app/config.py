@@ -6,7 +6,7 @@ import ipaddress
 import os
 from functools import lru_cache
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import (
     BaseModel,
@@ -42,6 +42,10 @@ def is_loopback(host: str) -> bool:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
         return False
+
+
+SplitSize = Annotated[int, Field(ge=4096, le=1 << 30, multiple_of=4096)]
+"""dm-crypt's split size in bytes: whole pages, up to 1 GiB."""
 
 
 class SettingsView(BaseModel):
@@ -247,20 +251,14 @@ class Settings(BaseSettings):
         "with the io or admin token",
     )
     plug_window_us: int = Field(default=50, ge=0, le=1_000_000)
-    crypt_max_read_size: int | None = Field(
+    crypt_max_read_size: SplitSize | None = Field(
         default=None,
-        ge=4096,
-        le=1 << 30,
-        multiple_of=4096,
         description="dm-crypt's max_read_size (Linux 6.11, 128 KiB there): a crypt read's "
         "engine calls carry at most this many bytes, spread over the engine's channels; "
         "unset: the engine's own limit. A volume's crypt_split overrides it",
     )
-    crypt_max_write_size: int | None = Field(
+    crypt_max_write_size: SplitSize | None = Field(
         default=None,
-        ge=4096,
-        le=1 << 30,
-        multiple_of=4096,
         description="dm-crypt's max_write_size, as crypt_max_read_size for writes",
     )
     nbd_port: int | None = Field(

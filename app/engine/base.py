@@ -7,8 +7,6 @@ business (``SimulatedEngine``), or a test's (``MockEngine``).
 
 from __future__ import annotations
 
-import dataclasses
-import functools
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -91,9 +89,8 @@ class EngineRequest:
 
     def plan(self, capabilities: Capabilities, views: Sequence[memoryview]) -> CallPlan:
         """The calls, planned in C unless ``accel`` asks for the reference."""
-        limit = self.max_call_bytes
-        if limit is not None and limit < capabilities.max_bytes_per_call:
-            capabilities = _capped(capabilities, limit)
+        if self.max_call_bytes is not None:
+            capabilities = capabilities.capped(self.max_call_bytes)
         return (plan_calls if accel.reference else _model.plan_calls)(
             capabilities,
             self.transform.spec,
@@ -120,12 +117,6 @@ class EngineRequest:
         for view, output in zip(views, outputs, strict=True):
             convert(view, position, output)
             position += view.nbytes >> SECTOR_SHIFT
-
-
-@functools.lru_cache(maxsize=64)
-def _capped(capabilities: Capabilities, max_bytes: int) -> Capabilities:
-    """``capabilities`` with calls of at most ``max_bytes`` (whole data units: never under 4 KiB)."""
-    return dataclasses.replace(capabilities, max_bytes_per_call=max_bytes)
 
 
 @dataclass(slots=True)

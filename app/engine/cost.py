@@ -26,7 +26,6 @@ modelled I/Os, the benchmark cells the means of what a run really did.
 
 from __future__ import annotations
 
-import dataclasses
 import heapq
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -238,10 +237,6 @@ def predict_workload(
     calls = 0
     hop_ns = profile.queue_hop_ns if profile is not None and workload.encrypted else 0.0
     hops = len(crypt_path(workload.op, workload.queue_flags, Completion()).hops) if hop_ns else 0
-    capabilities = profile.capabilities if profile is not None else None
-    split = workload.split_bytes
-    if capabilities is not None and split is not None and split < capabilities.max_bytes_per_call:
-        capabilities = dataclasses.replace(capabilities, max_bytes_per_call=split)
     bulk = True
     sector = 0
     share = 1.0
@@ -256,9 +251,8 @@ def predict_workload(
             storage += device.io_ns(workload.op, nbytes)
         if profile is None or not workload.encrypted:
             continue
-        assert capabilities is not None  # set with profile
         plan = plan_calls(
-            capabilities,
+            profile.capabilities.capped(workload.split_bytes),
             spec,
             _segments(nbytes, workload.segment_bytes),
             op=op,

@@ -87,15 +87,25 @@ STOCK = QueueFlags()
 
 
 @dataclass(frozen=True, slots=True)
+class Completion:
+    """Where the lower device completes and what kind of cipher driver runs: the facts
+    of a platform the path depends on (a live volume's file or RBD store completes in
+    its submitter's thread, as ``brd`` does: the defaults)."""
+
+    endio_in_irq: bool = False
+    async_driver: bool = False
+    kernel: tuple[int, int] = (5, 9)
+
+
+@dataclass(frozen=True, slots=True)
 class Platform:
     """The machine a published figure was taken on, as the queue model sees it.
 
     ``io_ns`` is one I/O through the raw device (syscall, block layer, the copy:
     read off the source's own raw-device figure), ``device_bytes_per_s`` how that
     grows with the I/O's size. ``hop_ns`` is the fitted cost of one hand-off;
-    ``unit_ns`` the Crypto API's cost per data unit beyond its bytes. ``endio_in_irq``
-    says where the lower device completes (``brd`` completes in the submitter's own
-    context); ``async_driver`` whether the cipher driver is asynchronous.
+    ``unit_ns`` the Crypto API's cost per data unit beyond its bytes. ``completion``
+    says where the lower device completes and what kind of cipher driver runs.
     """
 
     name: str
@@ -107,9 +117,7 @@ class Platform:
     data_unit_size: int = 512
     unit_ns: float = 0.0
     device_bytes_per_s: float | None = None
-    endio_in_irq: bool = False
-    async_driver: bool = False
-    kernel: tuple[int, int] = (5, 9)
+    completion: Completion = Completion()
 
     def crypt_ns(self, op: Op, nbytes: int) -> float:
         """One piece's Crypto API work: a request per data unit, then its bytes."""
@@ -138,18 +146,7 @@ class CryptPath:
         return self.crypt_context == "kcryptd"
 
 
-@dataclass(frozen=True, slots=True)
-class Completion:
-    """Where the lower device completes and what kind of cipher driver runs: the facts
-    of a platform the path depends on (``Platform`` has them; a live volume's file or
-    RBD store completes in its submitter's thread, as ``brd`` does)."""
-
-    endio_in_irq: bool = False
-    async_driver: bool = False
-    kernel: tuple[int, int] = (5, 9)
-
-
-def crypt_path(op: Op, flags: QueueFlags, platform: Platform | Completion) -> CryptPath:
+def crypt_path(op: Op, flags: QueueFlags, completion: Completion) -> CryptPath:
     """The hops ``crypt_map`` and its completions take for one bio (docs/engines.md)."""
     hops: list[str] = []
     context: Context
@@ -158,11 +155,11 @@ def crypt_path(op: Op, flags: QueueFlags, platform: Platform | Completion) -> Cr
         # Submitted from crypt_map's caller; decrypted after crypt_endio.
         if flags.no_read_workqueue:
             context = "completion"
-            if platform.endio_in_irq and platform.kernel >= (6, 8):
+            if completion.endio_in_irq and completion.kernel >= (6, 8):
                 # 6.8 dropped the tasklet: from hard IRQ the work goes to kcryptd after all.
                 hops.append("kcryptd (from hard IRQ)")
                 context = "kcryptd"
-            elif platform.endio_in_irq and platform.async_driver:
+            elif completion.endio_in_irq and completion.async_driver:
                 hops.append("cryptd (SIMD unusable in IRQ)")
         else:
             hops.append(workqueue)
@@ -177,7 +174,7 @@ def crypt_path(op: Op, flags: QueueFlags, platform: Platform | Completion) -> Cr
             # an asynchronous one completes in kcryptd_async_done, which still queues it.
             if not flags.submit_from_crypt_cpus:
                 hops.append("dmcrypt_write")
-    if hops and not platform.endio_in_irq:
+    if hops and not completion.endio_in_irq:
         # The I/O left the submitter's thread, so it slept in the direct-I/O wait; a
         # device completing in IRQ wakes it anyway, and its raw figure holds that wake.
         hops.append("wake submitter")
@@ -214,7 +211,7 @@ def io_time(
     and their crypt work is list-scheduled over ``cpus`` (the platform's by default)
     when an unbound ``kcryptd`` runs it, else done one after the other.
     """
-    path = crypt_path(op, flags, platform)
+    path = crypt_path(op, flags, platform.completion)
     device = platform.device_ns(op, io_bytes)
     if not encrypted:
         return IoTime(device, 0.0, 0.0, 0, path)

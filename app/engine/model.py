@@ -12,6 +12,8 @@ without a key and without ``app.crypto``.
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Annotated, Any, ClassVar, Literal, Protocol, Self, TypeAlias
@@ -292,6 +294,13 @@ class Capabilities(_Schema):
             return f"engine does not derive IV mode {ivmode}"
         return None
 
+    def capped(self, max_bytes: int | None) -> Capabilities:
+        """These capabilities with calls of at most ``max_bytes`` (dm-crypt's split), never
+        above the engine's own limit; ``None``: unchanged."""
+        if max_bytes is None or max_bytes >= self.max_bytes_per_call:
+            return self
+        return _capped(self, max_bytes)
+
     def derives_iv(self, spec: SpecLike) -> bool:
         return self.fallback_reason(spec) is None
 
@@ -308,6 +317,12 @@ class Capabilities(_Schema):
                 )
         if min(self.data_unit_sizes) > self.max_bytes_per_call:
             raise InvalidInput("max_bytes_per_call is smaller than every supported data unit size")
+
+
+@functools.lru_cache(maxsize=64)
+def _capped(capabilities: Capabilities, max_bytes: int) -> Capabilities:
+    """Built once per (engine, split): the data path asks per request."""
+    return dataclasses.replace(capabilities, max_bytes_per_call=max_bytes)
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,7 +16,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from app.engine.kcryptd import DEFAULT_MAX_SIZE, STOCK, Platform, QueueFlags, io_time, mixed_rate
+from app.engine.kcryptd import (
+    DEFAULT_MAX_SIZE,
+    STOCK,
+    Completion,
+    Platform,
+    QueueFlags,
+    io_time,
+    mixed_rate,
+)
 from app.errors import InvalidInput
 
 __all__ = [
@@ -154,7 +162,7 @@ _RFC = Platform(
     hop_ns=0.0,
     encrypt_bytes_per_s=None,
     decrypt_bytes_per_s=None,
-    kernel=(5, 8),
+    completion=Completion(kernel=(5, 8)),
 )
 _V2 = dataclasses.replace(  # the same VM, measured with fio
     _RFC, name="rfc-vm-fio", io_ns={"read": 4096 * 1e9 / _mib(508), "write": 4096 * 1e9 / _mib(516)}
@@ -168,7 +176,7 @@ _BLOG = Platform(
     encrypt_bytes_per_s=_mib(1823.1),
     decrypt_bytes_per_s=_mib(1900.3),
     device_bytes_per_s=8e9,
-    kernel=(5, 4),
+    completion=Completion(kernel=(5, 4)),
 )
 
 QUEUE_CALIBRATIONS: dict[str, QueueCalibration] = {

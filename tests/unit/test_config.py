@@ -124,3 +124,15 @@ def test_only_an_nbd_listener_has_nbd_settings() -> None:
     nbd = Settings(nbd_port=10809).nbd
     assert nbd is not None
     assert (nbd.host, nbd.nbd_port, nbd.nbd_tls_ca) == ("127.0.0.1", 10809, None)
+
+
+@pytest.mark.parametrize("size", [6000, 2048, 1 << 31])
+def test_a_split_size_that_is_not_whole_pages_up_to_a_gib_is_refused(size: int) -> None:
+    with pytest.raises(ValueError, match="crypt_max_read_size"):
+        Settings(crypt_max_read_size=size)
+
+
+def test_the_split_sizes_are_unset_unless_given() -> None:
+    settings = Settings(crypt_max_write_size=128 << 10)
+    assert (settings.crypt_max_read_size, settings.crypt_max_write_size) == (None, 131072)
+    assert settings.control.crypt_max_write_size == 131072

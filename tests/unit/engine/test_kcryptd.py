@@ -9,6 +9,7 @@ import pytest
 from app.engine.kcryptd import (
     BIO_MAX_BYTES,
     DEFAULT_MAX_SIZE,
+    Completion,
     Platform,
     QueueFlags,
     crypt_path,
@@ -29,7 +30,7 @@ BRD = Platform(
 
 
 def hops(op: str, platform: Platform = BRD, **flags: bool) -> tuple[str, ...]:
-    return crypt_path(op, QueueFlags(**flags), platform).hops  # type: ignore[arg-type]
+    return crypt_path(op, QueueFlags(**flags), platform.completion).hops  # type: ignore[arg-type]
 
 
 def test_stock_read_hands_the_decryption_to_kcryptd_and_wakes_the_submitter() -> None:
@@ -60,19 +61,21 @@ def test_same_cpu_crypt_binds_kcryptd_without_removing_a_hop() -> None:
 
 
 def test_a_device_completing_in_irq_already_wakes_the_submitter() -> None:
-    irq = dataclasses.replace(BRD, endio_in_irq=True)
+    irq = dataclasses.replace(BRD, completion=Completion(endio_in_irq=True))
     assert hops("read", irq) == ("kcryptd",)
 
 
 def test_no_read_workqueue_from_hard_irq_falls_back_to_kcryptd_from_6_8() -> None:
-    tasklet = dataclasses.replace(BRD, endio_in_irq=True, kernel=(6, 7))
-    workqueue = dataclasses.replace(tasklet, kernel=(6, 8))
+    tasklet = dataclasses.replace(BRD, completion=Completion(endio_in_irq=True, kernel=(6, 7)))
+    workqueue = dataclasses.replace(BRD, completion=Completion(endio_in_irq=True, kernel=(6, 8)))
     assert hops("read", tasklet, no_read_workqueue=True) == ()
     assert hops("read", workqueue, no_read_workqueue=True) == ("kcryptd (from hard IRQ)",)
 
 
 def test_an_async_driver_in_irq_context_defers_to_cryptd() -> None:
-    async_irq = dataclasses.replace(BRD, endio_in_irq=True, async_driver=True, kernel=(5, 9))
+    async_irq = dataclasses.replace(
+        BRD, completion=Completion(endio_in_irq=True, async_driver=True, kernel=(5, 9))
+    )
     assert hops("read", async_irq, no_read_workqueue=True) == ("cryptd (SIMD unusable in IRQ)",)
 
 
